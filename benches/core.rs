@@ -1,0 +1,2 @@
+//! Core benchmarks (being written).
+fn main() {}

@@ -1,0 +1,532 @@
+//! The canonical event: one immutable value per thing that happened in a session.
+//!
+//! Every provider's output is normalized into [`Event`]s; the store, the wire and the
+//! projections only ever see this type. An event is built through [`EventInit`] and
+//! [`Event::new`], which validates it and returns a typed [`EventError`]; after that it is
+//! read-only, except that a sequence number can be stamped onto a copy with
+//! [`Event::with_sequence`] by whoever owns the log (the stream buffer or the store).
+//!
+//! The core never reads the clock and never draws random numbers: timestamps are given by
+//! the caller (or taken from the provider line), and absent ids are derived from stable
+//! inputs with [`EventId::derive`], so normalizing the same transcript twice yields the
+//! same ids and replays deduplicate by id.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::time::Timestamp;
+
+/// The version of the event schema written into every event.
+pub const SCHEMA_VERSION: u32 = 1;
+
+macro_rules! event_types {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal,)*) => {
+        /// What an event says happened. Serialized as its snake_case name.
+        ///
+        /// The first 28 are the AgentSessionManager vocabulary, spelled exactly as there;
+        /// the rest cover what paseo's event union needs that those lack.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum EventType {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl EventType {
+            /// Every event type, in declaration order.
+            pub const ALL: &'static [EventType] = &[$(EventType::$variant,)*];
+
+            /// The snake_case name used on the wire and in the store.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(EventType::$variant => $name,)*
+                }
+            }
+
+            /// Parses a snake_case name; `None` for anything else.
+            pub fn parse(name: &str) -> Option<EventType> {
+                match name {
+                    $($name => Some(EventType::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+event_types! {
+    // Session lifecycle.
+    SessionCreated = "session_created",
+    /// The provider process is up and identified itself (model, cwd, tools, its own session id).
+    SessionStarted = "session_started",
+    SessionPaused = "session_paused",
+    SessionResumed = "session_resumed",
+    SessionCompleted = "session_completed",
+    SessionFailed = "session_failed",
+    SessionCancelled = "session_cancelled",
+    // Run (= turn) lifecycle.
+    RunStarted = "run_started",
+    RunCompleted = "run_completed",
+    RunFailed = "run_failed",
+    RunCancelled = "run_cancelled",
+    RunTimeout = "run_timeout",
+    // Messages.
+    /// The user's prompt: `data.content`.
+    MessageSent = "message_sent",
+    /// One whole assistant message: `data.content`.
+    MessageReceived = "message_received",
+    /// One chunk of assistant text: `data.delta`.
+    MessageStreamed = "message_streamed",
+    // Tool calls.
+    ToolCallStarted = "tool_call_started",
+    ToolCallCompleted = "tool_call_completed",
+    ToolCallFailed = "tool_call_failed",
+    // Errors and usage.
+    ErrorOccurred = "error_occurred",
+    ErrorRecovered = "error_recovered",
+    TokenUsageUpdated = "token_usage_updated",
+    TurnCompleted = "turn_completed",
+    // Workspace.
+    WorkspaceSnapshotTaken = "workspace_snapshot_taken",
+    WorkspaceDiffComputed = "workspace_diff_computed",
+    // Policy.
+    PolicyViolation = "policy_violation",
+    // Approvals.
+    ToolApprovalRequested = "tool_approval_requested",
+    ToolApprovalGranted = "tool_approval_granted",
+    ToolApprovalDenied = "tool_approval_denied",
+    // Beyond the seed vocabulary, for paseo's union.
+    /// One chunk of reasoning text: `data.delta`.
+    ReasoningStreamed = "reasoning_streamed",
+    /// One whole reasoning block: `data.content`.
+    ReasoningReceived = "reasoning_received",
+    /// Progress on a running tool call (partial output, a changed title): `data.tool_call_id`.
+    ToolCallUpdated = "tool_call_updated",
+    /// A tool call that ended because its turn was interrupted.
+    ToolCallCancelled = "tool_call_cancelled",
+    /// The agent's plan or todo list, whole: `data.items[{text, status}]`.
+    TodoUpdated = "todo_updated",
+    ModeChanged = "mode_changed",
+    ModelChanged = "model_changed",
+    ThinkingOptionChanged = "thinking_option_changed",
+    /// The agent wants the user: `data.reason` is `finished`, `error` or `permission`.
+    AttentionRequired = "attention_required",
+    /// The provider compacted its context.
+    ContextCompacted = "context_compacted",
+}
+
+impl EventType {
+    /// True for the events that end a run: completed, failed, cancelled, timeout.
+    pub const fn is_run_terminal(self) -> bool {
+        matches!(
+            self,
+            EventType::RunCompleted
+                | EventType::RunFailed
+                | EventType::RunCancelled
+                | EventType::RunTimeout
+        )
+    }
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which agent produced an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    Claude,
+    Codex,
+    Gemini,
+    Opencode,
+    Amp,
+    /// Any Agent Client Protocol agent other than the ones named above.
+    Acp,
+    /// The companion's built-in demo agent.
+    Demo,
+    /// Raw events in the seed's generic alias vocabulary, or the companion itself.
+    Generic,
+}
+
+impl Provider {
+    /// The lowercase name used on the wire.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Provider::Claude => "claude",
+            Provider::Codex => "codex",
+            Provider::Gemini => "gemini",
+            Provider::Opencode => "opencode",
+            Provider::Amp => "amp",
+            Provider::Acp => "acp",
+            Provider::Demo => "demo",
+            Provider::Generic => "generic",
+        }
+    }
+}
+
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An event id: `evt_` followed by 32 lowercase hex digits.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct EventId(String);
+
+impl EventId {
+    /// Checks the `evt_` + 32 lowercase hex form.
+    pub fn parse(s: &str) -> Result<EventId, EventError> {
+        let ok = s.len() == 36
+            && s.starts_with("evt_")
+            && s[4..]
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if ok {
+            Ok(EventId(s.to_owned()))
+        } else {
+            Err(EventError::InvalidId(s.to_owned()))
+        }
+    }
+
+    /// Derives an id from stable parts (FNV-1a, 128 bits). The same parts always give the
+    /// same id; parts are length-prefixed so `["ab", "c"]` and `["a", "bc"]` differ.
+    pub fn derive(parts: &[&str]) -> EventId {
+        EventId(format!("evt_{:032x}", fnv1a128(parts)))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for EventId {
+    type Error = EventError;
+    fn try_from(s: String) -> Result<EventId, EventError> {
+        EventId::parse(&s)
+    }
+}
+
+impl From<EventId> for String {
+    fn from(id: EventId) -> String {
+        id.0
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// FNV-1a over length-prefixed parts, 128-bit. Stable across Rust versions, unlike std's hasher.
+pub(crate) fn fnv1a128(parts: &[&str]) -> u128 {
+    const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
+    const PRIME: u128 = 0x0000000001000000000000000000013b;
+    let mut h = OFFSET;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u128::from(b);
+            h = h.wrapping_mul(PRIME);
+        }
+    };
+    for part in parts {
+        eat(&(part.len() as u64).to_le_bytes());
+        eat(part.as_bytes());
+    }
+    h
+}
+
+/// Why an event could not be built or read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EventError {
+    #[error("session_id is required and must not be empty")]
+    EmptySessionId,
+    #[error("invalid event id {0:?}: expected \"evt_\" followed by 32 lowercase hex digits")]
+    InvalidId(String),
+    #[error("unknown event type {0:?}")]
+    UnknownType(String),
+    #[error("invalid timestamp {0:?}: expected RFC 3339")]
+    InvalidTimestamp(String),
+    #[error("`{field}` must be a JSON object")]
+    NotAnObject { field: &'static str },
+    #[error("run_id must not be empty when present")]
+    EmptyRunId,
+}
+
+/// The fields of a new event. `id` is derived when absent; see [`Event::new`].
+#[derive(Clone, Debug)]
+pub struct EventInit {
+    pub id: Option<EventId>,
+    pub kind: EventType,
+    pub session_id: String,
+    pub run_id: Option<String>,
+    pub sequence: u64,
+    pub timestamp: Timestamp,
+    pub provider: Provider,
+    pub correlation_id: Option<String>,
+    pub data: Map<String, Value>,
+    pub metadata: Map<String, Value>,
+}
+
+impl EventInit {
+    /// A minimal init: no id, no run, sequence 0 (unassigned), empty data and metadata.
+    pub fn new(
+        kind: EventType,
+        session_id: impl Into<String>,
+        provider: Provider,
+        timestamp: Timestamp,
+    ) -> EventInit {
+        EventInit {
+            id: None,
+            kind,
+            session_id: session_id.into(),
+            run_id: None,
+            sequence: 0,
+            timestamp,
+            provider,
+            correlation_id: None,
+            data: Map::new(),
+            metadata: Map::new(),
+        }
+    }
+}
+
+/// One immutable canonical event. Build it with [`Event::new`]; read it with the getters.
+///
+/// `sequence` 0 means "not yet placed in a log"; logs number from 1.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawEvent")]
+pub struct Event {
+    id: EventId,
+    #[serde(rename = "type")]
+    kind: EventType,
+    session_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_id: Option<String>,
+    sequence: u64,
+    timestamp: Timestamp,
+    provider: Provider,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    correlation_id: Option<String>,
+    data: Map<String, Value>,
+    metadata: Map<String, Value>,
+    schema_version: u32,
+}
+
+impl Event {
+    /// Validates `init` and builds the event. An absent id is derived from the session, run,
+    /// type, sequence, timestamp and correlation id; callers that emit several events with
+    /// equal fields must pass distinct ids (the normalizer derives them from line positions).
+    pub fn new(init: EventInit) -> Result<Event, EventError> {
+        if init.session_id.is_empty() {
+            return Err(EventError::EmptySessionId);
+        }
+        if init.run_id.as_deref() == Some("") {
+            return Err(EventError::EmptyRunId);
+        }
+        let id = match init.id {
+            Some(id) => id,
+            None => EventId::derive(&[
+                &init.session_id,
+                init.run_id.as_deref().unwrap_or(""),
+                init.kind.as_str(),
+                &init.sequence.to_string(),
+                &init.timestamp.to_string(),
+                init.correlation_id.as_deref().unwrap_or(""),
+            ]),
+        };
+        Ok(Event {
+            id,
+            kind: init.kind,
+            session_id: init.session_id,
+            run_id: init.run_id,
+            sequence: init.sequence,
+            timestamp: init.timestamp,
+            provider: init.provider,
+            correlation_id: init.correlation_id,
+            data: init.data,
+            metadata: init.metadata,
+            schema_version: SCHEMA_VERSION,
+        })
+    }
+
+    /// A copy of this event placed at `sequence` in a log.
+    pub fn with_sequence(&self, sequence: u64) -> Event {
+        Event {
+            sequence,
+            ..self.clone()
+        }
+    }
+
+    /// Consumes the event and returns it placed at `sequence`.
+    pub fn into_sequenced(mut self, sequence: u64) -> Event {
+        self.sequence = sequence;
+        self
+    }
+
+    pub fn id(&self) -> &EventId {
+        &self.id
+    }
+    pub fn kind(&self) -> EventType {
+        self.kind
+    }
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+    pub fn run_id(&self) -> Option<&str> {
+        self.run_id.as_deref()
+    }
+    pub fn sequence(&self) -> u64 {
+        self.sequence
+    }
+    pub fn timestamp(&self) -> Timestamp {
+        self.timestamp
+    }
+    pub fn provider(&self) -> Provider {
+        self.provider
+    }
+    pub fn correlation_id(&self) -> Option<&str> {
+        self.correlation_id.as_deref()
+    }
+    pub fn data(&self) -> &Map<String, Value> {
+        &self.data
+    }
+    pub fn metadata(&self) -> &Map<String, Value> {
+        &self.metadata
+    }
+    pub fn schema_version(&self) -> u32 {
+        self.schema_version
+    }
+
+    /// A string field of `data`, if present.
+    pub fn data_str(&self, key: &str) -> Option<&str> {
+        self.data.get(key).and_then(Value::as_str)
+    }
+
+    /// The event as one line of JSON (no trailing newline).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("an Event always serializes")
+    }
+}
+
+/// The unvalidated shape of an event on the wire; converted through [`Event::new`].
+#[derive(Deserialize)]
+struct RawEvent {
+    id: Option<String>,
+    #[serde(rename = "type")]
+    kind: String,
+    session_id: String,
+    run_id: Option<String>,
+    #[serde(default)]
+    sequence: u64,
+    timestamp: String,
+    provider: Provider,
+    correlation_id: Option<String>,
+    #[serde(default)]
+    data: Option<Value>,
+    #[serde(default)]
+    metadata: Option<Value>,
+}
+
+impl TryFrom<RawEvent> for Event {
+    type Error = EventError;
+    fn try_from(raw: RawEvent) -> Result<Event, EventError> {
+        let object = |v: Option<Value>, field| match v {
+            None | Some(Value::Null) => Ok(Map::new()),
+            Some(Value::Object(m)) => Ok(m),
+            Some(_) => Err(EventError::NotAnObject { field }),
+        };
+        Event::new(EventInit {
+            id: raw.id.map(EventId::try_from).transpose()?,
+            kind: EventType::parse(&raw.kind).ok_or(EventError::UnknownType(raw.kind))?,
+            session_id: raw.session_id,
+            run_id: raw.run_id,
+            sequence: raw.sequence,
+            timestamp: Timestamp::parse_rfc3339(&raw.timestamp)
+                .ok_or(EventError::InvalidTimestamp(raw.timestamp))?,
+            provider: raw.provider,
+            correlation_id: raw.correlation_id,
+            data: object(raw.data, "data")?,
+            metadata: object(raw.metadata, "metadata")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn init() -> EventInit {
+        EventInit::new(
+            EventType::MessageReceived,
+            "s1",
+            Provider::Claude,
+            Timestamp::from_unix_millis(1_700_000_000_000),
+        )
+    }
+
+    #[test]
+    fn there_are_the_28_seed_types_and_our_extensions() {
+        assert_eq!(EventType::ALL.len(), 38);
+        assert_eq!(EventType::ALL[0].as_str(), "session_created");
+        assert_eq!(EventType::ALL[27].as_str(), "tool_approval_denied");
+        for &t in EventType::ALL {
+            assert_eq!(EventType::parse(t.as_str()), Some(t));
+            let json = serde_json::to_string(&t).unwrap();
+            assert_eq!(json, format!("\"{}\"", t.as_str()));
+        }
+    }
+
+    #[test]
+    fn empty_session_is_refused() {
+        let mut i = init();
+        i.session_id.clear();
+        assert_eq!(Event::new(i).unwrap_err(), EventError::EmptySessionId);
+    }
+
+    #[test]
+    fn derived_ids_are_stable_and_well_formed() {
+        let a = Event::new(init()).unwrap();
+        let b = Event::new(init()).unwrap();
+        assert_eq!(a.id(), b.id());
+        assert!(EventId::parse(a.id().as_str()).is_ok());
+        assert_ne!(
+            EventId::derive(&["ab", "c"]),
+            EventId::derive(&["a", "bc"]),
+            "parts are length-prefixed"
+        );
+    }
+
+    #[test]
+    fn bad_ids_are_typed_errors() {
+        for bad in [
+            "evt_123",
+            "EVT_00000000000000000000000000000000",
+            "evt_0000000000000000000000000000000G",
+        ] {
+            assert!(
+                matches!(EventId::parse(bad), Err(EventError::InvalidId(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn json_round_trip_validates() {
+        let e = Event::new(init()).unwrap().into_sequenced(7);
+        let back: Event = serde_json::from_str(&e.to_json()).unwrap();
+        assert_eq!(back, e);
+        let bad = e.to_json().replace("message_received", "message_exploded");
+        let err = serde_json::from_str::<Event>(&bad).unwrap_err().to_string();
+        assert!(err.contains("unknown event type"), "{err}");
+        let no_session = e.to_json().replace("\"s1\"", "\"\"");
+        assert!(serde_json::from_str::<Event>(&no_session).is_err());
+    }
+}

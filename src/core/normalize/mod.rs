@@ -1,0 +1,792 @@
+//! Provider output in, canonical [`Event`]s out: one streaming, sans-IO normalizer per format.
+//!
+//! [`Normalizer`] owns the framing that every provider shares and hands each *record* (one
+//! JSON object) to the decoder of its format, which emits events through [`Out`]:
+//!
+//! * JSON Lines, one object per line, `\r\n` tolerated;
+//! * Server-Sent Events (`data:` lines, dispatched on a blank line; `event:`/`id:`/comments
+//!   skipped), as `opencode serve` and the model APIs speak;
+//! * a pretty-printed JSON document (a file whose first line is `[` or `{`): an array is a list
+//!   of records, an object with an `updates` array (ACP captures) is that list, any other
+//!   object is one record.
+//!
+//! Driving rule: feed input with [`Normalizer::handle_bytes`] (any chunking gives the same
+//! result), end it with [`Normalizer::handle_eof`], and after each call drain
+//! [`Normalizer::poll_event`] and [`Normalizer::poll_diagnostic`] until they return `None`.
+//!
+//! The normalizer never panics and never fails as a whole: a line it cannot read (invalid
+//! UTF-8, invalid JSON, too long, not an object, an unknown type) becomes a [`Diagnostic`]
+//! with its line number and reason, and [`Stats`] counts every line read, every event
+//! emitted, every known line deliberately ignored and every diagnostic.
+
+mod acp;
+mod alias;
+mod amp;
+mod claude;
+mod codex;
+mod codex_app_server;
+mod gemini;
+mod opencode;
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::event::{Event, EventId, EventInit, EventType, Provider};
+use super::time::Timestamp;
+
+pub use alias::{canonical_type, filter_by_run, filter_by_type, normalize_batch, sort_events};
+
+/// The output formats we read. The CLI names are the `--provider` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// `claude -p --output-format stream-json --verbose [--include-partial-messages]`.
+    Claude,
+    /// `codex exec --json`.
+    Codex,
+    /// `codex app-server` JSON-RPC notifications.
+    CodexAppServer,
+    /// `gemini --output-format stream-json`.
+    Gemini,
+    /// Agent Client Protocol `session/update` notifications (`gemini --experimental-acp`).
+    GeminiAcp,
+    /// `opencode run --format json` lines and `opencode serve` `/event` payloads.
+    Opencode,
+    /// `amp --execute --stream-json`.
+    Amp,
+    /// The seed's generic alias vocabulary (`assistant_message`, `delta`, `tool_call`, …).
+    Generic,
+}
+
+impl Format {
+    pub const ALL: &'static [Format] = &[
+        Format::Claude,
+        Format::Codex,
+        Format::CodexAppServer,
+        Format::Gemini,
+        Format::GeminiAcp,
+        Format::Opencode,
+        Format::Amp,
+        Format::Generic,
+    ];
+
+    /// The name used by `agentwire normalize --provider`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Format::Claude => "claude",
+            Format::Codex => "codex",
+            Format::CodexAppServer => "codex-app-server",
+            Format::Gemini => "gemini",
+            Format::GeminiAcp => "gemini-acp",
+            Format::Opencode => "opencode",
+            Format::Amp => "amp",
+            Format::Generic => "generic",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Format> {
+        Format::ALL.iter().copied().find(|f| f.as_str() == name)
+    }
+
+    /// The provider stamped on the events of this format.
+    pub const fn provider(self) -> Provider {
+        match self {
+            Format::Claude => Provider::Claude,
+            Format::Codex | Format::CodexAppServer => Provider::Codex,
+            Format::Gemini | Format::GeminiAcp => Provider::Gemini,
+            Format::Opencode => Provider::Opencode,
+            Format::Amp => Provider::Amp,
+            Format::Generic => Provider::Generic,
+        }
+    }
+
+    /// Guesses the format from one record; `None` when nothing identifies it.
+    pub fn detect(record: &Value) -> Option<Format> {
+        let obj = record.as_object()?;
+        let ty = obj.get("type").and_then(Value::as_str).unwrap_or("");
+        if let Some(method) = obj.get("method").and_then(Value::as_str) {
+            return Some(if method.starts_with("session/") {
+                Format::GeminiAcp
+            } else {
+                Format::CodexAppServer
+            });
+        }
+        if obj.contains_key("jsonrpc") || obj.contains_key("sessionUpdate") {
+            return Some(Format::GeminiAcp);
+        }
+        if ty.starts_with("thread.") || ty.starts_with("turn.") || ty.starts_with("item.") {
+            return Some(Format::Codex);
+        }
+        if obj.contains_key("part")
+            || obj.contains_key("properties")
+            || (obj.contains_key("info") && obj.contains_key("parts"))
+        {
+            return Some(Format::Opencode);
+        }
+        match ty {
+            "system" | "assistant" | "user" | "result" | "stream_event" | "control_request"
+            | "control_response" | "rate_limit_event" => {
+                let amp = obj
+                    .get("session_id")
+                    .and_then(Value::as_str)
+                    .is_some_and(|s| s.starts_with("T-"));
+                Some(if amp { Format::Amp } else { Format::Claude })
+            }
+            "init" | "message" | "tool_use" | "tool_result" if obj.contains_key("timestamp") => {
+                Some(Format::Gemini)
+            }
+            "" => None,
+            _ => Some(Format::Generic),
+        }
+    }
+
+    fn decoder(self) -> Box<dyn Decoder> {
+        match self {
+            Format::Claude => Box::new(claude::Claude::new(Provider::Claude)),
+            Format::Amp => Box::new(amp::Amp::new()),
+            Format::Codex => Box::new(codex::Codex::default()),
+            Format::CodexAppServer => Box::new(codex_app_server::CodexAppServer::default()),
+            Format::Gemini => Box::new(gemini::Gemini::default()),
+            Format::GeminiAcp => Box::new(acp::Acp::new(Provider::Gemini)),
+            Format::Opencode => Box::new(opencode::Opencode::default()),
+            Format::Generic => Box::new(alias::Generic::default()),
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a [`Normalizer`] stamps and bounds what it reads.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The session every event belongs to (required, non-empty).
+    pub session_id: String,
+    /// Distinguishes one provider process from the next in the same session, so that derived
+    /// event ids never collide when line numbers restart. Empty for a single transcript.
+    pub source: String,
+    /// Lines longer than this become a [`DiagnosticKind::LineTooLong`] (default 4 MiB).
+    pub max_line_bytes: usize,
+    /// A pretty-printed JSON document longer than this is refused (default 64 MiB).
+    pub max_document_bytes: usize,
+    /// The sequence of the first event emitted (default 1).
+    pub first_sequence: u64,
+    /// Limits for the stderr carried in `provider_error`.
+    pub stderr_limits: StderrLimits,
+}
+
+impl Config {
+    pub fn new(session_id: impl Into<String>) -> Config {
+        Config {
+            session_id: session_id.into(),
+            source: String::new(),
+            max_line_bytes: 4 << 20,
+            max_document_bytes: 64 << 20,
+            first_sequence: 1,
+            stderr_limits: StderrLimits::default(),
+        }
+    }
+}
+
+/// Where stderr is cut before it goes into `provider_error.stderr`: first to `max_lines`
+/// lines, then to `max_bytes` bytes on a UTF-8 boundary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StderrLimits {
+    pub max_lines: usize,
+    pub max_bytes: usize,
+}
+
+impl Default for StderrLimits {
+    fn default() -> StderrLimits {
+        StderrLimits {
+            max_lines: 200,
+            max_bytes: 16 * 1024,
+        }
+    }
+}
+
+/// Why a line or record produced no event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiagnosticKind {
+    InvalidUtf8,
+    InvalidJson,
+    LineTooLong,
+    NotAnObject,
+    UnknownType,
+    MissingField,
+    DocumentTooLong,
+}
+
+impl DiagnosticKind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DiagnosticKind::InvalidUtf8 => "invalid_utf8",
+            DiagnosticKind::InvalidJson => "invalid_json",
+            DiagnosticKind::LineTooLong => "line_too_long",
+            DiagnosticKind::NotAnObject => "not_an_object",
+            DiagnosticKind::UnknownType => "unknown_type",
+            DiagnosticKind::MissingField => "missing_field",
+            DiagnosticKind::DocumentTooLong => "document_too_long",
+        }
+    }
+}
+
+/// A line (or record of a JSON document) the normalizer could not turn into events.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    /// 1-based line number; for a JSON document, the 1-based index of the record.
+    pub line: u64,
+    pub kind: DiagnosticKind,
+    /// What exactly was wrong, e.g. the JSON error or the unknown type's name.
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "line {}: {}: {}",
+            self.line,
+            self.kind.as_str(),
+            self.message
+        )
+    }
+}
+
+/// What a normalizer has read so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// Non-blank lines (or document records) read.
+    pub records: u64,
+    pub events: u64,
+    /// Records of a known type that carry nothing for the canonical model (e.g. `ping`).
+    pub ignored: u64,
+    pub diagnostics: u64,
+}
+
+/// A streaming normalizer for one provider process's output. See the module docs for the
+/// driving rule.
+pub struct Normalizer {
+    format: Option<Format>,
+    decoder: Option<Box<dyn Decoder>>,
+    config: Config,
+    state: EmitState,
+    /// Bytes of the current, unfinished line.
+    partial: Vec<u8>,
+    /// Length of an over-long line being skipped, if any.
+    skipping: Option<usize>,
+    /// Accumulated `data:` payload of the current SSE event.
+    sse: Option<String>,
+    /// Some when the input is a pretty-printed JSON document, buffered until EOF.
+    document: Option<Vec<u8>>,
+    seen_content: bool,
+    ended: bool,
+}
+
+impl Normalizer {
+    /// A normalizer for `format`, or one that detects the format from the first record.
+    pub fn new(format: Option<Format>, config: Config) -> Normalizer {
+        let sequence = config.first_sequence;
+        Normalizer {
+            format,
+            decoder: format.map(Format::decoder),
+            state: EmitState {
+                session_id: config.session_id.clone(),
+                source: config.source.clone(),
+                provider: format.map_or(Provider::Generic, Format::provider),
+                stderr_limits: config.stderr_limits,
+                sequence,
+                turn_counter: 0,
+                pending_run_ids: VecDeque::new(),
+                events: VecDeque::new(),
+                diagnostics: VecDeque::new(),
+                stats: Stats::default(),
+            },
+            config,
+            partial: Vec::new(),
+            skipping: None,
+            sse: None,
+            document: None,
+            seen_content: false,
+            ended: false,
+        }
+    }
+
+    /// The format in use: the one given, or the one detected (`None` before detection).
+    pub fn format(&self) -> Option<Format> {
+        self.format
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.state.stats
+    }
+
+    /// Gives the next turn the decoder starts this id instead of a derived one. The host
+    /// calls it when it submits a prompt, so the provider's turn carries the host's turn id.
+    pub fn expect_run(&mut self, run_id: impl Into<String>) {
+        self.state.pending_run_ids.push_back(run_id.into());
+    }
+
+    /// Feeds raw output; `now` stamps events whose line carries no timestamp.
+    pub fn handle_bytes(&mut self, mut bytes: &[u8], now: Timestamp) {
+        if self.ended {
+            return;
+        }
+        if let Some(doc) = &mut self.document {
+            doc.extend_from_slice(bytes);
+            return self.check_document_size();
+        }
+        while let Some(nl) = bytes.iter().position(|&b| b == b'\n') {
+            let (head, rest) = (&bytes[..nl], &bytes[nl + 1..]);
+            bytes = rest;
+            if let Some(len) = self.skipping.take() {
+                self.line_too_long(len + head.len());
+                continue;
+            }
+            if self.partial.len() + head.len() > self.config.max_line_bytes {
+                let len = self.partial.len() + head.len();
+                self.partial.clear();
+                self.line_too_long(len);
+                continue;
+            }
+            let line = if self.partial.is_empty() {
+                head.to_vec()
+            } else {
+                let mut l = std::mem::take(&mut self.partial);
+                l.extend_from_slice(head);
+                l
+            };
+            self.handle_line(line, now);
+            if let Some(doc) = &mut self.document {
+                doc.extend_from_slice(bytes);
+                return self.check_document_size();
+            }
+        }
+        if let Some(len) = &mut self.skipping {
+            *len += bytes.len();
+        } else if self.partial.len() + bytes.len() > self.config.max_line_bytes {
+            self.skipping = Some(self.partial.len() + bytes.len());
+            self.partial = Vec::new();
+        } else {
+            self.partial.extend_from_slice(bytes);
+        }
+    }
+
+    /// Ends the input: reads an unterminated last line, closes what the provider left open.
+    pub fn handle_eof(&mut self, now: Timestamp) {
+        if self.ended {
+            return;
+        }
+        if let Some(len) = self.skipping.take() {
+            self.line_too_long(len);
+        }
+        if !self.partial.is_empty() {
+            let line = std::mem::take(&mut self.partial);
+            self.handle_line(line, now);
+        }
+        self.dispatch_sse(now);
+        if let Some(doc) = self.document.take() {
+            self.handle_document(&doc, now);
+        }
+        self.ended = true;
+        if let Some(decoder) = &mut self.decoder {
+            let line = self.state.stats.records + 1;
+            decoder.finish(&mut self.state.out(line, now));
+        }
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.state.events.pop_front()
+    }
+
+    pub fn poll_diagnostic(&mut self) -> Option<Diagnostic> {
+        self.state.diagnostics.pop_front()
+    }
+
+    fn line_too_long(&mut self, len: usize) {
+        self.state.stats.records += 1;
+        let line = self.state.stats.records;
+        self.state.diagnose(
+            line,
+            DiagnosticKind::LineTooLong,
+            format!(
+                "{len} bytes, over the limit of {}",
+                self.config.max_line_bytes
+            ),
+        );
+    }
+
+    fn check_document_size(&mut self) {
+        let too_long = self
+            .document
+            .as_ref()
+            .is_some_and(|d| d.len() > self.config.max_document_bytes);
+        if too_long {
+            let len = self.document.take().map_or(0, |d| d.len());
+            self.state.diagnose(
+                1,
+                DiagnosticKind::DocumentTooLong,
+                format!(
+                    "JSON document over {} bytes ({len} read)",
+                    self.config.max_document_bytes
+                ),
+            );
+            self.ended = true;
+        }
+    }
+
+    fn handle_line(&mut self, mut line: Vec<u8>, now: Timestamp) {
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        let blank = line.iter().all(u8::is_ascii_whitespace);
+        if blank {
+            self.dispatch_sse(now);
+            return;
+        }
+        let trimmed = line.trim_ascii();
+        if !self.seen_content && (trimmed == b"[" || trimmed == b"{") {
+            self.seen_content = true;
+            let mut doc = line;
+            doc.push(b'\n');
+            self.document = Some(doc);
+            return;
+        }
+        self.seen_content = true;
+        let text = match std::str::from_utf8(&line) {
+            Ok(t) => t,
+            Err(e) => {
+                self.dispatch_sse(now);
+                self.state.stats.records += 1;
+                let line_no = self.state.stats.records;
+                let msg = format!("invalid UTF-8 at byte {}", e.valid_up_to());
+                return self
+                    .state
+                    .diagnose(line_no, DiagnosticKind::InvalidUtf8, msg);
+            }
+        };
+        match sse_field(text) {
+            Some(SseField::Data(payload)) => {
+                let buf = self.sse.get_or_insert_with(String::new);
+                if !buf.is_empty() {
+                    buf.push('\n');
+                }
+                buf.push_str(payload);
+                return;
+            }
+            Some(SseField::Other) => return,
+            None => {}
+        }
+        self.dispatch_sse(now);
+        self.state.stats.records += 1;
+        let line_no = self.state.stats.records;
+        self.handle_json_text(line_no, text, now);
+    }
+
+    fn dispatch_sse(&mut self, now: Timestamp) {
+        let Some(payload) = self.sse.take() else {
+            return;
+        };
+        if payload.trim().is_empty() || payload.trim() == "[DONE]" {
+            return;
+        }
+        self.state.stats.records += 1;
+        let line_no = self.state.stats.records;
+        self.handle_json_text(line_no, &payload, now);
+    }
+
+    fn handle_json_text(&mut self, line_no: u64, text: &str, now: Timestamp) {
+        match serde_json::from_str::<Value>(text) {
+            Ok(value) => self.handle_record(line_no, &value, now),
+            Err(e) => {
+                let msg = format!("{e}; line starts {:?}", excerpt(text, 60));
+                self.state
+                    .diagnose(line_no, DiagnosticKind::InvalidJson, msg);
+            }
+        }
+    }
+
+    fn handle_document(&mut self, doc: &[u8], now: Timestamp) {
+        let value: Value = match serde_json::from_slice(doc) {
+            Ok(v) => v,
+            Err(e) => {
+                self.state.stats.records += 1;
+                let msg = format!("JSON document: {e}");
+                return self.state.diagnose(1, DiagnosticKind::InvalidJson, msg);
+            }
+        };
+        let records: Vec<&Value> = match &value {
+            Value::Array(items) => items.iter().collect(),
+            Value::Object(obj) => match obj.get("updates") {
+                Some(Value::Array(items)) => items.iter().collect(),
+                _ => vec![&value],
+            },
+            other => vec![other],
+        };
+        for record in records {
+            self.state.stats.records += 1;
+            let line_no = self.state.stats.records;
+            self.handle_record(line_no, record, now);
+        }
+    }
+
+    fn handle_record(&mut self, line_no: u64, value: &Value, now: Timestamp) {
+        if !value.is_object() {
+            let msg = format!("expected a JSON object, got {}", json_kind(value));
+            return self
+                .state
+                .diagnose(line_no, DiagnosticKind::NotAnObject, msg);
+        }
+        if self.decoder.is_none() {
+            let format = Format::detect(value).unwrap_or(Format::Generic);
+            self.format = Some(format);
+            self.state.provider = format.provider();
+            self.decoder = Some(format.decoder());
+        }
+        let decoder = self.decoder.as_mut().expect("decoder set above");
+        decoder.record(value, &mut self.state.out(line_no, now));
+    }
+}
+
+/// Everything a normalizer produced from a whole input.
+#[derive(Clone, Debug, Default)]
+pub struct Normalized {
+    pub format: Option<Format>,
+    pub events: Vec<Event>,
+    pub diagnostics: Vec<Diagnostic>,
+    pub stats: Stats,
+}
+
+/// Normalizes a whole input at once (a transcript file). `format: None` detects it.
+pub fn normalize(
+    format: Option<Format>,
+    config: Config,
+    input: &[u8],
+    now: Timestamp,
+) -> Normalized {
+    let mut n = Normalizer::new(format, config);
+    n.handle_bytes(input, now);
+    n.handle_eof(now);
+    let mut out = Normalized {
+        format: n.format(),
+        ..Normalized::default()
+    };
+    out.events.extend(std::iter::from_fn(|| n.poll_event()));
+    out.diagnostics
+        .extend(std::iter::from_fn(|| n.poll_diagnostic()));
+    out.stats = n.stats();
+    out
+}
+
+enum SseField<'a> {
+    Data(&'a str),
+    Other,
+}
+
+fn sse_field(line: &str) -> Option<SseField<'_>> {
+    if let Some(rest) = line.strip_prefix("data:") {
+        return Some(SseField::Data(rest.strip_prefix(' ').unwrap_or(rest)));
+    }
+    let other = line.starts_with(':')
+        || ["event:", "id:", "retry:"]
+            .iter()
+            .any(|p| line.starts_with(p));
+    other.then_some(SseField::Other)
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// At most `max` characters of `s`, cut on a char boundary.
+pub(crate) fn excerpt(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// The emitting state shared by all decoders of one normalizer.
+struct EmitState {
+    session_id: String,
+    source: String,
+    provider: Provider,
+    stderr_limits: StderrLimits,
+    sequence: u64,
+    turn_counter: u64,
+    pending_run_ids: VecDeque<String>,
+    events: VecDeque<Event>,
+    diagnostics: VecDeque<Diagnostic>,
+    stats: Stats,
+}
+
+impl EmitState {
+    fn out(&mut self, line: u64, now: Timestamp) -> Out<'_> {
+        Out {
+            state: self,
+            line,
+            index: 0,
+            timestamp: now,
+        }
+    }
+
+    fn diagnose(&mut self, line: u64, kind: DiagnosticKind, message: String) {
+        self.stats.diagnostics += 1;
+        self.diagnostics.push_back(Diagnostic {
+            line,
+            kind,
+            message,
+        });
+    }
+}
+
+/// What a decoder emits through, for one record. Events get the session, the provider, the
+/// next sequence, the record's timestamp (see [`Out::use_timestamp`]) or the caller's `now`,
+/// and an id derived from (session, source, line, index within the line).
+pub(crate) struct Out<'a> {
+    state: &'a mut EmitState,
+    line: u64,
+    index: u32,
+    timestamp: Timestamp,
+}
+
+impl Out<'_> {
+    /// The record's line number.
+    pub(crate) fn line(&self) -> u64 {
+        self.line
+    }
+
+    pub(crate) fn provider(&self) -> Provider {
+        self.state.provider
+    }
+
+    pub(crate) fn stderr_limits(&self) -> StderrLimits {
+        self.state.stderr_limits
+    }
+
+    /// Stamps this record's events with the time the provider wrote into it, when it parses.
+    pub(crate) fn use_timestamp(&mut self, value: Option<&Value>) {
+        let parsed = match value {
+            Some(Value::String(s)) => Timestamp::parse_rfc3339(s),
+            Some(Value::Number(n)) => n.as_i64().map(Timestamp::from_unix_millis),
+            _ => None,
+        };
+        if let Some(t) = parsed {
+            self.timestamp = t;
+        }
+    }
+
+    /// A run id for a new turn: the one the host announced with
+    /// [`Normalizer::expect_run`], else one derived from the session and the turn's ordinal.
+    pub(crate) fn new_run_id(&mut self) -> String {
+        self.state.turn_counter += 1;
+        if let Some(id) = self.state.pending_run_ids.pop_front() {
+            return id;
+        }
+        let n = self.state.turn_counter.to_string();
+        let hash = super::event::fnv1a128(&[&self.state.session_id, &self.state.source, "run", &n]);
+        format!("run_{:032x}", hash)
+    }
+
+    /// Emits one event. `data` must be a JSON object (anything else is wrapped as `value`).
+    pub(crate) fn emit(&mut self, kind: EventType, run_id: Option<&str>, data: Value) {
+        self.emit_full(kind, run_id, data, None, Map::new());
+    }
+
+    /// Emits one event with a correlation id (a tool call id, a request id…) and metadata.
+    pub(crate) fn emit_full(
+        &mut self,
+        kind: EventType,
+        run_id: Option<&str>,
+        data: Value,
+        correlation_id: Option<&str>,
+        metadata: Map<String, Value>,
+    ) {
+        let data = match data {
+            Value::Object(m) => m,
+            Value::Null => Map::new(),
+            other => Map::from_iter([("value".to_owned(), other)]),
+        };
+        let state = &mut *self.state;
+        let id = EventId::derive(&[
+            &state.session_id,
+            &state.source,
+            &self.line.to_string(),
+            &self.index.to_string(),
+        ]);
+        self.index += 1;
+        let init = EventInit {
+            id: Some(id),
+            run_id: run_id.filter(|r| !r.is_empty()).map(str::to_owned),
+            sequence: state.sequence,
+            correlation_id: correlation_id.map(str::to_owned),
+            data,
+            metadata,
+            ..EventInit::new(
+                kind,
+                state.session_id.clone(),
+                state.provider,
+                self.timestamp,
+            )
+        };
+        match Event::new(init) {
+            Ok(event) => {
+                state.sequence += 1;
+                state.stats.events += 1;
+                state.events.push_back(event);
+            }
+            Err(e) => {
+                let line = self.line;
+                state.diagnose(line, DiagnosticKind::MissingField, e.to_string());
+            }
+        }
+    }
+
+    /// This record is of a known type and deliberately carries nothing.
+    pub(crate) fn ignore(&mut self) {
+        self.state.stats.ignored += 1;
+    }
+
+    /// This record's type is not one the decoder knows.
+    pub(crate) fn unknown(&mut self, what: impl fmt::Display) {
+        let line = self.line;
+        self.state
+            .diagnose(line, DiagnosticKind::UnknownType, format!("unknown {what}"));
+    }
+
+    /// This record lacks a field the decoder needs.
+    pub(crate) fn missing(&mut self, field: &str) {
+        let line = self.line;
+        self.state.diagnose(
+            line,
+            DiagnosticKind::MissingField,
+            format!("missing field `{field}`"),
+        );
+    }
+}
+
+/// One provider format's decoder: records in, events out through [`Out`].
+pub(crate) trait Decoder {
+    /// One JSON object read from the stream.
+    fn record(&mut self, record: &Value, out: &mut Out<'_>);
+    /// The stream ended: close or discard what is still open (a turn with no terminal event
+    /// stays open for the lifecycle projection; a partial message that never closed is
+    /// discarded or emitted whole, never left dangling).
+    fn finish(&mut self, out: &mut Out<'_>);
+}
+
+#[cfg(test)]
+mod tests;
