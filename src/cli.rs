@@ -12,7 +12,8 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
-use crate::core::lifecycle::TurnProjector;
+use crate::core::event::Provider;
+use crate::core::lifecycle::{LifecycleConfig, TurnProjector};
 use crate::core::normalize::{normalize, Config, Format, Normalized};
 use crate::core::render::render_diagnostics;
 use crate::core::time::Timestamp;
@@ -108,7 +109,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Project { input } => {
             let out = read_and_normalize(&input)?;
             let now = input.now.unwrap_or_else(wall_clock);
-            let mut lifecycle = TurnProjector::new(Default::default());
+            let mut lifecycle = TurnProjector::new(LifecycleConfig::new(
+                &input.session,
+                out.format.map_or(Provider::Generic, Format::provider),
+            ));
             let mut timeline = Timeline::new();
             for event in &out.events {
                 lifecycle.handle_event(event, now.unix_millis());

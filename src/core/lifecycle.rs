@@ -1,14 +1,832 @@
-//! Turn lifecycle projection (being written).
-use super::event::Event;
-#[derive(Default, Clone, Debug)]
-pub struct LifecycleConfig;
-pub struct TurnProjector;
-impl TurnProjector {
-    pub fn new(_config: LifecycleConfig) -> Self {
-        TurnProjector
+//! The turn-lifecycle projection: from a session's events (and the host's own turn starts
+//! and interrupts) to `initializing | idle | running | error | closed`, with no turn ever
+//! left running and every invariant breach reported as a value.
+//!
+//! The rules are paseo's, made exact:
+//!
+//! * A **foreground** turn exists from the moment the host's start was accepted
+//!   ([`TurnProjector::start_foreground`]); the lifecycle is `running` at once (some providers
+//!   never say a turn started). Any other run id seen in events is an **autonomous** turn (the
+//!   agent woke up by itself); it makes the lifecycle `running` too.
+//! * A run terminal (`run_completed`, `run_cancelled` → idle; `run_failed`, `run_timeout` →
+//!   error) ends its turn. The lifecycle is `running` while any turn is active.
+//! * A terminal for a turn that already ended is **stale** and always dropped: it must not flip
+//!   the lifecycle of a later turn.
+//! * An interrupt that gets no terminal within `cancel_grace_ms` (2 s) of the caller's clock
+//!   yields a synthetic `run_cancelled`; an autonomous turn silent for longer than
+//!   `autonomous_idle_limit_ms` ends with a synthetic `run_failed` whose `provider_error.kind`
+//!   is `watchdog`. Closing the session cancels what is still active. So nothing stays
+//!   `running` forever.
+//!
+//! Invariants checked on every event, reported through [`TurnProjector::poll_violation`] and
+//! handled by the [`Policy`] (warn: apply and report; drop: skip and report; fail: skip,
+//! report and set the lifecycle to `error`); the stream itself is never aborted:
+//! at most one user message per foreground turn; exactly one terminal per started turn; no
+//! event for a turn after its terminal; distinct ids for autonomous turns; strictly increasing
+//! sequence numbers (feed the projector deduplicated input: see [`crate::core::dedup`]).
+//!
+//! Driving rule: call `handle_*`/`start_foreground`/`interrupt`/`close` with the current time,
+//! then drain [`TurnProjector::poll_event`] (synthetic events to persist and forward) and
+//! [`TurnProjector::poll_violation`] until `None`; call [`TurnProjector::handle_timeout`] at
+//! [`TurnProjector::poll_timeout`].
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt::{self, Write};
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use super::event::{Event, EventId, EventInit, EventType, Provider};
+use super::provider_error::ProviderError;
+use super::time::Timestamp;
+
+/// The session's lifecycle state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lifecycle {
+    Initializing,
+    Idle,
+    Running,
+    Error,
+    Closed,
+}
+
+impl Lifecycle {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Lifecycle::Initializing => "initializing",
+            Lifecycle::Idle => "idle",
+            Lifecycle::Running => "running",
+            Lifecycle::Error => "error",
+            Lifecycle::Closed => "closed",
+        }
     }
-    pub fn handle_event(&mut self, _event: &Event, _now_ms: i64) {}
+}
+
+impl fmt::Display for Lifecycle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What to do with an event that breaks an invariant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// Apply it and report the breach.
+    #[default]
+    Warn,
+    /// Skip it and report the breach.
+    Drop,
+    /// Skip it, report the breach and set the lifecycle to `error`.
+    Fail,
+}
+
+/// Configuration of a [`TurnProjector`].
+#[derive(Clone, Debug)]
+pub struct LifecycleConfig {
+    /// The session whose events are projected (stamped on synthetic events).
+    pub session_id: String,
+    /// The provider stamped on synthetic events.
+    pub provider: Provider,
+    /// How long an interrupt waits for the provider's terminal before a synthetic one.
+    pub cancel_grace_ms: i64,
+    /// How long an autonomous turn may stay silent before the watchdog fails it.
+    pub autonomous_idle_limit_ms: i64,
+    pub policy: Policy,
+}
+
+impl LifecycleConfig {
+    pub fn new(session_id: impl Into<String>, provider: Provider) -> LifecycleConfig {
+        LifecycleConfig {
+            session_id: session_id.into(),
+            provider,
+            cancel_grace_ms: 2_000,
+            autonomous_idle_limit_ms: 10 * 60_000,
+            policy: Policy::Warn,
+        }
+    }
+}
+
+/// Which invariant an event broke.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ViolationKind {
+    /// A second `message_sent` in one foreground turn.
+    DuplicateUserMessage,
+    /// A terminal for a turn that had already ended (always dropped).
+    StaleTerminal,
+    /// A non-terminal event for a turn that had already ended.
+    EventAfterTerminal,
+    /// An autonomous turn reused the id of a turn that had ended.
+    ReusedTurnId,
+    /// A sequence number not greater than the previous one.
+    NonIncreasingSequence,
+}
+
+/// One invariant breach, as a value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    pub kind: ViolationKind,
+    pub event_id: EventId,
+    pub run_id: Option<String>,
+    pub sequence: u64,
+    /// Whether the event was applied (policy `warn`) or skipped.
+    pub applied: bool,
+}
+
+/// What the projector did with an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    Applied,
+    /// Skipped because it broke an invariant (see the violation reported with it).
+    Dropped(ViolationKind),
+}
+
+/// Why a foreground turn could not start.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    #[error("a foreground turn is already active ({0})")]
+    ForegroundTurnActive(String),
+    #[error("the session is not connected (lifecycle {0})")]
+    NotConnected(Lifecycle),
+    #[error("turn id {0:?} was already used")]
+    TurnIdUsed(String),
+}
+
+impl StartError {
+    /// A stable machine-readable code.
+    pub const fn code(&self) -> &'static str {
+        match self {
+            StartError::ForegroundTurnActive(_) => "foreground_turn_active",
+            StartError::NotConnected(_) => "not_connected",
+            StartError::TurnIdUsed(_) => "turn_id_used",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Turn {
+    foreground: bool,
+    user_messages: u32,
+    last_activity_ms: i64,
+    cancel_deadline_ms: Option<i64>,
+}
+
+/// The lifecycle projection of one session. See the module docs for the rules and the
+/// driving rule.
+pub struct TurnProjector {
+    config: LifecycleConfig,
+    lifecycle: Lifecycle,
+    /// Set after a failed turn until the next turn starts.
+    errored: bool,
+    foreground: Option<String>,
+    active: HashMap<String, Turn>,
+    /// Every run id that has ended, with the id of its terminal event.
+    finished: HashMap<String, EventId>,
+    last_sequence: u64,
+    synthetic_count: u64,
+    out: VecDeque<Event>,
+    violations: VecDeque<Violation>,
+    started_ids: HashSet<String>,
+}
+
+impl TurnProjector {
+    pub fn new(config: LifecycleConfig) -> TurnProjector {
+        TurnProjector {
+            config,
+            lifecycle: Lifecycle::Initializing,
+            errored: false,
+            foreground: None,
+            active: HashMap::new(),
+            finished: HashMap::new(),
+            last_sequence: 0,
+            synthetic_count: 0,
+            out: VecDeque::new(),
+            violations: VecDeque::new(),
+            started_ids: HashSet::new(),
+        }
+    }
+
+    pub fn lifecycle(&self) -> Lifecycle {
+        self.lifecycle
+    }
+
+    /// The foreground turn in progress, if any.
+    pub fn active_foreground(&self) -> Option<&str> {
+        self.foreground.as_deref()
+    }
+
+    /// The turns in progress (foreground and autonomous), sorted.
+    pub fn active_turns(&self) -> Vec<&str> {
+        let mut ids: Vec<&str> = self.active.keys().map(String::as_str).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The session is connected and ready for turns (the host's process is up).
+    pub fn mark_connected(&mut self) {
+        if self.lifecycle == Lifecycle::Initializing {
+            self.lifecycle = Lifecycle::Idle;
+        }
+    }
+
+    /// The host's start of a foreground turn was accepted by the provider. Rejects when a
+    /// foreground turn is active, the session is not connected, or the id was used before.
+    pub fn start_foreground(&mut self, run_id: &str, now_ms: i64) -> Result<(), StartError> {
+        if let Some(active) = &self.foreground {
+            return Err(StartError::ForegroundTurnActive(active.clone()));
+        }
+        if matches!(self.lifecycle, Lifecycle::Initializing | Lifecycle::Closed) {
+            return Err(StartError::NotConnected(self.lifecycle));
+        }
+        if self.finished.contains_key(run_id) || self.active.contains_key(run_id) {
+            return Err(StartError::TurnIdUsed(run_id.to_owned()));
+        }
+        self.foreground = Some(run_id.to_owned());
+        self.active.insert(
+            run_id.to_owned(),
+            Turn {
+                foreground: true,
+                user_messages: 0,
+                last_activity_ms: now_ms,
+                cancel_deadline_ms: None,
+            },
+        );
+        self.errored = false;
+        self.recompute();
+        Ok(())
+    }
+
+    /// The host asked the provider to interrupt: every active turn gets `cancel_grace_ms` to
+    /// end before a synthetic `run_cancelled`. Returns whether anything was active.
+    pub fn interrupt(&mut self, now_ms: i64) -> bool {
+        let deadline = now_ms + self.config.cancel_grace_ms;
+        for turn in self.active.values_mut() {
+            turn.cancel_deadline_ms.get_or_insert(deadline);
+        }
+        !self.active.is_empty()
+    }
+
+    /// The session ended: active turns are cancelled (synthetic terminals) and the lifecycle
+    /// becomes `closed`.
+    pub fn close(&mut self, now_ms: i64) {
+        for run_id in self
+            .active_turns()
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+        {
+            self.synthesize(
+                &run_id,
+                EventType::RunCancelled,
+                json!({"reason": "session_closed"}),
+                now_ms,
+            );
+        }
+        self.lifecycle = Lifecycle::Closed;
+    }
+
+    /// The earliest time at which [`TurnProjector::handle_timeout`] has something to do.
+    pub fn poll_timeout(&self) -> Option<i64> {
+        self.active
+            .values()
+            .flat_map(|t| {
+                let watchdog = (!t.foreground)
+                    .then(|| t.last_activity_ms + self.config.autonomous_idle_limit_ms);
+                [t.cancel_deadline_ms, watchdog]
+            })
+            .flatten()
+            .min()
+    }
+
+    /// Fires the cancel grace and the watchdog deadlines that are due at `now_ms`.
+    pub fn handle_timeout(&mut self, now_ms: i64) {
+        let mut due: Vec<(String, bool)> = Vec::new();
+        for (id, t) in &self.active {
+            if t.cancel_deadline_ms.is_some_and(|d| d <= now_ms) {
+                due.push((id.clone(), true));
+            } else if !t.foreground
+                && t.last_activity_ms + self.config.autonomous_idle_limit_ms <= now_ms
+            {
+                due.push((id.clone(), false));
+            }
+        }
+        due.sort();
+        for (run_id, cancelled) in due {
+            if cancelled {
+                let data = json!({"reason": "interrupt_timeout", "synthetic": true});
+                self.synthesize(&run_id, EventType::RunCancelled, data, now_ms);
+            } else {
+                let limit = self.config.autonomous_idle_limit_ms;
+                let message = format!("autonomous turn silent for more than {limit} ms");
+                let mut data =
+                    ProviderError::new(self.config.provider, "watchdog", message).to_data();
+                data.insert("synthetic".into(), Value::Bool(true));
+                self.synthesize(&run_id, EventType::RunFailed, Value::Object(data), now_ms);
+            }
+        }
+    }
+
+    /// Applies one event of the session (in log order, deduplicated).
+    pub fn handle_event(&mut self, event: &Event, now_ms: i64) -> Disposition {
+        if event.sequence() > 0 {
+            if event.sequence() <= self.last_sequence {
+                if let Some(d) = self.breach(event, ViolationKind::NonIncreasingSequence) {
+                    return d;
+                }
+            }
+            self.last_sequence = self.last_sequence.max(event.sequence());
+        }
+        let Some(run_id) = event.run_id() else {
+            self.apply_session_event(event.kind());
+            return Disposition::Applied;
+        };
+        if let Some(terminal_id) = self.finished.get(run_id) {
+            if terminal_id == event.id() {
+                // Our own synthetic terminal (or the same terminal) coming back: a no-op.
+                return Disposition::Applied;
+            }
+            if event.kind().is_run_terminal() {
+                self.report(event, ViolationKind::StaleTerminal, false);
+                return Disposition::Dropped(ViolationKind::StaleTerminal);
+            }
+            let kind = if self.started_ids.contains(run_id) && event.kind() == EventType::RunStarted
+            {
+                ViolationKind::ReusedTurnId
+            } else {
+                ViolationKind::EventAfterTerminal
+            };
+            if let Some(d) = self.breach(event, kind) {
+                return d;
+            }
+            return Disposition::Applied;
+        }
+        if event.kind() == EventType::MessageSent {
+            let duplicate = self
+                .active
+                .get(run_id)
+                .is_some_and(|t| t.foreground && t.user_messages >= 1);
+            if duplicate {
+                if let Some(d) = self.breach(event, ViolationKind::DuplicateUserMessage) {
+                    return d;
+                }
+            }
+        }
+        let turn = self
+            .active
+            .entry(run_id.to_owned())
+            .or_insert_with(|| Turn {
+                foreground: false,
+                user_messages: 0,
+                last_activity_ms: now_ms,
+                cancel_deadline_ms: None,
+            });
+        turn.last_activity_ms = now_ms;
+        if event.kind() == EventType::MessageSent {
+            turn.user_messages += 1;
+        }
+        self.started_ids.insert(run_id.to_owned());
+        if event.kind().is_run_terminal() {
+            self.end_turn(run_id, event.kind(), event.id().clone());
+        } else {
+            if self.lifecycle == Lifecycle::Initializing {
+                self.lifecycle = Lifecycle::Idle;
+            }
+            self.recompute();
+        }
+        Disposition::Applied
+    }
+
+    /// Synthetic events to persist and forward (their ids are stable: feeding them back is a
+    /// no-op).
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.out.pop_front()
+    }
+
+    pub fn poll_violation(&mut self) -> Option<Violation> {
+        self.violations.pop_front()
+    }
+
+    /// A short text of the state, for the CLI.
     pub fn render(&self) -> String {
-        String::new()
+        let mut s = format!("lifecycle: {}\n", self.lifecycle);
+        let _ = writeln!(
+            s,
+            "turns: {} finished, {} active{}",
+            self.finished.len(),
+            self.active.len(),
+            match &self.foreground {
+                Some(f) => format!(" (foreground {f})"),
+                None => String::new(),
+            }
+        );
+        s
+    }
+
+    fn apply_session_event(&mut self, kind: EventType) {
+        match kind {
+            EventType::SessionStarted | EventType::SessionCreated | EventType::SessionResumed => {
+                if self.lifecycle == Lifecycle::Initializing {
+                    self.lifecycle = Lifecycle::Idle;
+                }
+            }
+            EventType::SessionFailed => {
+                self.errored = true;
+                self.recompute();
+            }
+            EventType::SessionCompleted | EventType::SessionCancelled => {
+                self.lifecycle = Lifecycle::Closed;
+            }
+            _ => {}
+        }
+    }
+
+    fn end_turn(&mut self, run_id: &str, kind: EventType, terminal_id: EventId) {
+        self.active.remove(run_id);
+        self.finished.insert(run_id.to_owned(), terminal_id);
+        if self.foreground.as_deref() == Some(run_id) {
+            self.foreground = None;
+        }
+        self.errored = matches!(kind, EventType::RunFailed | EventType::RunTimeout);
+        if self.lifecycle == Lifecycle::Initializing {
+            self.lifecycle = Lifecycle::Idle;
+        }
+        self.recompute();
+    }
+
+    fn recompute(&mut self) {
+        if matches!(self.lifecycle, Lifecycle::Closed | Lifecycle::Initializing) {
+            return;
+        }
+        self.lifecycle = if !self.active.is_empty() {
+            Lifecycle::Running
+        } else if self.errored {
+            Lifecycle::Error
+        } else {
+            Lifecycle::Idle
+        };
+    }
+
+    /// Reports a breach and applies the policy: `None` means apply the event anyway.
+    fn breach(&mut self, event: &Event, kind: ViolationKind) -> Option<Disposition> {
+        match self.config.policy {
+            Policy::Warn => {
+                self.report(event, kind, true);
+                None
+            }
+            Policy::Drop => {
+                self.report(event, kind, false);
+                Some(Disposition::Dropped(kind))
+            }
+            Policy::Fail => {
+                self.report(event, kind, false);
+                self.errored = true;
+                if self.lifecycle != Lifecycle::Closed {
+                    self.lifecycle = Lifecycle::Error;
+                }
+                Some(Disposition::Dropped(kind))
+            }
+        }
+    }
+
+    fn report(&mut self, event: &Event, kind: ViolationKind, applied: bool) {
+        self.violations.push_back(Violation {
+            kind,
+            event_id: event.id().clone(),
+            run_id: event.run_id().map(str::to_owned),
+            sequence: event.sequence(),
+            applied,
+        });
+    }
+
+    fn synthesize(&mut self, run_id: &str, kind: EventType, data: Value, now_ms: i64) {
+        self.synthetic_count += 1;
+        let id = EventId::derive(&[&self.config.session_id, run_id, "synthetic", kind.as_str()]);
+        let data = match data {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        let init = EventInit {
+            id: Some(id.clone()),
+            run_id: Some(run_id.to_owned()),
+            data,
+            ..EventInit::new(
+                kind,
+                self.config.session_id.clone(),
+                self.config.provider,
+                Timestamp::from_unix_millis(now_ms),
+            )
+        };
+        match Event::new(init) {
+            Ok(event) => {
+                self.end_turn(run_id, kind, id);
+                self.out.push_back(event);
+            }
+            // Only an empty session id can fail here; the turn still ends.
+            Err(_) => self.end_turn(run_id, kind, id),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::{expect, Expect};
+    use proptest::prelude::*;
+
+    fn ev(seq: u64, kind: EventType, run: Option<&str>) -> Event {
+        let init = EventInit {
+            run_id: run.map(str::to_owned),
+            sequence: seq,
+            ..EventInit::new(kind, "s1", Provider::Claude, Timestamp::EPOCH)
+        };
+        Event::new(init).unwrap()
+    }
+
+    fn projector() -> TurnProjector {
+        TurnProjector::new(LifecycleConfig::new("s1", Provider::Claude))
+    }
+
+    /// Runs a script of steps and renders the lifecycle after each one, with synthetic
+    /// events (`+`) and violations (`!`).
+    fn check(p: &mut TurnProjector, steps: &[Step], expect: Expect) {
+        let mut log = String::new();
+        for step in steps {
+            let label = match step {
+                Step::Ev(e, now) => {
+                    let d = p.handle_event(e, *now);
+                    let run = e.run_id().unwrap_or("-");
+                    let dropped = if d == Disposition::Applied {
+                        ""
+                    } else {
+                        " (dropped)"
+                    };
+                    format!("{} {} {run}{dropped}", e.sequence(), e.kind())
+                }
+                Step::Start(id, now) => match p.start_foreground(id, *now) {
+                    Ok(()) => format!("start {id}"),
+                    Err(e) => format!("start {id}: {} ({e})", e.code()),
+                },
+                Step::Interrupt(now) => format!("interrupt @{now}"),
+                Step::Tick(now) => format!("tick @{now}"),
+                Step::Connect => "connect".to_owned(),
+                Step::Close(now) => format!("close @{now}"),
+            };
+            match step {
+                Step::Interrupt(now) => {
+                    p.interrupt(*now);
+                }
+                Step::Tick(now) => p.handle_timeout(*now),
+                Step::Connect => p.mark_connected(),
+                Step::Close(now) => p.close(*now),
+                _ => {}
+            }
+            let _ = writeln!(log, "{label} -> {}", p.lifecycle());
+            while let Some(e) = p.poll_event() {
+                let reason = e
+                    .data_str("reason")
+                    .or(e.data_str("error_message"))
+                    .unwrap_or("");
+                let _ = writeln!(
+                    log,
+                    "  + {} {} {reason}",
+                    e.kind(),
+                    e.run_id().unwrap_or("-")
+                );
+            }
+            while let Some(v) = p.poll_violation() {
+                let _ = writeln!(
+                    log,
+                    "  ! {:?} seq {} applied={}",
+                    v.kind, v.sequence, v.applied
+                );
+            }
+        }
+        expect.assert_eq(&log);
+    }
+
+    enum Step {
+        Ev(Event, i64),
+        Start(&'static str, i64),
+        Interrupt(i64),
+        Tick(i64),
+        Connect,
+        Close(i64),
+    }
+    use EventType::*;
+    use Step::*;
+
+    #[test]
+    fn foreground_turn_runs_from_its_start_and_ends_on_its_terminal() {
+        check(
+            &mut projector(),
+            &[
+                Start("t1", 0),
+                Connect,
+                Start("t1", 0),
+                Start("t2", 0),
+                Ev(ev(1, RunStarted, Some("t1")), 1),
+                Ev(ev(2, MessageSent, Some("t1")), 1),
+                Ev(ev(3, RunCompleted, Some("t1")), 2),
+                Ev(ev(4, RunFailed, Some("t1")), 3),
+                Start("t1", 4),
+                Start("t2", 4),
+                Ev(ev(5, RunFailed, Some("t2")), 5),
+            ],
+            expect![[r#"
+                start t1: not_connected (the session is not connected (lifecycle initializing)) -> initializing
+                connect -> idle
+                start t1 -> running
+                start t2: foreground_turn_active (a foreground turn is already active (t1)) -> running
+                1 run_started t1 -> running
+                2 message_sent t1 -> running
+                3 run_completed t1 -> idle
+                4 run_failed t1 (dropped) -> idle
+                  ! StaleTerminal seq 4 applied=false
+                start t1: turn_id_used (turn id "t1" was already used) -> idle
+                start t2 -> running
+                5 run_failed t2 -> error
+            "#]],
+        );
+    }
+
+    #[test]
+    fn autonomous_turns_run_and_end_by_themselves() {
+        check(
+            &mut projector(),
+            &[
+                Ev(ev(1, SessionStarted, None), 0),
+                Ev(ev(2, RunStarted, Some("a1")), 0),
+                Ev(ev(3, MessageReceived, Some("a1")), 0),
+                Ev(ev(4, RunCompleted, Some("a1")), 0),
+                Ev(ev(5, MessageReceived, Some("a1")), 0),
+                Ev(ev(6, RunStarted, Some("a1")), 0),
+            ],
+            expect![[r#"
+                1 session_started - -> idle
+                2 run_started a1 -> running
+                3 message_received a1 -> running
+                4 run_completed a1 -> idle
+                5 message_received a1 -> idle
+                  ! EventAfterTerminal seq 5 applied=true
+                6 run_started a1 -> idle
+                  ! ReusedTurnId seq 6 applied=true
+            "#]],
+        );
+    }
+
+    #[test]
+    fn an_unanswered_interrupt_is_cancelled_after_the_grace() {
+        let mut p = projector();
+        check(
+            &mut p,
+            &[
+                Connect,
+                Start("t1", 1_000),
+                Interrupt(1_500),
+                Tick(3_499),
+                Tick(3_500),
+                Ev(ev(1, RunCancelled, Some("t1")), 3_600),
+            ],
+            expect![[r#"
+                connect -> idle
+                start t1 -> running
+                interrupt @1500 -> running
+                tick @3499 -> running
+                tick @3500 -> idle
+                  + run_cancelled t1 interrupt_timeout
+                1 run_cancelled t1 (dropped) -> idle
+                  ! StaleTerminal seq 1 applied=false
+            "#]],
+        );
+    }
+
+    #[test]
+    fn a_silent_autonomous_turn_is_failed_by_the_watchdog() {
+        let mut p = projector();
+        p.config.autonomous_idle_limit_ms = 1_000;
+        check(
+            &mut p,
+            &[
+                Ev(ev(1, RunStarted, Some("a1")), 0),
+                Ev(ev(2, MessageStreamed, Some("a1")), 900),
+                Tick(1_500),
+                Tick(1_900),
+                Close(2_000),
+            ],
+            expect![[r#"
+                1 run_started a1 -> running
+                2 message_streamed a1 -> running
+                tick @1500 -> running
+                tick @1900 -> error
+                  + run_failed a1 autonomous turn silent for more than 1000 ms
+                close @2000 -> closed
+            "#]],
+        );
+        assert_eq!(p.poll_timeout(), None);
+    }
+
+    #[test]
+    fn closing_cancels_active_turns_and_synthetic_terminals_fed_back_are_no_ops() {
+        let mut p = projector();
+        p.mark_connected();
+        p.start_foreground("t1", 0).unwrap();
+        p.close(10);
+        let synthetic = p.poll_event().unwrap();
+        assert_eq!(synthetic.kind(), RunCancelled);
+        assert_eq!(
+            p.handle_event(&synthetic.with_sequence(9), 11),
+            Disposition::Applied
+        );
+        assert_eq!(p.poll_violation(), None);
+        assert_eq!(p.lifecycle(), Lifecycle::Closed);
+    }
+
+    #[test]
+    fn policies_decide_what_a_breach_does() {
+        for (policy, want) in [
+            (Policy::Warn, "applied running"),
+            (Policy::Drop, "dropped running"),
+            (Policy::Fail, "dropped error"),
+        ] {
+            let mut p = projector();
+            p.config.policy = policy;
+            p.mark_connected();
+            p.start_foreground("t1", 0).unwrap();
+            p.handle_event(&ev(1, MessageSent, Some("t1")), 0);
+            let d = p.handle_event(&ev(2, MessageSent, Some("t1")), 0);
+            let v = p.poll_violation().unwrap();
+            assert_eq!(v.kind, ViolationKind::DuplicateUserMessage);
+            let got = format!(
+                "{} {}",
+                if d == Disposition::Applied {
+                    "applied"
+                } else {
+                    "dropped"
+                },
+                p.lifecycle()
+            );
+            assert_eq!(got, want, "{policy:?}");
+        }
+        let mut p = projector();
+        p.handle_event(&ev(5, RunStarted, Some("a")), 0);
+        p.handle_event(&ev(5, MessageReceived, Some("a")), 0);
+        assert_eq!(
+            p.poll_violation().unwrap().kind,
+            ViolationKind::NonIncreasingSequence
+        );
+    }
+
+    proptest! {
+        /// Whatever the provider sends and whenever the host interrupts, once time passes
+        /// every turn has ended exactly once and nothing is left running.
+        #[test]
+        fn every_turn_ends_exactly_once(ops in proptest::collection::vec((0u8..6, 0u8..4), 1..60)) {
+            let mut p = projector();
+            p.config.autonomous_idle_limit_ms = 5_000;
+            p.mark_connected();
+            let mut now = 0i64;
+            let mut seq = 0u64;
+            let mut terminals: HashMap<String, u32> = HashMap::new();
+            let drain = |p: &mut TurnProjector, terminals: &mut HashMap<String, u32>| {
+                while let Some(s) = p.poll_event() {
+                    *terminals.entry(s.run_id().unwrap().to_owned()).or_default() += 1;
+                }
+            };
+            for (op, turn) in ops {
+                now += 100;
+                let run = format!("r{turn}");
+                match op {
+                    0 => { let _ = p.start_foreground(&run, now); }
+                    1 => { p.interrupt(now); }
+                    2 => p.handle_timeout(now),
+                    _ => {
+                        seq += 1;
+                        let kind = [MessageStreamed, RunCompleted, RunFailed][usize::from(op - 3)];
+                        let e = ev(seq, kind, Some(&run));
+                        let was_finished = p.finished.contains_key(&run);
+                        let d = p.handle_event(&e, now);
+                        if kind.is_run_terminal() {
+                            if was_finished {
+                                prop_assert_eq!(d, Disposition::Dropped(ViolationKind::StaleTerminal));
+                            } else {
+                                *terminals.entry(run.clone()).or_default() += 1;
+                            }
+                        }
+                    }
+                }
+                drain(&mut p, &mut terminals);
+            }
+            p.interrupt(now);
+            p.handle_timeout(now + 10_000);
+            drain(&mut p, &mut terminals);
+            prop_assert!(p.active.is_empty());
+            prop_assert_ne!(p.lifecycle(), Lifecycle::Running);
+            prop_assert_eq!(terminals.len(), p.finished.len());
+            for (run, n) in &terminals {
+                prop_assert_eq!(*n, 1, "run {} ended {} times", run, n);
+            }
+        }
     }
 }
