@@ -1,2 +1,162 @@
-//! Core benchmarks (being written).
-fn main() {}
+//! Core benchmarks: normalization throughput per provider (MB/s and events/s) and projection
+//! throughput at 1k, 10k and 100k events. Numbers go to BENCHMARKS.md; nothing here asserts.
+//!
+//! Run: `cargo bench --bench core` (add `-- --quick` for a shorter run).
+
+use std::hint::black_box;
+use std::path::Path;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use serde_json::{json, Map, Value};
+
+use agentwire::core::event::{Event, EventInit, EventType, Provider};
+use agentwire::core::lifecycle::{LifecycleConfig, TurnProjector};
+use agentwire::core::normalize::{normalize, Config, Format};
+use agentwire::core::time::Timestamp;
+use agentwire::core::timeline::Timeline;
+
+/// The real transcripts of one format, concatenated and repeated to about 1 MiB.
+fn corpus(dir: &str) -> Vec<u8> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(dir);
+    let mut one = Vec::new();
+    let mut paths: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    paths.sort();
+    for p in paths {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        // JSON Lines only: pretty documents cannot be concatenated.
+        if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
+            one.extend(std::fs::read(&p).unwrap());
+            if one.last() != Some(&b'\n') {
+                one.push(b'\n');
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(1 << 20);
+    while out.len() < 1 << 20 && !one.is_empty() {
+        out.extend_from_slice(&one);
+    }
+    out
+}
+
+fn normalization(c: &mut Criterion) {
+    let mut g = c.benchmark_group("normalize");
+    for (format, dir) in [
+        (Format::Claude, "claude"),
+        (Format::Codex, "codex"),
+        (Format::Gemini, "gemini"),
+        (Format::Opencode, "opencode"),
+    ] {
+        let input = corpus(dir);
+        g.throughput(Throughput::Bytes(input.len() as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(format), &input, |b, input| {
+            b.iter(|| {
+                normalize(
+                    Some(format),
+                    Config::new("s1"),
+                    black_box(input),
+                    Timestamp::EPOCH,
+                )
+            })
+        });
+    }
+    g.finish();
+}
+
+/// A seeded coding-agent session like the one in reference/anchors.md: per turn a prompt,
+/// reasoning deltas, ~20-character text deltas, a tool call with output, usage, a terminal.
+pub fn synthetic_session(n: usize) -> Vec<Event> {
+    let mut events = Vec::with_capacity(n);
+    let mut turn = 0;
+    while events.len() < n {
+        turn += 1;
+        let run = format!("run_{turn}");
+        let mut push = |kind: EventType, data: Value| {
+            let data: Map<String, Value> = serde_json::from_value(data).unwrap();
+            let seq = events.len() as u64 + 1;
+            let init = EventInit {
+                run_id: Some(run.clone()),
+                sequence: seq,
+                data,
+                ..EventInit::new(
+                    kind,
+                    "s1",
+                    Provider::Claude,
+                    Timestamp::from_unix_millis(seq as i64),
+                )
+            };
+            events.push(Event::new(init).unwrap());
+        };
+        push(EventType::RunStarted, json!({}));
+        push(
+            EventType::MessageSent,
+            json!({"content": "Please fix the failing test"}),
+        );
+        for _ in 0..5 {
+            push(
+                EventType::ReasoningStreamed,
+                json!({"delta": "thinking about it.. "}),
+            );
+        }
+        let tool = format!("toolu_{turn}");
+        push(
+            EventType::ToolCallStarted,
+            json!({"tool_call_id": tool, "tool_name": "Bash", "tool_input": {"command": "cargo test"}}),
+        );
+        push(
+            EventType::ToolCallCompleted,
+            json!({"tool_call_id": tool, "tool_name": "Bash", "tool_output": "test result: ok. 12 passed"}),
+        );
+        let msg = format!("msg_{turn}");
+        for _ in 0..30 {
+            push(
+                EventType::MessageStreamed,
+                json!({"delta": "twenty chars of text", "message_id": msg}),
+            );
+        }
+        push(
+            EventType::MessageReceived,
+            json!({"content": "twenty chars of text".repeat(30), "message_id": msg}),
+        );
+        push(
+            EventType::TokenUsageUpdated,
+            json!({"input_tokens": 1200, "output_tokens": 340}),
+        );
+        push(EventType::RunCompleted, json!({}));
+    }
+    events.truncate(n);
+    events
+}
+
+fn projection(c: &mut Criterion) {
+    let mut g = c.benchmark_group("project");
+    g.sample_size(10);
+    for n in [1_000, 10_000, 100_000] {
+        let events = synthetic_session(n);
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_with_input(
+            BenchmarkId::new("timeline+lifecycle", n),
+            &events,
+            |b, events| {
+                b.iter(|| {
+                    let mut lifecycle =
+                        TurnProjector::new(LifecycleConfig::new("s1", Provider::Claude));
+                    let mut timeline = Timeline::new();
+                    for (i, e) in events.iter().enumerate() {
+                        lifecycle.handle_event(e, i as i64);
+                        timeline.handle_event(e);
+                    }
+                    black_box((lifecycle.lifecycle(), timeline.render().len()))
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
+criterion_group!(benches, normalization, projection);
+criterion_main!(benches);
