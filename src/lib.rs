@@ -11,3 +11,6 @@ pub mod core;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub mod companion;

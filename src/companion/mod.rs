@@ -1,0 +1,4 @@
+//! The native companion: hosts agent processes, stores their events durably and serves them
+//! over WebSocket and HTTP. Native only.
+
+pub mod store;

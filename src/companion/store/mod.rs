@@ -1,0 +1,181 @@
+//! The durable event log: per-session, gap-free sequences behind the [`Store`] trait.
+//!
+//! Semantics every backend keeps (SQLite now, PostgreSQL later; the conformance tests in
+//! `tests/store.rs` run against each):
+//!
+//! * Sequences are per session, from 1, contiguous, assigned by the store in append order.
+//! * Appending an event whose id is already stored returns the stored event with its
+//!   sequence and adds nothing ([`Appended::duplicate`]); this holds across sessions, and for
+//!   a repeated id inside one batch.
+//! * A batch is atomic: all its new events get contiguous sequences, or none is stored.
+//! * An append resolves only once its events are durable (committed and synced); only then are
+//!   subscribers told ([`Store::subscribe`]). Concurrent appends share one commit (group commit).
+//! * [`Store::get_events`] returns events oldest first; `after` and `before` are exclusive
+//!   sequence bounds, `since` is an *inclusive* lower bound on the timestamp
+//!   (`timestamp >= since`), then `run_id`, `kind`, and `limit`.
+//! * [`Store::wait_events`] is the long-poll: it returns at once when a matching event exists,
+//!   else waits (woken by commits, never polling in a loop) up to `wait_ms` and returns what
+//!   matched, possibly nothing.
+//! * [`Store::epoch`] names this log's incarnation: it stays the same across restarts on the
+//!   same file and changes only when the log is rebuilt, so a client can tell "resume" from
+//!   "reset".
+
+pub mod sqlite;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::core::event::{Event, EventType};
+use crate::core::time::Timestamp;
+
+pub use sqlite::SqliteStore;
+
+/// The state of a session as recorded in the sessions table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    /// Created; its provider process is starting or not started.
+    Starting,
+    /// The provider process is up.
+    Running,
+    /// Closed by the user.
+    Closed,
+    /// The provider process died, or the server died while it ran.
+    Failed,
+}
+
+impl SessionState {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Starting => "starting",
+            SessionState::Running => "running",
+            SessionState::Closed => "closed",
+            SessionState::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SessionState> {
+        [Self::Starting, Self::Running, Self::Closed, Self::Failed]
+            .into_iter()
+            .find(|st| st.as_str() == s)
+    }
+}
+
+/// A row of the sessions table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub id: String,
+    /// The provider name (`claude`, `codex`, `demo`, …).
+    pub provider: String,
+    pub cwd: String,
+    pub state: SessionState,
+    /// The provider's own session id, used to resume it after a restart.
+    pub provider_session_id: Option<String>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// A filter over one session's events. All bounds optional; see the module docs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventQuery {
+    /// Only sequences greater than this.
+    pub after: Option<u64>,
+    /// Only sequences less than this.
+    pub before: Option<u64>,
+    /// Only timestamps at or after this (inclusive).
+    pub since: Option<Timestamp>,
+    pub run_id: Option<String>,
+    pub kind: Option<EventType>,
+    /// At most this many events (the oldest that match).
+    pub limit: Option<usize>,
+}
+
+/// The outcome of appending one event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Appended {
+    /// The stored event, with its sequence.
+    pub event: Event,
+    /// True when the id was already stored: nothing new was written.
+    pub duplicate: bool,
+}
+
+/// Sent to subscribers after a commit made new events durable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    pub session_id: String,
+    /// The session's latest sequence after the commit.
+    pub latest_sequence: u64,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("unknown session {0:?}")]
+    UnknownSession(String),
+    #[error("session {0:?} already exists")]
+    SessionExists(String),
+    #[error("event {id} belongs to session {event_session:?}, appended to {session:?}")]
+    SessionMismatch {
+        id: String,
+        event_session: String,
+        session: String,
+    },
+    #[error("the store is closed")]
+    Closed,
+    #[error("database: {0}")]
+    Database(String),
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+/// The durable log. Implementations are cheap to share (`Arc<dyn Store>`).
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// This log's incarnation; see the module docs.
+    fn epoch(&self) -> &str;
+
+    /// Told of every commit that made events durable (lagging receivers must re-read).
+    fn subscribe(&self) -> broadcast::Receiver<Committed>;
+
+    async fn create_session(&self, session: SessionRecord) -> Result<SessionRecord, StoreError>;
+    async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
+    /// All sessions, oldest first.
+    async fn list_sessions(&self) -> Result<Vec<SessionRecord>, StoreError>;
+    async fn set_session_state(
+        &self,
+        id: &str,
+        state: SessionState,
+        now: Timestamp,
+    ) -> Result<(), StoreError>;
+    async fn set_provider_session_id(
+        &self,
+        id: &str,
+        provider_session_id: &str,
+    ) -> Result<(), StoreError>;
+
+    /// Appends a batch to one session, atomically and durably; see the module docs. Events
+    /// must belong to `session_id`; their own `sequence` is ignored.
+    async fn append(
+        &self,
+        session_id: &str,
+        events: Vec<Event>,
+    ) -> Result<Vec<Appended>, StoreError>;
+
+    async fn get_events(
+        &self,
+        session_id: &str,
+        query: &EventQuery,
+    ) -> Result<Vec<Event>, StoreError>;
+
+    /// The session's highest sequence, 0 when it has no events.
+    async fn latest_sequence(&self, session_id: &str) -> Result<u64, StoreError>;
+
+    /// The long-poll: like `get_events`, but waits up to `wait_ms` for a first match.
+    async fn wait_events(
+        &self,
+        session_id: &str,
+        query: &EventQuery,
+        wait_ms: u64,
+    ) -> Result<Vec<Event>, StoreError>;
+}

@@ -1,0 +1,4 @@
+//! The SQLite store (being written).
+
+/// The embedded SQLite store (being written).
+pub struct SqliteStore;
