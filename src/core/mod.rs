@@ -15,6 +15,7 @@ pub mod render;
 pub mod stream;
 pub mod time;
 pub mod timeline;
+pub mod wire;
 
 pub use event::{Event, EventError, EventId, EventInit, EventType, Provider, SCHEMA_VERSION};
 pub use normalize::{Config, Diagnostic, DiagnosticKind, Format, Normalized, Normalizer, Stats};

@@ -1,0 +1,574 @@
+//! The wire protocol between the companion and its clients (browser, `agentwire tail`):
+//! message types, frame encoding that never exceeds the negotiated size, and the client-side
+//! cursor that turns a resumable, possibly repeated stream into one gap-free, duplicate-free
+//! sequence. The full protocol is written down in docs/protocol.md.
+//!
+//! Everything is JSON text frames tagged by `t`. Sans-IO: the server and the clients own the
+//! sockets; this module only encodes, decodes and checks.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::event::Event;
+
+/// The protocol versions this build speaks, newest last.
+pub const PROTOCOL_VERSIONS: &[u32] = &[1];
+
+/// The largest frame either side sends unless both agree on less (1 MiB).
+pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
+
+/// The smallest frame size a peer may ask for; below it, events could not be chunked sanely.
+pub const MIN_MAX_FRAME: usize = 4 << 10;
+
+/// A message from a client.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum ClientMsg {
+    /// First message: the versions the client speaks and the largest frame it accepts.
+    Hello {
+        protocols: Vec<u32>,
+        #[serde(default)]
+        max_frame: Option<usize>,
+        #[serde(default)]
+        client: Option<String>,
+    },
+    /// Follow a session from a cursor: `after` = the last sequence seen (0 for all), `epoch`
+    /// = the epoch those sequences belong to (absent the first time).
+    Subscribe {
+        session: String,
+        #[serde(default)]
+        after: u64,
+        #[serde(default)]
+        epoch: Option<String>,
+    },
+    Unsubscribe {
+        session: String,
+    },
+    /// Start a foreground turn; the reply carries `{turnId}`.
+    StartTurn {
+        id: String,
+        session: String,
+        prompt: String,
+    },
+    Interrupt {
+        id: String,
+        session: String,
+    },
+    AnswerApproval {
+        id: String,
+        session: String,
+        request_id: String,
+        decision: Decision,
+    },
+    Ping {
+        #[serde(default)]
+        id: Option<String>,
+    },
+}
+
+/// A user's answer to an approval request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Allow,
+    Deny,
+}
+
+/// A message from the server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum ServerMsg {
+    Welcome {
+        protocol: u32,
+        epoch: String,
+        max_frame: usize,
+        heartbeat_ms: u64,
+        server: String,
+    },
+    /// Events of one session, contiguous and in order.
+    Events {
+        session: String,
+        epoch: String,
+        events: Vec<Event>,
+    },
+    /// One event too large for a frame, in pieces of its JSON text; `last` ends it.
+    EventPart {
+        session: String,
+        epoch: String,
+        sequence: u64,
+        index: u32,
+        last: bool,
+        text: String,
+    },
+    /// Everything stored up to `latest` was sent; what follows is live.
+    CaughtUp {
+        session: String,
+        latest: u64,
+    },
+    /// The client's cursor belongs to another epoch or lies beyond the log: drop what you hold
+    /// for this session; the log is replayed from the start right after.
+    Reset {
+        session: String,
+        epoch: String,
+        reason: String,
+    },
+    /// The server fell behind sending live events to this client and switched it back to
+    /// catch-up from the store (nothing is skipped; a `caught_up` follows).
+    Resync {
+        session: String,
+        after: u64,
+    },
+    Heartbeat {
+        now_ms: i64,
+    },
+    Pong {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+    },
+    /// The answer to a command, correlated by `id`.
+    Reply {
+        id: String,
+        ok: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<WireError>,
+    },
+    /// A protocol-level error (bad frame, unknown message, unknown session…).
+    Error {
+        #[serde(flatten)]
+        error: WireError,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<String>,
+    },
+}
+
+/// A machine-readable error code with a human message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireError {
+    pub code: String,
+    pub message: String,
+}
+
+impl WireError {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> WireError {
+        WireError {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Why a frame could not be decoded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("frame of {size} bytes is over the limit of {limit}")]
+    TooLarge { size: usize, limit: usize },
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+    #[error("unknown message type {0:?}")]
+    UnknownType(String),
+}
+
+impl DecodeError {
+    pub const fn code(&self) -> &'static str {
+        match self {
+            DecodeError::TooLarge { .. } => "frame_too_large",
+            DecodeError::Malformed(_) => "malformed_frame",
+            DecodeError::UnknownType(_) => "unknown_type",
+        }
+    }
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(frame: &str, limit: usize) -> Result<T, DecodeError> {
+    if frame.len() > limit {
+        return Err(DecodeError::TooLarge {
+            size: frame.len(),
+            limit,
+        });
+    }
+    serde_json::from_str(frame).map_err(|e| {
+        let tag = serde_json::from_str::<Value>(frame)
+            .ok()
+            .and_then(|v| v.get("t").and_then(Value::as_str).map(str::to_owned));
+        match tag {
+            Some(t) if e.to_string().starts_with("unknown variant") => DecodeError::UnknownType(t),
+            _ => DecodeError::Malformed(e.to_string()),
+        }
+    })
+}
+
+impl ClientMsg {
+    /// Decodes a client frame no longer than `limit` bytes.
+    pub fn decode(frame: &str, limit: usize) -> Result<ClientMsg, DecodeError> {
+        decode(frame, limit)
+    }
+
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).expect("client messages always serialize")
+    }
+}
+
+impl ServerMsg {
+    /// Decodes a server frame no longer than `limit` bytes.
+    pub fn decode(frame: &str, limit: usize) -> Result<ServerMsg, DecodeError> {
+        decode(frame, limit)
+    }
+
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).expect("server messages always serialize")
+    }
+}
+
+/// Picks the newest version both sides speak.
+pub fn negotiate(client_versions: &[u32]) -> Option<u32> {
+    PROTOCOL_VERSIONS
+        .iter()
+        .rev()
+        .copied()
+        .find(|v| client_versions.contains(v))
+}
+
+/// Encodes events of one session as frames of at most `max_frame` bytes each: as many events
+/// per `events` frame as fit, and an event that fits no frame on its own as `event_part`
+/// frames. Order is kept. `max_frame` below [`MIN_MAX_FRAME`] is raised to it.
+pub fn encode_events(
+    session: &str,
+    epoch: &str,
+    events: &[Event],
+    max_frame: usize,
+) -> Vec<String> {
+    let max_frame = max_frame.max(MIN_MAX_FRAME);
+    let head = ServerMsg::Events {
+        session: session.to_owned(),
+        epoch: epoch.to_owned(),
+        events: Vec::new(),
+    }
+    .encode();
+    // `{"t":"events",…,"events":[]}`: events go between the brackets, comma separated.
+    let prefix = &head[..head.len() - 2];
+    let budget = max_frame - head.len();
+    let mut frames = Vec::new();
+    let mut body = String::new();
+    let flush = |body: &mut String, frames: &mut Vec<String>| {
+        if !body.is_empty() {
+            frames.push(format!("{prefix}{body}]}}"));
+            body.clear();
+        }
+    };
+    for event in events {
+        let json = event.to_json();
+        let extra = json.len() + usize::from(!body.is_empty());
+        if body.len() + extra <= budget {
+            if !body.is_empty() {
+                body.push(',');
+            }
+            body.push_str(&json);
+            continue;
+        }
+        flush(&mut body, &mut frames);
+        if json.len() <= budget {
+            body.push_str(&json);
+        } else {
+            frames.extend(encode_parts(
+                session,
+                epoch,
+                event.sequence(),
+                &json,
+                max_frame,
+            ));
+        }
+    }
+    flush(&mut body, &mut frames);
+    frames
+}
+
+fn encode_parts(
+    session: &str,
+    epoch: &str,
+    sequence: u64,
+    json: &str,
+    max_frame: usize,
+) -> Vec<String> {
+    let empty = ServerMsg::EventPart {
+        session: session.to_owned(),
+        epoch: epoch.to_owned(),
+        sequence,
+        index: u32::MAX,
+        last: false,
+        text: String::new(),
+    }
+    .encode();
+    // JSON escaping can at most sextuple a character (`\u00XX`); leave room for it.
+    let room = (max_frame - empty.len()) / 6;
+    let mut parts = Vec::new();
+    let mut rest = json;
+    let mut index = 0u32;
+    while !rest.is_empty() {
+        let mut cut = room.min(rest.len());
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (piece, tail) = rest.split_at(cut);
+        rest = tail;
+        parts.push(
+            ServerMsg::EventPart {
+                session: session.to_owned(),
+                epoch: epoch.to_owned(),
+                sequence,
+                index,
+                last: rest.is_empty(),
+                text: piece.to_owned(),
+            }
+            .encode(),
+        );
+        index += 1;
+    }
+    parts
+}
+
+/// What a [`Cursor`] made of an incoming batch.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Accepted {
+    /// New events, in order, each exactly once.
+    pub events: Vec<Event>,
+    /// Events already seen (a replay overlapping what was delivered), dropped.
+    pub duplicates: u64,
+    /// Set when the batch skipped sequences: the client must resubscribe from `after`.
+    pub gap: Option<Gap>,
+}
+
+/// Sequences missing between what the client has and what arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gap {
+    pub after: u64,
+    pub next_received: u64,
+}
+
+/// The client side of one subscription: the last sequence delivered and its epoch. It
+/// admits only the next sequence, so whatever the server or the network does (replays,
+/// duplicates, reconnects), the page sees each event once, in order, or learns of a gap.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cursor {
+    pub after: u64,
+    pub epoch: Option<String>,
+    /// Pieces of an event arriving as `event_part` frames, by index.
+    parts: BTreeMap<u32, String>,
+    parts_sequence: u64,
+}
+
+impl Cursor {
+    /// The subscribe message that resumes from here.
+    pub fn subscribe(&self, session: &str) -> ClientMsg {
+        ClientMsg::Subscribe {
+            session: session.to_owned(),
+            after: self.after,
+            epoch: self.epoch.clone(),
+        }
+    }
+
+    /// A reset: forget everything; the server replays from the start of `epoch`.
+    pub fn reset(&mut self, epoch: &str) {
+        self.after = 0;
+        self.epoch = Some(epoch.to_owned());
+        self.parts.clear();
+    }
+
+    /// Admits a batch of events: drops those at or below the cursor, stops at a gap.
+    pub fn accept(&mut self, epoch: &str, events: Vec<Event>) -> Accepted {
+        let mut out = Accepted::default();
+        if self.epoch.as_deref() != Some(epoch) {
+            if self.epoch.is_some() {
+                // Events of another epoch, without a reset first: treat as a gap from 0.
+                out.gap = Some(Gap {
+                    after: self.after,
+                    next_received: events.first().map_or(0, Event::sequence),
+                });
+                return out;
+            }
+            self.epoch = Some(epoch.to_owned());
+        }
+        for event in events {
+            let seq = event.sequence();
+            if seq <= self.after {
+                out.duplicates += 1;
+            } else if seq == self.after + 1 {
+                self.after = seq;
+                out.events.push(event);
+            } else {
+                out.gap = Some(Gap {
+                    after: self.after,
+                    next_received: seq,
+                });
+                break;
+            }
+        }
+        out
+    }
+
+    /// Collects an `event_part`; returns the whole event's JSON when the last piece arrives.
+    /// Pieces of another sequence than the one being assembled restart the assembly.
+    pub fn accept_part(
+        &mut self,
+        sequence: u64,
+        index: u32,
+        last: bool,
+        text: String,
+    ) -> Option<String> {
+        if sequence != self.parts_sequence {
+            self.parts.clear();
+            self.parts_sequence = sequence;
+        }
+        self.parts.insert(index, text);
+        let complete = last && self.parts.len() == index as usize + 1;
+        if !complete {
+            return None;
+        }
+        let json: String = std::mem::take(&mut self.parts).into_values().collect();
+        Some(json)
+    }
+}
+
+/// Cursors for several sessions, by id.
+pub type Cursors = HashMap<String, Cursor>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::event::{EventInit, EventType, Provider};
+    use crate::core::time::Timestamp;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn event(seq: u64, text: &str) -> Event {
+        let mut init = EventInit::new(
+            EventType::MessageStreamed,
+            "s1",
+            Provider::Demo,
+            Timestamp::EPOCH,
+        );
+        init.sequence = seq;
+        init.id = Some(crate::core::event::EventId::derive(&[
+            "s1",
+            &seq.to_string(),
+        ]));
+        init.data.insert("delta".into(), json!(text));
+        Event::new(init).unwrap()
+    }
+
+    #[test]
+    fn client_messages_round_trip_and_errors_are_precise() {
+        let msgs = [
+            r#"{"t":"hello","protocols":[1],"max_frame":65536}"#,
+            r#"{"t":"subscribe","session":"s1","after":7,"epoch":"e1"}"#,
+            r#"{"t":"start_turn","id":"c1","session":"s1","prompt":"hi"}"#,
+            r#"{"t":"answer_approval","id":"c2","session":"s1","request_id":"r1","decision":"deny"}"#,
+        ];
+        for m in msgs {
+            let decoded = ClientMsg::decode(m, 1 << 20).unwrap();
+            assert_eq!(
+                ClientMsg::decode(&decoded.encode(), 1 << 20).unwrap(),
+                decoded
+            );
+        }
+        let codes: Vec<_> = [r#"{"t":"teleport"}"#, "{not json", r#"{"t":"subscribe"}"#]
+            .iter()
+            .map(|f| ClientMsg::decode(f, 1 << 20).unwrap_err().code())
+            .collect();
+        assert_eq!(
+            codes,
+            ["unknown_type", "malformed_frame", "malformed_frame"]
+        );
+        let big = format!(r#"{{"t":"ping","id":"{}"}}"#, "x".repeat(100));
+        assert_eq!(
+            ClientMsg::decode(&big, 64).unwrap_err().code(),
+            "frame_too_large"
+        );
+    }
+
+    #[test]
+    fn versions_negotiate_to_the_newest_common_one() {
+        assert_eq!(negotiate(&[1, 2, 3]), Some(1));
+        assert_eq!(negotiate(&[9]), None);
+    }
+
+    #[test]
+    fn frames_never_exceed_the_limit_and_reassemble_in_order() {
+        let big = "é\"\u{1}".repeat(5_000);
+        let events = vec![event(1, "a"), event(2, &big), event(3, "b"), event(4, "c")];
+        let frames = encode_events("s1", "e1", &events, MIN_MAX_FRAME);
+        assert!(
+            frames.iter().all(|f| f.len() <= MIN_MAX_FRAME),
+            "a frame is over the limit"
+        );
+        let mut cursor = Cursor::default();
+        let mut got = Vec::new();
+        for f in &frames {
+            match ServerMsg::decode(f, MIN_MAX_FRAME).unwrap() {
+                ServerMsg::Events { epoch, events, .. } => {
+                    got.extend(cursor.accept(&epoch, events).events)
+                }
+                ServerMsg::EventPart {
+                    epoch,
+                    sequence,
+                    index,
+                    last,
+                    text,
+                    ..
+                } => {
+                    if let Some(json) = cursor.accept_part(sequence, index, last, text) {
+                        let e: Event = serde_json::from_str(&json).unwrap();
+                        got.extend(cursor.accept(&epoch, vec![e]).events);
+                    }
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(got, events);
+    }
+
+    #[test]
+    fn the_cursor_drops_replays_and_reports_gaps() {
+        let mut c = Cursor::default();
+        let a = c.accept("e1", vec![event(1, "a"), event(2, "b")]);
+        assert_eq!((a.events.len(), a.duplicates, a.gap), (2, 0, None));
+        let b = c.accept("e1", vec![event(2, "b"), event(3, "c"), event(5, "e")]);
+        assert_eq!(b.events.len(), 1);
+        assert_eq!(b.duplicates, 1);
+        assert_eq!(
+            b.gap,
+            Some(Gap {
+                after: 3,
+                next_received: 5
+            })
+        );
+        let other = c.accept("e2", vec![event(1, "x")]);
+        assert!(other.events.is_empty() && other.gap.is_some());
+        c.reset("e2");
+        assert_eq!(c.accept("e2", vec![event(1, "x")]).events.len(), 1);
+    }
+
+    proptest! {
+        /// However the log is cut into batches and replayed from earlier cursors, the client
+        /// sees each event exactly once, in order.
+        #[test]
+        fn replays_deliver_each_event_once(batches in proptest::collection::vec((0u64..30, 1u64..10), 1..40)) {
+            let log: Vec<Event> = (1..=40).map(|s| event(s, "x")).collect();
+            let mut c = Cursor::default();
+            let mut delivered = Vec::new();
+            for (from, len) in batches {
+                // The server replays from some cursor at or before the client's (a resume).
+                let from = from.min(c.after);
+                let batch: Vec<Event> = log.iter().skip(from as usize).take(len as usize).cloned().collect();
+                let acc = c.accept("e1", batch);
+                prop_assert!(acc.gap.is_none());
+                delivered.extend(acc.events);
+            }
+            let seqs: Vec<u64> = delivered.iter().map(Event::sequence).collect();
+            let want: Vec<u64> = (1..=c.after).collect();
+            prop_assert_eq!(seqs, want);
+        }
+    }
+}
