@@ -1,4 +1,814 @@
-//! The SQLite store (being written).
+//! The embedded store: one SQLite file in WAL mode, written by one thread with group commit.
+//!
+//! Shape, as invariants:
+//!
+//! * Only the writer thread writes. It owns the one write connection and the per-session
+//!   sequence cache, takes requests over a bounded channel, and commits everything pending
+//!   in ONE transaction (one fsync, `synchronous=FULL`). Each request runs inside its own
+//!   SAVEPOINT, so a refused request (unknown session, duplicate session, …) is rolled back
+//!   alone and never poisons the others in its group.
+//! * A request is answered only after its group's COMMIT returned; [`Committed`] is broadcast
+//!   only after the answers. So whoever hears of a commit can read its events.
+//! * Reads never touch the writer: a small pool of WAL reader connections runs them through
+//!   `spawn_blocking`. WAL readers see the last commit that finished before they started.
+//! * The sequence cache is only advanced after a COMMIT succeeded; a failed group leaves it
+//!   as it was, matching the rolled-back database.
+//! * One `SqliteStore` per file: the sequence cache assumes no other process appends.
+//!
+//! Dropping the store closes the request channel; the writer commits what is still queued
+//! (including appends whose callers gave up waiting), then the drop joins it. So a dropped
+//! store has released the file.
 
-/// The embedded SQLite store (being written).
-pub struct SqliteStore;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+
+use super::{Appended, Committed, EventQuery, SessionRecord, SessionState, Store, StoreError};
+use crate::core::event::Event;
+use crate::core::time::Timestamp;
+
+/// The schema, one step per version: step `i` takes `user_version` from `i` to `i + 1`.
+/// Steps are only ever appended; a released step is never edited.
+const MIGRATIONS: &[&str] = &[
+    // 1: the log.
+    "CREATE TABLE meta (
+         key   TEXT PRIMARY KEY NOT NULL,
+         value TEXT NOT NULL
+     ) STRICT;
+     CREATE TABLE sessions (
+         id                  TEXT PRIMARY KEY NOT NULL,
+         provider            TEXT NOT NULL,
+         cwd                 TEXT NOT NULL,
+         state               TEXT NOT NULL,
+         provider_session_id TEXT,
+         created_at          INTEGER NOT NULL,
+         updated_at          INTEGER NOT NULL
+     ) STRICT;
+     CREATE TABLE events (
+         session_id   TEXT NOT NULL REFERENCES sessions(id),
+         seq          INTEGER NOT NULL CHECK (seq >= 1),
+         id           TEXT NOT NULL UNIQUE,
+         run_id       TEXT,
+         type         TEXT NOT NULL,
+         timestamp_ms INTEGER NOT NULL,
+         body         TEXT NOT NULL,
+         PRIMARY KEY (session_id, seq)
+     ) STRICT;
+     CREATE INDEX events_by_run  ON events (session_id, run_id, seq);
+     CREATE INDEX events_by_type ON events (session_id, type, seq);
+     CREATE INDEX events_by_time ON events (session_id, timestamp_ms);",
+];
+
+/// Requests waiting for the writer before `append` callers wait for room.
+const QUEUE: usize = 1024;
+/// At most this many requests share one transaction.
+const MAX_GROUP: usize = 1024;
+/// Read connections kept open.
+const READERS: usize = 4;
+/// Room in the [`Committed`] broadcast before slow receivers lag (and must re-read).
+const BROADCAST: usize = 1024;
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The embedded SQLite store. See the module docs for its shape; share it as `Arc<dyn Store>`.
+pub struct SqliteStore {
+    epoch: String,
+    /// `None` only while dropping.
+    requests: Option<mpsc::Sender<Request>>,
+    writer: Option<JoinHandle<()>>,
+    readers: Arc<Readers>,
+    committed: broadcast::Sender<Committed>,
+    commits: Arc<AtomicU64>,
+}
+
+impl SqliteStore {
+    /// The `PRAGMA user_version` this build migrates to.
+    pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+    /// Opens (creating if absent) the store at `path`, migrates it and starts the writer.
+    ///
+    /// Synchronous: it does file I/O and may run migrations, so call it at startup or inside
+    /// `spawn_blocking`. It needs no runtime; the store's async methods need a tokio runtime.
+    /// A file whose schema is newer than this build is refused.
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let mut conn = Connection::open(path)?;
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Database(format!(
+                "cannot use WAL mode (journal_mode is {mode})"
+            )));
+        }
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.set_prepared_statement_cache_capacity(32);
+        let epoch = migrate(&mut conn)?;
+
+        let (requests, rx) = mpsc::channel(QUEUE);
+        let (committed, _) = broadcast::channel(BROADCAST);
+        let commits = Arc::new(AtomicU64::new(0));
+        let writer = Writer {
+            conn,
+            latest: HashMap::new(),
+            committed: committed.clone(),
+            commits: commits.clone(),
+        };
+        let writer = std::thread::Builder::new()
+            .name("agentwire-store-writer".into())
+            .spawn(move || writer.run(rx))
+            .map_err(|e| StoreError::Database(format!("cannot start the writer: {e}")))?;
+        Ok(SqliteStore {
+            epoch,
+            requests: Some(requests),
+            writer: Some(writer),
+            readers: Arc::new(Readers::new(path.to_owned())),
+            committed,
+            commits,
+        })
+    }
+
+    /// How many write transactions the writer has committed. Under concurrent appends this
+    /// stays below the number of appends: that is group commit.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    /// Hands `op` to the writer and waits for its answer, which comes after the commit.
+    /// If the caller stops waiting, the request still commits.
+    async fn submit(&self, op: Op) -> Result<Done, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let requests = self.requests.as_ref().ok_or(StoreError::Closed)?;
+        requests
+            .send(Request { op, reply })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // Closing the channel lets the writer drain what is queued and exit.
+        self.requests.take();
+        if let Some(writer) = self.writer.take() {
+            // A panicked writer has already failed its requests; nothing more to report.
+            let _ = writer.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.readers.path)
+            .field("epoch", &self.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        StoreError::Database(e.to_string())
+    }
+}
+
+/// Brings the schema to [`SqliteStore::SCHEMA_VERSION`] in one transaction and returns the
+/// epoch, drawing it when the log is new.
+fn migrate(conn: &mut Connection) -> Result<String, StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: u32 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > SqliteStore::SCHEMA_VERSION {
+        return Err(StoreError::Database(format!(
+            "schema version {version} is newer than this build's {}",
+            SqliteStore::SCHEMA_VERSION
+        )));
+    }
+    for step in &MIGRATIONS[version as usize..] {
+        tx.execute_batch(step)?;
+    }
+    tx.pragma_update(None, "user_version", SqliteStore::SCHEMA_VERSION)?;
+    let existing: Option<String> = tx
+        .query_row("SELECT value FROM meta WHERE key = 'epoch'", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    let epoch = match existing {
+        Some(epoch) => epoch,
+        None => {
+            let epoch = new_epoch()?;
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES ('epoch', ?1)",
+                [&epoch],
+            )?;
+            epoch
+        }
+    };
+    tx.commit()?;
+    Ok(epoch)
+}
+
+/// 128 random bits as 32 lowercase hex digits.
+fn new_epoch() -> Result<String, StoreError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| StoreError::Database(format!("no randomness for the epoch: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The writer.
+
+struct Request {
+    op: Op,
+    reply: oneshot::Sender<Result<Done, StoreError>>,
+}
+
+enum Op {
+    Append {
+        session_id: String,
+        events: Vec<Event>,
+    },
+    CreateSession(SessionRecord),
+    SetState {
+        id: String,
+        state: SessionState,
+        now: Timestamp,
+    },
+    SetProviderSessionId {
+        id: String,
+        provider_session_id: String,
+    },
+}
+
+enum Done {
+    Appended(Vec<Appended>),
+    Session(SessionRecord),
+    Unit,
+}
+
+struct Writer {
+    conn: Connection,
+    /// Committed latest sequence per known session. Sessions are never deleted, so an entry
+    /// also means "this session exists".
+    latest: HashMap<String, u64>,
+    committed: broadcast::Sender<Committed>,
+    commits: Arc<AtomicU64>,
+}
+
+impl Writer {
+    fn run(mut self, mut rx: mpsc::Receiver<Request>) {
+        while let Some(first) = rx.blocking_recv() {
+            let mut group = vec![first];
+            while group.len() < MAX_GROUP {
+                match rx.try_recv() {
+                    Ok(request) => group.push(request),
+                    Err(_) => break,
+                }
+            }
+            self.commit_group(group);
+        }
+    }
+
+    /// Runs a group in one transaction, then answers each request, then tells subscribers.
+    fn commit_group(&mut self, group: Vec<Request>) {
+        let (ops, replies): (Vec<Op>, Vec<_>) = group.into_iter().map(|r| (r.op, r.reply)).unzip();
+        // Latest sequences written by this group, merged into the cache after COMMIT.
+        let mut pending: HashMap<String, u64> = HashMap::new();
+        let mut touched: Vec<String> = Vec::new();
+        let latest = &self.latest;
+        let outcome = (|| -> rusqlite::Result<Vec<Result<Done, StoreError>>> {
+            let mut tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut results = Vec::with_capacity(ops.len());
+            for op in ops {
+                let sp = tx.savepoint()?;
+                let mut step = Step {
+                    conn: &sp,
+                    latest,
+                    pending: &pending,
+                    writes: Vec::new(),
+                };
+                let result = step.apply(op);
+                let writes = step.writes;
+                match result {
+                    Ok(done) => {
+                        sp.commit()?;
+                        for (session, seq) in writes {
+                            let new_events = match pending.get(&session).or(latest.get(&session)) {
+                                Some(&before) => seq > before,
+                                None => seq > 0,
+                            };
+                            if new_events && !touched.contains(&session) {
+                                touched.push(session.clone());
+                            }
+                            pending.insert(session, seq);
+                        }
+                        results.push(Ok(done));
+                    }
+                    Err(e) => {
+                        // Rolls back to the savepoint and releases it; an error aborts the group.
+                        sp.finish()?;
+                        results.push(Err(e));
+                    }
+                }
+            }
+            tx.commit()?;
+            Ok(results)
+        })();
+        match outcome {
+            Ok(results) => {
+                self.commits.fetch_add(1, Ordering::Relaxed);
+                self.latest
+                    .extend(pending.iter().map(|(k, v)| (k.clone(), *v)));
+                for (reply, result) in replies.into_iter().zip(results) {
+                    // A caller that stopped waiting still had its request committed.
+                    let _ = reply.send(result);
+                }
+                for session_id in touched {
+                    let latest_sequence = self.latest[&session_id];
+                    let _ = self.committed.send(Committed {
+                        session_id,
+                        latest_sequence,
+                    });
+                }
+            }
+            Err(e) => {
+                // The transaction rolled back (dropping it does), so the cache is still right.
+                let message = e.to_string();
+                for reply in replies {
+                    let _ = reply.send(Err(StoreError::Database(message.clone())));
+                }
+            }
+        }
+    }
+}
+
+/// One request inside the group's transaction.
+struct Step<'a> {
+    conn: &'a Connection,
+    latest: &'a HashMap<String, u64>,
+    pending: &'a HashMap<String, u64>,
+    /// Sessions this request moved (or established), with their latest sequence after it.
+    writes: Vec<(String, u64)>,
+}
+
+impl Step<'_> {
+    fn apply(&mut self, op: Op) -> Result<Done, StoreError> {
+        match op {
+            Op::Append { session_id, events } => {
+                self.append(session_id, events).map(Done::Appended)
+            }
+            Op::CreateSession(record) => self.create_session(record).map(Done::Session),
+            Op::SetState { id, state, now } => {
+                let n = self.conn.execute(
+                    "UPDATE sessions SET state = ?2, updated_at = ?3 WHERE id = ?1",
+                    params![id, state.as_str(), now.unix_millis()],
+                )?;
+                if n == 0 {
+                    return Err(StoreError::UnknownSession(id));
+                }
+                Ok(Done::Unit)
+            }
+            Op::SetProviderSessionId {
+                id,
+                provider_session_id,
+            } => {
+                let n = self.conn.execute(
+                    "UPDATE sessions SET provider_session_id = ?2 WHERE id = ?1",
+                    params![id, provider_session_id],
+                )?;
+                if n == 0 {
+                    return Err(StoreError::UnknownSession(id));
+                }
+                Ok(Done::Unit)
+            }
+        }
+    }
+
+    /// The session's latest sequence as this transaction sees it; `UnknownSession` if absent.
+    fn latest_of(&self, session_id: &str) -> Result<u64, StoreError> {
+        if let Some(&seq) = self.pending.get(session_id).or(self.latest.get(session_id)) {
+            return Ok(seq);
+        }
+        let (exists, max): (bool, Option<i64>) = self.conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1),
+                    (SELECT max(seq) FROM events WHERE session_id = ?1)",
+            [session_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        if !exists {
+            return Err(StoreError::UnknownSession(session_id.to_owned()));
+        }
+        Ok(max.unwrap_or(0) as u64)
+    }
+
+    fn append(
+        &mut self,
+        session_id: String,
+        events: Vec<Event>,
+    ) -> Result<Vec<Appended>, StoreError> {
+        let mut seq = self.latest_of(&session_id)?;
+        let mut out: Vec<Appended> = Vec::with_capacity(events.len());
+        // Id -> index in `out` of its first occurrence in this batch.
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut find = self
+            .conn
+            .prepare_cached("SELECT session_id, seq, body FROM events WHERE id = ?1")?;
+        let mut insert = self.conn.prepare_cached(
+            "INSERT INTO events (session_id, seq, id, run_id, type, timestamp_ms, body)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        for event in events {
+            let id = event.id().as_str();
+            if let Some(&first) = seen.get(id) {
+                out.push(Appended {
+                    event: out[first].event.clone(),
+                    duplicate: true,
+                });
+                continue;
+            }
+            let stored: Option<(String, i64, String)> = find
+                .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()?;
+            seen.insert(id.to_owned(), out.len());
+            if let Some((stored_session, stored_seq, body)) = stored {
+                out.push(Appended {
+                    event: decode(&stored_session, stored_seq, &body)?,
+                    duplicate: true,
+                });
+                continue;
+            }
+            seq += 1;
+            let event = event.into_sequenced(seq);
+            insert.execute(params![
+                session_id,
+                seq as i64,
+                event.id().as_str(),
+                event.run_id(),
+                event.kind().as_str(),
+                event.timestamp().unix_millis(),
+                event.to_json(),
+            ])?;
+            out.push(Appended {
+                event,
+                duplicate: false,
+            });
+        }
+        self.writes.push((session_id, seq));
+        Ok(out)
+    }
+
+    fn create_session(&mut self, record: SessionRecord) -> Result<SessionRecord, StoreError> {
+        let exists: bool = self.conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)",
+            [&record.id],
+            |r| r.get(0),
+        )?;
+        if exists {
+            return Err(StoreError::SessionExists(record.id));
+        }
+        self.conn.execute(
+            "INSERT INTO sessions
+                 (id, provider, cwd, state, provider_session_id, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                record.id,
+                record.provider,
+                record.cwd,
+                record.state.as_str(),
+                record.provider_session_id,
+                record.created_at.unix_millis(),
+                record.updated_at.unix_millis(),
+            ],
+        )?;
+        self.writes.push((record.id.clone(), 0));
+        Ok(record)
+    }
+}
+
+/// Decodes a stored body; the row's sequence is authoritative. Never panics.
+fn decode(session_id: &str, seq: i64, body: &str) -> Result<Event, StoreError> {
+    let corrupt =
+        |why: String| StoreError::Corrupt(format!("session {session_id:?} seq {seq}: {why}"));
+    let event: Event = serde_json::from_str(body).map_err(|e| corrupt(e.to_string()))?;
+    if event.session_id() != session_id {
+        return Err(corrupt(format!(
+            "body names session {:?}",
+            event.session_id()
+        )));
+    }
+    let seq = u64::try_from(seq).map_err(|_| corrupt("negative sequence".into()))?;
+    Ok(event.into_sequenced(seq))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The readers.
+
+struct Readers {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+    permits: Arc<Semaphore>,
+}
+
+impl Readers {
+    fn new(path: PathBuf) -> Readers {
+        Readers {
+            path,
+            idle: Mutex::new(Vec::new()),
+            permits: Arc::new(Semaphore::new(READERS)),
+        }
+    }
+
+    /// Runs `f` on an idle read connection (opening one if none is idle) on the blocking pool.
+    async fn run<T, F>(self: &Arc<Self>, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let permit: OwnedSemaphorePermit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        let this = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let idle = this.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let conn = match idle {
+                Some(conn) => conn,
+                None => this.open()?,
+            };
+            let result = f(&conn);
+            this.idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(conn);
+            result
+        })
+        .await
+        .map_err(|e| StoreError::Database(format!("read task failed: {e}")))?
+    }
+
+    fn open(&self) -> Result<Connection, StoreError> {
+        let conn = Connection::open(&self.path)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.pragma_update(None, "query_only", "ON")?;
+        conn.set_prepared_statement_cache_capacity(64);
+        Ok(conn)
+    }
+}
+
+fn session_exists(conn: &Connection, id: &str) -> Result<bool, StoreError> {
+    Ok(conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)",
+        [id],
+        |r| r.get(0),
+    )?)
+}
+
+const SESSION_COLUMNS: &str =
+    "id, provider, cwd, state, provider_session_id, created_at, updated_at";
+
+fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(SessionRecord, String)> {
+    let state: String = r.get(3)?;
+    Ok((
+        SessionRecord {
+            id: r.get(0)?,
+            provider: r.get(1)?,
+            cwd: r.get(2)?,
+            // Checked by `session_state` once the row is out of rusqlite's hands.
+            state: SessionState::Starting,
+            provider_session_id: r.get(4)?,
+            created_at: Timestamp::from_unix_millis(r.get(5)?),
+            updated_at: Timestamp::from_unix_millis(r.get(6)?),
+        },
+        state,
+    ))
+}
+
+fn session_state(
+    (mut record, state): (SessionRecord, String),
+) -> Result<SessionRecord, StoreError> {
+    record.state = SessionState::parse(&state).ok_or_else(|| {
+        StoreError::Corrupt(format!("session {:?}: unknown state {state:?}", record.id))
+    })?;
+    Ok(record)
+}
+
+/// One query for the whole filter; see the module docs of `store` for the semantics.
+fn read_events(
+    conn: &Connection,
+    session_id: &str,
+    query: &EventQuery,
+) -> Result<Vec<Event>, StoreError> {
+    let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let mut sql = String::from("SELECT seq, body FROM events WHERE session_id = ?1");
+    let mut args: Vec<SqlValue> = vec![SqlValue::Text(session_id.to_owned())];
+    let mut bind = |sql: &mut String, clause: &str, value: SqlValue| {
+        args.push(value);
+        sql.push_str(&format!(" AND {clause} ?{}", args.len()));
+    };
+    if let Some(after) = query.after {
+        bind(&mut sql, "seq >", SqlValue::Integer(clamp(after)));
+    }
+    if let Some(before) = query.before {
+        bind(&mut sql, "seq <", SqlValue::Integer(clamp(before)));
+    }
+    if let Some(since) = query.since {
+        bind(
+            &mut sql,
+            "timestamp_ms >=",
+            SqlValue::Integer(since.unix_millis()),
+        );
+    }
+    if let Some(run_id) = &query.run_id {
+        bind(&mut sql, "run_id =", SqlValue::Text(run_id.clone()));
+    }
+    if let Some(kind) = query.kind {
+        bind(&mut sql, "type =", SqlValue::Text(kind.as_str().to_owned()));
+    }
+    sql.push_str(" ORDER BY seq");
+    if let Some(limit) = query.limit {
+        args.push(SqlValue::Integer(clamp(limit as u64)));
+        sql.push_str(&format!(" LIMIT ?{}", args.len()));
+    }
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
+    let mut events = Vec::new();
+    while let Some(row) = rows.next()? {
+        let seq: i64 = row.get(0)?;
+        let body: rusqlite::types::ValueRef<'_> = row.get_ref(1)?;
+        let body = body.as_str().map_err(|_| {
+            StoreError::Corrupt(format!(
+                "session {session_id:?} seq {seq}: body is not text"
+            ))
+        })?;
+        events.push(decode(session_id, seq, body)?);
+    }
+    if events.is_empty() && !session_exists(conn, session_id)? {
+        return Err(StoreError::UnknownSession(session_id.to_owned()));
+    }
+    Ok(events)
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<Committed> {
+        self.committed.subscribe()
+    }
+
+    async fn create_session(&self, session: SessionRecord) -> Result<SessionRecord, StoreError> {
+        match self.submit(Op::CreateSession(session)).await? {
+            Done::Session(record) => Ok(record),
+            _ => unreachable!("the writer answers CreateSession with Session"),
+        }
+    }
+
+    async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let id = id.to_owned();
+        self.readers
+            .run(move |conn| {
+                let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1");
+                let row = conn
+                    .prepare_cached(&sql)?
+                    .query_row([&id], session_row)
+                    .optional()?;
+                row.map(session_state).transpose()
+            })
+            .await
+    }
+
+    async fn list_sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
+        self.readers
+            .run(|conn| {
+                let sql =
+                    format!("SELECT {SESSION_COLUMNS} FROM sessions ORDER BY created_at, rowid");
+                let mut stmt = conn.prepare_cached(&sql)?;
+                let rows = stmt.query_map([], session_row)?;
+                rows.map(|row| session_state(row?)).collect()
+            })
+            .await
+    }
+
+    async fn set_session_state(
+        &self,
+        id: &str,
+        state: SessionState,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let op = Op::SetState {
+            id: id.to_owned(),
+            state,
+            now,
+        };
+        self.submit(op).await.map(|_| ())
+    }
+
+    async fn set_provider_session_id(
+        &self,
+        id: &str,
+        provider_session_id: &str,
+    ) -> Result<(), StoreError> {
+        let op = Op::SetProviderSessionId {
+            id: id.to_owned(),
+            provider_session_id: provider_session_id.to_owned(),
+        };
+        self.submit(op).await.map(|_| ())
+    }
+
+    async fn append(
+        &self,
+        session_id: &str,
+        events: Vec<Event>,
+    ) -> Result<Vec<Appended>, StoreError> {
+        if let Some(e) = events.iter().find(|e| e.session_id() != session_id) {
+            return Err(StoreError::SessionMismatch {
+                id: e.id().to_string(),
+                event_session: e.session_id().to_owned(),
+                session: session_id.to_owned(),
+            });
+        }
+        let op = Op::Append {
+            session_id: session_id.to_owned(),
+            events,
+        };
+        match self.submit(op).await? {
+            Done::Appended(appended) => Ok(appended),
+            _ => unreachable!("the writer answers Append with Appended"),
+        }
+    }
+
+    async fn get_events(
+        &self,
+        session_id: &str,
+        query: &EventQuery,
+    ) -> Result<Vec<Event>, StoreError> {
+        let (session_id, query) = (session_id.to_owned(), query.clone());
+        self.readers
+            .run(move |conn| read_events(conn, &session_id, &query))
+            .await
+    }
+
+    async fn latest_sequence(&self, session_id: &str) -> Result<u64, StoreError> {
+        let session_id = session_id.to_owned();
+        self.readers
+            .run(move |conn| {
+                let (exists, max): (bool, Option<i64>) = conn
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1),
+                                (SELECT max(seq) FROM events WHERE session_id = ?1)",
+                    )?
+                    .query_row([&session_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                if !exists {
+                    return Err(StoreError::UnknownSession(session_id));
+                }
+                Ok(max.unwrap_or(0) as u64)
+            })
+            .await
+    }
+
+    async fn wait_events(
+        &self,
+        session_id: &str,
+        query: &EventQuery,
+        wait_ms: u64,
+    ) -> Result<Vec<Event>, StoreError> {
+        // Subscribe before the first read: a commit after the read is then always heard.
+        let mut commits = self.committed.subscribe();
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(Duration::from_millis(wait_ms))
+            .unwrap_or_else(|| now + Duration::from_secs(365 * 86_400));
+        let after = query.after.unwrap_or(0);
+        loop {
+            let events = self.get_events(session_id, query).await?;
+            if !events.is_empty() {
+                return Ok(events);
+            }
+            // Wait for a commit that could change the answer.
+            loop {
+                match tokio::time::timeout_at(deadline, commits.recv()).await {
+                    Err(_elapsed) => return Ok(Vec::new()),
+                    Ok(Ok(c)) if c.session_id == session_id && c.latest_sequence > after => break,
+                    Ok(Ok(_)) => continue,
+                    // Missed some commits: one of them may have been ours.
+                    Ok(Err(broadcast::error::RecvError::Lagged(_))) => break,
+                    Ok(Err(broadcast::error::RecvError::Closed)) => return Err(StoreError::Closed),
+                }
+            }
+        }
+    }
+}

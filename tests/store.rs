@@ -1,0 +1,731 @@
+//! The store conformance suite, and the SQLite store's own tests.
+//!
+//! `conformance` is written once against `Arc<dyn Store>`: every backend runs the same
+//! functions (today SQLite, through `sqlite_conformance!`; a PostgreSQL store adds one more
+//! invocation). The tests below it cover what only SQLite has: migrations, the file, the
+//! writer thread and its group commit.
+//!
+//! Nothing here sleeps to wait: waits are on a store answer or a `Committed`, under a
+//! generous deadline that only matters when something is broken.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use agentwire::companion::store::{
+    Appended, Committed, EventQuery, SessionRecord, SessionState, SqliteStore, Store, StoreError,
+};
+use agentwire::core::event::{Event, EventId, EventInit, EventType, Provider};
+use agentwire::core::time::Timestamp;
+use tempfile::TempDir;
+
+/// How long anything may take before a test calls it broken. Never a timing assertion.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn session(id: &str, created_ms: i64) -> SessionRecord {
+    SessionRecord {
+        id: id.to_owned(),
+        provider: "demo".to_owned(),
+        cwd: "/tmp/project".to_owned(),
+        state: SessionState::Starting,
+        provider_session_id: None,
+        created_at: Timestamp::from_unix_millis(created_ms),
+        updated_at: Timestamp::from_unix_millis(created_ms),
+    }
+}
+
+/// An event of `session` whose id is derived from `id_key` (so two sessions can share one).
+fn event_with_id(
+    session: &str,
+    id_key: &str,
+    kind: EventType,
+    run: Option<&str>,
+    ts_ms: i64,
+) -> Event {
+    let mut init = EventInit::new(
+        kind,
+        session,
+        Provider::Demo,
+        Timestamp::from_unix_millis(ts_ms),
+    );
+    init.id = Some(EventId::derive(&[id_key]));
+    init.run_id = run.map(str::to_owned);
+    init.data.insert("key".into(), id_key.into());
+    Event::new(init).unwrap()
+}
+
+/// A text delta of `session`, its id derived from the session and `key`.
+fn ev(session: &str, key: &str) -> Event {
+    event_with_id(
+        session,
+        &format!("{session}/{key}"),
+        EventType::MessageStreamed,
+        None,
+        1_000,
+    )
+}
+
+fn seqs(events: &[Event]) -> Vec<u64> {
+    events.iter().map(Event::sequence).collect()
+}
+
+fn appended_seqs(appended: &[Appended]) -> Vec<(u64, bool)> {
+    appended
+        .iter()
+        .map(|a| (a.event.sequence(), a.duplicate))
+        .collect()
+}
+
+/// Polls `f` exactly once; `Some` if it finished.
+async fn poll_once<F: Future + Unpin>(f: &mut F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        Poll::Ready(match Pin::new(&mut *f).poll(cx) {
+            Poll::Ready(v) => Some(v),
+            Poll::Pending => None,
+        })
+    })
+    .await
+}
+
+async fn within<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(DEADLINE, f)
+        .await
+        .expect("the store did not answer before the deadline")
+}
+
+/// The backend-independent semantics of [`Store`]; see `src/companion/store/mod.rs`.
+mod conformance {
+    use super::*;
+
+    pub async fn sessions_round_trip(store: Arc<dyn Store>) {
+        let s2 = store.create_session(session("s2", 2_000)).await.unwrap();
+        assert_eq!(s2, session("s2", 2_000));
+        store.create_session(session("s1", 1_000)).await.unwrap();
+        assert!(matches!(
+            store.create_session(session("s1", 5_000)).await,
+            Err(StoreError::SessionExists(id)) if id == "s1"
+        ));
+        assert_eq!(store.get_session("s2").await.unwrap(), Some(s2));
+        assert_eq!(store.get_session("nope").await.unwrap(), None);
+
+        let ids: Vec<String> = store
+            .list_sessions()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(ids, ["s1", "s2"], "oldest first");
+
+        store
+            .set_session_state(
+                "s1",
+                SessionState::Running,
+                Timestamp::from_unix_millis(7_000),
+            )
+            .await
+            .unwrap();
+        store
+            .set_provider_session_id("s1", "provider-abc")
+            .await
+            .unwrap();
+        let s1 = store.get_session("s1").await.unwrap().unwrap();
+        assert_eq!(s1.state, SessionState::Running);
+        assert_eq!(s1.updated_at, Timestamp::from_unix_millis(7_000));
+        assert_eq!(s1.created_at, Timestamp::from_unix_millis(1_000));
+        assert_eq!(s1.provider_session_id.as_deref(), Some("provider-abc"));
+
+        assert!(matches!(
+            store
+                .set_session_state("nope", SessionState::Closed, Timestamp::EPOCH)
+                .await,
+            Err(StoreError::UnknownSession(id)) if id == "nope"
+        ));
+        assert!(matches!(
+            store.set_provider_session_id("nope", "x").await,
+            Err(StoreError::UnknownSession(_))
+        ));
+    }
+
+    pub async fn sequences_start_at_one_and_are_contiguous(store: Arc<dyn Store>) {
+        store.create_session(session("a", 1)).await.unwrap();
+        store.create_session(session("b", 2)).await.unwrap();
+        let first = store
+            .append("a", vec![ev("a", "1"), ev("a", "2"), ev("a", "3")])
+            .await
+            .unwrap();
+        assert_eq!(appended_seqs(&first), [(1, false), (2, false), (3, false)]);
+        let second = store
+            .append("a", vec![ev("a", "4"), ev("a", "5")])
+            .await
+            .unwrap();
+        assert_eq!(appended_seqs(&second), [(4, false), (5, false)]);
+        let other = store.append("b", vec![ev("b", "1")]).await.unwrap();
+        assert_eq!(
+            appended_seqs(&other),
+            [(1, false)],
+            "sequences are per session"
+        );
+
+        let all = store.get_events("a", &EventQuery::default()).await.unwrap();
+        let returned: Vec<Event> = first.into_iter().chain(second).map(|a| a.event).collect();
+        assert_eq!(all, returned, "what append returned is what is stored");
+        assert_eq!(store.latest_sequence("a").await.unwrap(), 5);
+        assert_eq!(store.latest_sequence("b").await.unwrap(), 1);
+    }
+
+    pub async fn empty_and_unknown_sessions(store: Arc<dyn Store>) {
+        store.create_session(session("empty", 1)).await.unwrap();
+        assert_eq!(store.latest_sequence("empty").await.unwrap(), 0);
+        assert_eq!(
+            store
+                .get_events("empty", &EventQuery::default())
+                .await
+                .unwrap(),
+            []
+        );
+        assert_eq!(store.append("empty", vec![]).await.unwrap(), []);
+
+        let unknown = |r: Result<_, StoreError>| matches!(r, Err(StoreError::UnknownSession(id)) if id == "nope");
+        assert!(unknown(store.latest_sequence("nope").await.map(|_| ())));
+        assert!(unknown(
+            store
+                .get_events("nope", &EventQuery::default())
+                .await
+                .map(|_| ())
+        ));
+        assert!(unknown(
+            store
+                .wait_events("nope", &EventQuery::default(), 10)
+                .await
+                .map(|_| ())
+        ));
+        assert!(unknown(
+            store
+                .append("nope", vec![ev("nope", "1")])
+                .await
+                .map(|_| ())
+        ));
+    }
+
+    pub async fn append_is_idempotent(store: Arc<dyn Store>) {
+        store.create_session(session("a", 1)).await.unwrap();
+        store.create_session(session("b", 2)).await.unwrap();
+
+        // Within one batch: the repeat returns the first occurrence.
+        let batch = store
+            .append("a", vec![ev("a", "1"), ev("a", "2"), ev("a", "1")])
+            .await
+            .unwrap();
+        assert_eq!(appended_seqs(&batch), [(1, false), (2, false), (1, true)]);
+        assert_eq!(batch[2].event, batch[0].event);
+
+        // Across batches: the stored event with its sequence; nothing new.
+        let again = store
+            .append("a", vec![ev("a", "2"), ev("a", "3")])
+            .await
+            .unwrap();
+        assert_eq!(appended_seqs(&again), [(2, true), (3, false)]);
+        assert_eq!(again[0].event, batch[1].event);
+        assert_eq!(store.latest_sequence("a").await.unwrap(), 3);
+
+        // Across sessions: the id is already stored (in `a`), so `b` gets that event back.
+        let shared = event_with_id("b", "a/1", EventType::MessageStreamed, None, 1_000);
+        assert_eq!(shared.id(), batch[0].event.id());
+        let cross = store.append("b", vec![shared]).await.unwrap();
+        assert_eq!(appended_seqs(&cross), [(1, true)]);
+        assert_eq!(cross[0].event, batch[0].event);
+        assert_eq!(cross[0].event.session_id(), "a");
+        assert_eq!(store.latest_sequence("b").await.unwrap(), 0);
+        assert_eq!(
+            seqs(&store.get_events("a", &EventQuery::default()).await.unwrap()),
+            [1, 2, 3]
+        );
+    }
+
+    pub async fn a_batch_is_atomic(store: Arc<dyn Store>) {
+        store.create_session(session("a", 1)).await.unwrap();
+        let stray = ev("other", "1");
+        let refused = store
+            .append("a", vec![ev("a", "1"), stray.clone(), ev("a", "2")])
+            .await;
+        match refused {
+            Err(StoreError::SessionMismatch {
+                id,
+                event_session,
+                session,
+            }) => {
+                assert_eq!(id, stray.id().as_str());
+                assert_eq!((event_session.as_str(), session.as_str()), ("other", "a"));
+            }
+            other => panic!("expected SessionMismatch, got {other:?}"),
+        }
+        assert_eq!(
+            store.latest_sequence("a").await.unwrap(),
+            0,
+            "nothing stored"
+        );
+        let next = store.append("a", vec![ev("a", "1")]).await.unwrap();
+        assert_eq!(
+            appended_seqs(&next),
+            [(1, false)],
+            "and no sequence consumed"
+        );
+    }
+
+    pub async fn filters_and_their_combination(store: Arc<dyn Store>) {
+        use EventType::*;
+        store.create_session(session("f", 1)).await.unwrap();
+        let rows = [
+            (RunStarted, Some("r1"), 1_000),
+            (MessageStreamed, Some("r1"), 1_000),
+            (MessageStreamed, Some("r1"), 2_000),
+            (RunCompleted, Some("r1"), 3_000),
+            (RunStarted, Some("r2"), 3_000),
+            (MessageStreamed, Some("r2"), 4_000),
+            (ToolCallStarted, Some("r2"), 5_000),
+            (MessageStreamed, None, 6_000),
+        ];
+        let events: Vec<Event> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &(kind, run, ts))| event_with_id("f", &format!("f/{i}"), kind, run, ts))
+            .collect();
+        store.append("f", events).await.unwrap();
+
+        let q = |f: &dyn Fn(&mut EventQuery)| {
+            let mut q = EventQuery::default();
+            f(&mut q);
+            q
+        };
+        let cases: Vec<(EventQuery, Vec<u64>)> = vec![
+            (EventQuery::default(), vec![1, 2, 3, 4, 5, 6, 7, 8]),
+            (q(&|q| q.after = Some(3)), vec![4, 5, 6, 7, 8]),
+            (q(&|q| q.after = Some(8)), vec![]),
+            (q(&|q| q.before = Some(3)), vec![1, 2]),
+            (q(&|q| q.before = Some(1)), vec![]),
+            (
+                q(&|q| {
+                    q.after = Some(2);
+                    q.before = Some(6);
+                }),
+                vec![3, 4, 5],
+            ),
+            // `since` is inclusive: both events at 3000 are in.
+            (
+                q(&|q| q.since = Some(Timestamp::from_unix_millis(3_000))),
+                vec![4, 5, 6, 7, 8],
+            ),
+            (
+                q(&|q| q.since = Some(Timestamp::from_unix_millis(6_001))),
+                vec![],
+            ),
+            (q(&|q| q.run_id = Some("r1".into())), vec![1, 2, 3, 4]),
+            (q(&|q| q.run_id = Some("r2".into())), vec![5, 6, 7]),
+            (q(&|q| q.run_id = Some("r9".into())), vec![]),
+            (q(&|q| q.kind = Some(MessageStreamed)), vec![2, 3, 6, 8]),
+            (q(&|q| q.kind = Some(RunFailed)), vec![]),
+            (q(&|q| q.limit = Some(3)), vec![1, 2, 3]),
+            (q(&|q| q.limit = Some(0)), vec![]),
+            (q(&|q| q.limit = Some(100)), vec![1, 2, 3, 4, 5, 6, 7, 8]),
+            (
+                q(&|q| {
+                    q.after = Some(1);
+                    q.before = Some(8);
+                    q.since = Some(Timestamp::from_unix_millis(2_000));
+                    q.kind = Some(MessageStreamed);
+                }),
+                vec![3, 6],
+            ),
+            (
+                q(&|q| {
+                    q.since = Some(Timestamp::from_unix_millis(2_000));
+                    q.kind = Some(MessageStreamed);
+                    q.limit = Some(1);
+                }),
+                vec![3],
+            ),
+            (
+                q(&|q| {
+                    q.after = Some(2);
+                    q.before = Some(8);
+                    q.since = Some(Timestamp::from_unix_millis(1_000));
+                    q.run_id = Some("r2".into());
+                    q.kind = Some(MessageStreamed);
+                    q.limit = Some(10);
+                }),
+                vec![6],
+            ),
+        ];
+        for (query, expected) in cases {
+            let got = store.get_events("f", &query).await.unwrap();
+            assert_eq!(seqs(&got), expected, "{query:?}");
+            for e in &got {
+                assert_eq!(e.session_id(), "f");
+            }
+        }
+    }
+
+    pub async fn long_poll_returns_on_the_next_append(store: Arc<dyn Store>) {
+        store.create_session(session("lp", 1)).await.unwrap();
+        store.create_session(session("other", 2)).await.unwrap();
+        store.append("lp", vec![ev("lp", "0")]).await.unwrap();
+
+        // Only tool calls after sequence 1: commits to other sessions and non-matching events
+        // wake the waiter without ending the wait.
+        let query = EventQuery {
+            after: Some(1),
+            kind: Some(EventType::ToolCallStarted),
+            ..EventQuery::default()
+        };
+        let mut wait = store.wait_events("lp", &query, DEADLINE.as_millis() as u64);
+        // One poll subscribes and issues the first read, so the wait begins before the append.
+        assert!(poll_once(&mut wait).await.is_none(), "nothing matches yet");
+
+        let wanted = event_with_id("lp", "lp/tool", EventType::ToolCallStarted, None, 2_000);
+        let appender = tokio::spawn({
+            let store = store.clone();
+            let wanted = wanted.clone();
+            async move {
+                store.append("other", vec![ev("other", "1")]).await.unwrap();
+                store.append("lp", vec![ev("lp", "1")]).await.unwrap();
+                store.append("lp", vec![wanted]).await.unwrap()
+            }
+        });
+        let got = within(wait).await.unwrap();
+        assert_eq!(got, [wanted.into_sequenced(3)]);
+        let appended = within(appender).await.unwrap();
+        assert_eq!(appended[0].event, got[0]);
+    }
+
+    pub async fn long_poll_returns_at_once_or_empty_on_timeout(store: Arc<dyn Store>) {
+        store.create_session(session("lp", 1)).await.unwrap();
+        store.append("lp", vec![ev("lp", "1")]).await.unwrap();
+        let existing = within(store.wait_events("lp", &EventQuery::default(), 60_000))
+            .await
+            .unwrap();
+        assert_eq!(seqs(&existing), [1], "a match exists: no wait");
+
+        let after = EventQuery {
+            after: Some(1),
+            ..EventQuery::default()
+        };
+        let none = within(store.wait_events("lp", &after, 50)).await.unwrap();
+        assert_eq!(none, []);
+        let zero = within(store.wait_events("lp", &after, 0)).await.unwrap();
+        assert_eq!(zero, []);
+    }
+
+    pub async fn concurrent_appenders_get_contiguous_sequences(store: Arc<dyn Store>) {
+        store.create_session(session("c", 1)).await.unwrap();
+        let tasks: Vec<_> = (0..32)
+            .map(|t| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let mut got = Vec::new();
+                    for i in 0..8 {
+                        let batch = (0..=(t + i) % 3)
+                            .map(|j| ev("c", &format!("{t}.{i}.{j}")))
+                            .collect();
+                        let appended = store.append("c", batch).await.unwrap();
+                        let seqs: Vec<u64> = appended.iter().map(|a| a.event.sequence()).collect();
+                        assert!(
+                            seqs.windows(2).all(|w| w[1] == w[0] + 1),
+                            "a batch is contiguous: {seqs:?}"
+                        );
+                        got.extend(seqs);
+                    }
+                    got
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for task in tasks {
+            all.extend(within(task).await.unwrap());
+        }
+        all.sort_unstable();
+        let n = all.len() as u64;
+        assert_eq!(all, (1..=n).collect::<Vec<_>>(), "no gap, no duplicate");
+        let stored = store.get_events("c", &EventQuery::default()).await.unwrap();
+        assert_eq!(seqs(&stored), (1..=n).collect::<Vec<_>>());
+        let mut ids: Vec<&str> = stored.iter().map(|e| e.id().as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len() as u64, n);
+        assert_eq!(store.latest_sequence("c").await.unwrap(), n);
+    }
+
+    pub async fn subscribers_hear_only_after_commit(store: Arc<dyn Store>) {
+        store.create_session(session("sub", 1)).await.unwrap();
+        let mut commits = store.subscribe();
+        let appender = tokio::spawn({
+            let store = store.clone();
+            async move {
+                for i in 0..20 {
+                    let batch = vec![ev("sub", &format!("{i}a")), ev("sub", &format!("{i}b"))];
+                    store.append("sub", batch).await.unwrap();
+                }
+            }
+        });
+        let mut heard = 0;
+        while heard < 40 {
+            let Committed {
+                session_id,
+                latest_sequence,
+            } = within(commits.recv()).await.unwrap();
+            assert_eq!(session_id, "sub");
+            assert!(latest_sequence > heard, "announcements only move forward");
+            // Told means durable and readable.
+            let query = EventQuery {
+                after: Some(heard),
+                ..EventQuery::default()
+            };
+            let events = store.get_events("sub", &query).await.unwrap();
+            assert!(
+                events.len() as u64 >= latest_sequence - heard,
+                "told of {latest_sequence} but could read only {} after {heard}",
+                events.len()
+            );
+            heard = latest_sequence;
+        }
+        within(appender).await.unwrap();
+    }
+
+    /// `open` opens the same log again (the same file, the same database).
+    pub async fn reopen_preserves_the_log(open: &dyn Fn() -> Arc<dyn Store>) {
+        let store = open();
+        let epoch = store.epoch().to_owned();
+        assert!(epoch.len() >= 16, "epoch {epoch:?}");
+        store.create_session(session("r", 1)).await.unwrap();
+        let before = store
+            .append("r", vec![ev("r", "1"), ev("r", "2")])
+            .await
+            .unwrap();
+        drop(store);
+
+        let store = open();
+        assert_eq!(store.epoch(), epoch, "same log, same epoch");
+        assert_eq!(store.latest_sequence("r").await.unwrap(), 2);
+        let stored = store.get_events("r", &EventQuery::default()).await.unwrap();
+        let before: Vec<Event> = before.into_iter().map(|a| a.event).collect();
+        assert_eq!(stored, before);
+        let next = store
+            .append("r", vec![ev("r", "2"), ev("r", "3")])
+            .await
+            .unwrap();
+        assert_eq!(appended_seqs(&next), [(2, true), (3, false)]);
+    }
+}
+
+fn temp_dir() -> TempDir {
+    // Under target/, on a real disk, so fsync is real.
+    TempDir::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+fn open_sqlite(dir: &TempDir) -> Arc<SqliteStore> {
+    Arc::new(SqliteStore::open(&dir.path().join("log.db")).unwrap())
+}
+
+macro_rules! sqlite_conformance {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite_conformance {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let dir = temp_dir();
+                    conformance::$name(open_sqlite(&dir)).await;
+                }
+            )*
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn reopen_preserves_the_log() {
+                let dir = temp_dir();
+                conformance::reopen_preserves_the_log(&|| open_sqlite(&dir) as Arc<dyn Store>).await;
+            }
+        }
+    };
+}
+
+sqlite_conformance!(
+    sessions_round_trip,
+    sequences_start_at_one_and_are_contiguous,
+    empty_and_unknown_sessions,
+    append_is_idempotent,
+    a_batch_is_atomic,
+    filters_and_their_combination,
+    long_poll_returns_on_the_next_append,
+    long_poll_returns_at_once_or_empty_on_timeout,
+    concurrent_appenders_get_contiguous_sequences,
+    subscribers_hear_only_after_commit,
+);
+
+// ---------------------------------------------------------------------------------------------
+// SQLite only.
+
+fn user_version(path: &std::path::Path) -> u32 {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn a_version_0_database_is_migrated_and_keeps_its_epoch() {
+    let dir = temp_dir();
+    let path = dir.path().join("old.db");
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("PRAGMA user_version = 0; CREATE TABLE scratch (x);")
+        .unwrap();
+    assert_eq!(user_version(&path), 0);
+
+    let store = SqliteStore::open(&path).unwrap();
+    let epoch = store.epoch().to_owned();
+    assert!(
+        epoch.len() >= 16 && epoch.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{epoch:?}"
+    );
+    drop(store);
+    assert_eq!(user_version(&path), SqliteStore::SCHEMA_VERSION);
+
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let mut tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    tables.retain(|t| t != "scratch");
+    assert_eq!(tables, ["events", "meta", "sessions"]);
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    drop(conn);
+
+    // Opening again migrates nothing and keeps the epoch.
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.epoch(), epoch);
+    drop(store);
+    assert_eq!(user_version(&path), SqliteStore::SCHEMA_VERSION);
+
+    // Another file is another log.
+    let fresh = SqliteStore::open(&dir.path().join("new.db")).unwrap();
+    assert_ne!(fresh.epoch(), epoch);
+}
+
+#[test]
+fn a_database_from_a_newer_build_is_refused() {
+    let dir = temp_dir();
+    let path = dir.path().join("future.db");
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", SqliteStore::SCHEMA_VERSION + 1)
+        .unwrap();
+    match SqliteStore::open(&path) {
+        Err(StoreError::Database(message)) => assert!(message.contains("newer"), "{message}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_share_commits() {
+    let dir = temp_dir();
+    let store = open_sqlite(&dir);
+    store.create_session(session("g", 1)).await.unwrap();
+    let commits_before = store.commits();
+
+    const TASKS: usize = 256;
+    let barrier = Arc::new(tokio::sync::Barrier::new(TASKS));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                // Every eighth request is refused; it must not take its group down with it.
+                if i % 8 == 7 {
+                    store.append("nope", vec![ev("nope", &i.to_string())]).await
+                } else {
+                    store.append("g", vec![ev("g", &i.to_string())]).await
+                }
+            })
+        })
+        .collect();
+    let mut sequences = Vec::new();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let result = within(task).await.unwrap();
+        if i % 8 == 7 {
+            assert!(matches!(result, Err(StoreError::UnknownSession(_))));
+        } else {
+            sequences.push(result.unwrap()[0].event.sequence());
+        }
+    }
+    sequences.sort_unstable();
+    let good = sequences.len() as u64;
+    assert_eq!(sequences, (1..=good).collect::<Vec<_>>());
+    let commits = store.commits() - commits_before;
+    assert!(
+        commits < TASKS as u64,
+        "{TASKS} appends took {commits} commits: no group commit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_row_is_an_error_not_a_panic() {
+    let dir = temp_dir();
+    let store = open_sqlite(&dir);
+    store.create_session(session("s", 1)).await.unwrap();
+    store
+        .append("s", vec![ev("s", "1"), ev("s", "2"), ev("s", "3")])
+        .await
+        .unwrap();
+
+    let raw = rusqlite::Connection::open(dir.path().join("log.db")).unwrap();
+    raw.busy_timeout(DEADLINE).unwrap();
+    raw.execute(
+        "UPDATE events SET body = '{\"not\": \"an event\"}' WHERE session_id = 's' AND seq = 2",
+        [],
+    )
+    .unwrap();
+    match store.get_events("s", &EventQuery::default()).await {
+        Err(StoreError::Corrupt(message)) => {
+            assert!(message.contains("\"s\" seq 2"), "{message}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // The rows around it still read.
+    let before = EventQuery {
+        before: Some(2),
+        ..EventQuery::default()
+    };
+    assert_eq!(seqs(&store.get_events("s", &before).await.unwrap()), [1]);
+
+    raw.execute("UPDATE sessions SET state = 'exploded' WHERE id = 's'", [])
+        .unwrap();
+    assert!(matches!(
+        store.get_session("s").await,
+        Err(StoreError::Corrupt(message)) if message.contains("exploded")
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_store_commits_what_was_queued() {
+    let dir = temp_dir();
+    let store = open_sqlite(&dir);
+    store.create_session(session("d", 1)).await.unwrap();
+    let event = ev("d", "1");
+    {
+        // The append reaches the writer on its first poll; then its caller gives up.
+        let mut append = store.append("d", vec![event.clone()]);
+        let _ = poll_once(&mut append).await;
+    }
+    drop(store);
+
+    let store = open_sqlite(&dir);
+    let stored = store.get_events("d", &EventQuery::default()).await.unwrap();
+    assert_eq!(stored, [event.into_sequenced(1)]);
+}
