@@ -45,6 +45,56 @@ enum Command {
         #[command(flatten)]
         input: InputArgs,
     },
+    /// Host agent sessions and serve them to browsers (HTTP API, WebSocket, SSE, demo page).
+    Serve(ServeArgs),
+    /// Follow a session's events as JSON Lines, resuming by itself after disconnects.
+    Tail {
+        /// The session to follow.
+        session: String,
+        /// Print events after this sequence.
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// The server's WebSocket URL.
+        #[arg(long, default_value = "ws://127.0.0.1:7777/ws")]
+        url: String,
+        /// The server's token (or AGENTWIRE_TOKEN).
+        #[arg(long, env = "AGENTWIRE_TOKEN")]
+        token: String,
+        /// Exit once caught up instead of following.
+        #[arg(long)]
+        no_follow: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Where to listen. A non-loopback address needs an explicit --token.
+    #[arg(long, default_value = "127.0.0.1:7777")]
+    addr: std::net::SocketAddr,
+    /// The SQLite event store.
+    #[arg(long, default_value = "agentwire.db")]
+    db: PathBuf,
+    /// The access token (or AGENTWIRE_TOKEN); a random one is made when absent.
+    #[arg(long, env = "AGENTWIRE_TOKEN")]
+    token: Option<String>,
+    /// The demo page's directory.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/www"))]
+    www: PathBuf,
+    /// Another origin allowed to use the API and WebSocket (repeatable), e.g. a dev server.
+    #[arg(long)]
+    allow_origin: Vec<String>,
+    /// Milliseconds between server heartbeats on the WebSocket.
+    #[arg(long, default_value_t = 15_000)]
+    heartbeat_ms: u64,
+    /// Milliseconds between the demo agent's streamed chunks.
+    #[arg(long, default_value_t = 15)]
+    demo_delay_ms: u64,
+    /// Milliseconds an interrupted turn may take to end before it is cancelled anyway.
+    #[arg(long, default_value_t = 2_000)]
+    cancel_grace_ms: i64,
+    /// Milliseconds an autonomous turn may stay silent before the watchdog fails it.
+    #[arg(long, default_value_t = 600_000)]
+    idle_limit_ms: i64,
 }
 
 #[derive(clap::Args)]
@@ -106,6 +156,25 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ExitCode::SUCCESS
             })
         }
+        Command::Serve(args) => serve(args),
+        Command::Tail {
+            session,
+            after,
+            url,
+            token,
+            no_follow,
+        } => {
+            let options = crate::companion::tail::TailOptions {
+                url,
+                token,
+                session,
+                after,
+                follow: !no_follow,
+            };
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            runtime.block_on(crate::companion::tail::run(options))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Project { input } => {
             let out = read_and_normalize(&input)?;
             let now = input.now.unwrap_or_else(wall_clock);
@@ -125,6 +194,63 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn serve(args: ServeArgs) -> Result<ExitCode> {
+    use crate::companion::{host, server, store::SqliteStore, tail};
+    let explicit_token = args.token.is_some();
+    if !args.addr.ip().is_loopback() && !explicit_token {
+        bail!(
+            "refusing to listen on {} (not loopback) without an explicit --token",
+            args.addr
+        );
+    }
+    let token = args.token.unwrap_or_else(tail::new_token);
+    if token.len() < 8 {
+        bail!("the token must be at least 8 characters");
+    }
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    runtime.block_on(async move {
+        let store = SqliteStore::open(&args.db)
+            .with_context(|| format!("opening {}", args.db.display()))?;
+        let store: std::sync::Arc<dyn crate::companion::store::Store> = std::sync::Arc::new(store);
+        let program = std::env::current_exe().context("locating this binary")?;
+        let mut hub_config = host::HubConfig::new(program);
+        hub_config.demo_delay_ms = args.demo_delay_ms;
+        hub_config.cancel_grace_ms = args.cancel_grace_ms;
+        hub_config.autonomous_idle_limit_ms = args.idle_limit_ms;
+        let hub = host::Hub::new(store, hub_config);
+        let recovered = hub.recover().await.context("recovering sessions")?;
+        if recovered > 0 {
+            eprintln!(
+                "agentwire: marked {recovered} session(s) left running by the last run as failed"
+            );
+        }
+        let mut config = server::ServerConfig::new(token.clone(), args.www);
+        config.allowed_origins = args.allow_origin;
+        config.limits.heartbeat_ms = args.heartbeat_ms.max(100);
+        let listener = tokio::net::TcpListener::bind(args.addr)
+            .await
+            .with_context(|| format!("listening on {}", args.addr))?;
+        let addr = listener.local_addr().context("reading the bound address")?;
+        println!("agentwire: serving http://{addr}/?token={token}");
+        println!(
+            "agentwire: store {} (epoch {})",
+            args.db.display(),
+            hub.store().epoch()
+        );
+        let state = server::AppState {
+            hub,
+            config: std::sync::Arc::new(config),
+        };
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        server::serve(listener, state, shutdown)
+            .await
+            .context("serving")?;
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 fn read_and_normalize(input: &InputArgs) -> Result<Normalized> {

@@ -1,4 +1,41 @@
 //! The native companion: hosts agent processes, stores their events durably and serves them
-//! over WebSocket and HTTP. Native only.
+//! over WebSocket, SSE and an HTTP JSON API. Native only.
+//!
+//! * [`store`]: the durable log (SQLite) behind the `Store` trait.
+//! * [`host`]: one task per session owning its agent process.
+//! * [`adapter`]: how each agent CLI is started and spoken to.
+//! * [`server`]: HTTP routes, auth, static files; [`ws`]: the WebSocket protocol.
+//! * [`tail`]: the `agentwire tail` terminal client.
+//!
+//! This is the only place that reads the clock and draws random numbers; the core gets both
+//! as arguments.
 
+pub mod adapter;
+pub mod host;
+pub mod server;
 pub mod store;
+pub mod tail;
+pub mod ws;
+
+use crate::core::event::EventId;
+use crate::core::time::Timestamp;
+
+/// The wall clock.
+pub fn now() -> Timestamp {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    Timestamp::from_unix_millis(ms)
+}
+
+/// `bytes` random bytes from the OS, as lowercase hex.
+pub fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).expect("the OS random source is available");
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A fresh random event id.
+pub fn random_id() -> EventId {
+    EventId::parse(&format!("evt_{}", random_hex(16))).expect("32 lowercase hex digits")
+}

@@ -10,7 +10,23 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::event::Provider;
-pub use super::normalize::StderrLimits;
+
+/// Where stderr is cut before it goes into `provider_error.stderr`: first to `max_lines`
+/// lines, then to `max_bytes` bytes on a UTF-8 boundary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StderrLimits {
+    pub max_lines: usize,
+    pub max_bytes: usize,
+}
+
+impl Default for StderrLimits {
+    fn default() -> StderrLimits {
+        StderrLimits {
+            max_lines: 200,
+            max_bytes: 16 * 1024,
+        }
+    }
+}
 
 /// What went wrong in a provider, as stored in `data.provider_error`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -231,15 +231,17 @@ pub fn negotiate(client_versions: &[u32]) -> Option<u32> {
         .find(|v| client_versions.contains(v))
 }
 
+/// One encoded server frame and the last sequence it completes (0 for a partial event).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub text: String,
+    pub last_sequence: u64,
+}
+
 /// Encodes events of one session as frames of at most `max_frame` bytes each: as many events
 /// per `events` frame as fit, and an event that fits no frame on its own as `event_part`
 /// frames. Order is kept. `max_frame` below [`MIN_MAX_FRAME`] is raised to it.
-pub fn encode_events(
-    session: &str,
-    epoch: &str,
-    events: &[Event],
-    max_frame: usize,
-) -> Vec<String> {
+pub fn encode_events(session: &str, epoch: &str, events: &[Event], max_frame: usize) -> Vec<Frame> {
     let max_frame = max_frame.max(MIN_MAX_FRAME);
     let head = ServerMsg::Events {
         session: session.to_owned(),
@@ -252,9 +254,13 @@ pub fn encode_events(
     let budget = max_frame - head.len();
     let mut frames = Vec::new();
     let mut body = String::new();
-    let flush = |body: &mut String, frames: &mut Vec<String>| {
+    let mut last = 0;
+    let flush = |body: &mut String, frames: &mut Vec<Frame>, last: u64| {
         if !body.is_empty() {
-            frames.push(format!("{prefix}{body}]}}"));
+            frames.push(Frame {
+                text: format!("{prefix}{body}]}}"),
+                last_sequence: last,
+            });
             body.clear();
         }
     };
@@ -266,22 +272,23 @@ pub fn encode_events(
                 body.push(',');
             }
             body.push_str(&json);
+            last = event.sequence();
             continue;
         }
-        flush(&mut body, &mut frames);
+        flush(&mut body, &mut frames, last);
         if json.len() <= budget {
             body.push_str(&json);
+            last = event.sequence();
         } else {
-            frames.extend(encode_parts(
-                session,
-                epoch,
-                event.sequence(),
-                &json,
-                max_frame,
-            ));
+            let parts = encode_parts(session, epoch, event.sequence(), &json, max_frame);
+            let n = parts.len();
+            frames.extend(parts.into_iter().enumerate().map(|(i, text)| Frame {
+                text,
+                last_sequence: if i + 1 == n { event.sequence() } else { 0 },
+            }));
         }
     }
-    flush(&mut body, &mut frames);
+    flush(&mut body, &mut frames, last);
     frames
 }
 
@@ -515,7 +522,7 @@ mod tests {
         let mut cursor = Cursor::default();
         let mut got = Vec::new();
         for f in &frames {
-            match ServerMsg::decode(f, MIN_MAX_FRAME).unwrap() {
+            match ServerMsg::decode(&f.text, MIN_MAX_FRAME).unwrap() {
                 ServerMsg::Events { epoch, events, .. } => {
                     got.extend(cursor.accept(&epoch, events).events)
                 }

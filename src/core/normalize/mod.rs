@@ -186,8 +186,6 @@ pub struct Config {
     pub max_document_bytes: usize,
     /// The sequence of the first event emitted (default 1).
     pub first_sequence: u64,
-    /// Limits for the stderr carried in `provider_error`.
-    pub stderr_limits: StderrLimits,
 }
 
 impl Config {
@@ -198,24 +196,6 @@ impl Config {
             max_line_bytes: 4 << 20,
             max_document_bytes: 64 << 20,
             first_sequence: 1,
-            stderr_limits: StderrLimits::default(),
-        }
-    }
-}
-
-/// Where stderr is cut before it goes into `provider_error.stderr`: first to `max_lines`
-/// lines, then to `max_bytes` bytes on a UTF-8 boundary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StderrLimits {
-    pub max_lines: usize,
-    pub max_bytes: usize,
-}
-
-impl Default for StderrLimits {
-    fn default() -> StderrLimits {
-        StderrLimits {
-            max_lines: 200,
-            max_bytes: 16 * 1024,
         }
     }
 }
@@ -310,7 +290,6 @@ impl Normalizer {
                 session_id: config.session_id.clone(),
                 source: config.source.clone(),
                 provider: format.map_or(Provider::Generic, Format::provider),
-                stderr_limits: config.stderr_limits,
                 sequence,
                 turn_counter: 0,
                 pending_run_ids: VecDeque::new(),
@@ -634,7 +613,6 @@ struct EmitState {
     session_id: String,
     source: String,
     provider: Provider,
-    stderr_limits: StderrLimits,
     sequence: u64,
     turn_counter: u64,
     pending_run_ids: VecDeque<String>,
@@ -674,17 +652,8 @@ pub(crate) struct Out<'a> {
 }
 
 impl Out<'_> {
-    /// The record's line number.
-    pub(crate) fn line(&self) -> u64 {
-        self.line
-    }
-
     pub(crate) fn provider(&self) -> Provider {
         self.state.provider
-    }
-
-    pub(crate) fn stderr_limits(&self) -> StderrLimits {
-        self.state.stderr_limits
     }
 
     /// Stamps this record's events with the time the provider wrote into it, when it parses.

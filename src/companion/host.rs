@@ -1,0 +1,772 @@
+//! Provider hosting: one task per session owns its child process and is the only writer of
+//! that session's events.
+//!
+//! The task's loop selects over the child's stdout (fed to the core normalizer), its stderr
+//! (kept, bounded, for `provider_error`), commands from clients (start a turn, interrupt,
+//! answer an approval, close), the lifecycle projection's next deadline, and the child's
+//! exit. Every event it produces passes the user-echo filter and the [`TurnProjector`] (which
+//! drops stale terminals and events after a terminal), then is appended to the store; the
+//! store tells subscribers once it is durable. When the process ends, every turn still active
+//! ends with `run_failed` carrying the exit code and the cut stderr, so no session is left
+//! running after its process is gone. On server start, sessions the previous run left
+//! running are marked failed the same way ([`Hub::recover`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::{mpsc, oneshot};
+
+use super::adapter::{Adapter, ClaudeStdio};
+use super::store::{SessionRecord, SessionState, Store, StoreError};
+use super::{now, random_hex, random_id};
+use crate::core::dedup::UserEchoFilter;
+use crate::core::event::{Event, EventInit, EventType, Provider};
+use crate::core::lifecycle::{Disposition, LifecycleConfig, Policy, TurnProjector};
+use crate::core::normalize::{Config, Normalizer};
+use crate::core::provider_error::{ProviderError, StderrLimits};
+use crate::core::time::Timestamp;
+use crate::core::wire::Decision;
+
+/// A refused command, with a stable code for the wire and the HTTP API.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct CommandError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl CommandError {
+    pub fn new(code: &'static str, message: impl Into<String>) -> CommandError {
+        CommandError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn unknown_session(id: &str) -> CommandError {
+        CommandError::new("unknown_session", format!("no session {id:?}"))
+    }
+
+    fn closed(id: &str) -> CommandError {
+        CommandError::new("not_connected", format!("session {id:?} is not running"))
+    }
+}
+
+impl From<StoreError> for CommandError {
+    fn from(e: StoreError) -> CommandError {
+        match e {
+            StoreError::UnknownSession(id) => CommandError::unknown_session(&id),
+            other => CommandError::new("store_error", other.to_string()),
+        }
+    }
+}
+
+/// How the hub starts and watches agents.
+#[derive(Clone, Debug)]
+pub struct HubConfig {
+    /// This binary, used to run the demo agent.
+    pub program: PathBuf,
+    /// Pause between the demo agent's streamed chunks.
+    pub demo_delay_ms: u64,
+    pub stderr_limits: StderrLimits,
+    /// Bound on the stderr kept per process before cutting (the oldest bytes go first).
+    pub stderr_keep_bytes: usize,
+    pub cancel_grace_ms: i64,
+    pub autonomous_idle_limit_ms: i64,
+}
+
+impl HubConfig {
+    pub fn new(program: PathBuf) -> HubConfig {
+        HubConfig {
+            program,
+            demo_delay_ms: 15,
+            stderr_limits: StderrLimits::default(),
+            stderr_keep_bytes: 256 << 10,
+            cancel_grace_ms: 2_000,
+            autonomous_idle_limit_ms: 10 * 60_000,
+        }
+    }
+}
+
+/// The providers this companion can host, by name.
+pub fn providers() -> Vec<&'static str> {
+    vec!["demo"]
+}
+
+enum Command {
+    StartTurn(String, oneshot::Sender<Result<String, CommandError>>),
+    Interrupt(oneshot::Sender<Result<(), CommandError>>),
+    Answer(String, Decision, oneshot::Sender<Result<(), CommandError>>),
+    Close(oneshot::Sender<()>),
+}
+
+/// All hosted sessions. Cheap to share.
+pub struct Hub {
+    store: Arc<dyn Store>,
+    config: HubConfig,
+    sessions: Mutex<HashMap<String, mpsc::Sender<Command>>>,
+}
+
+impl Hub {
+    pub fn new(store: Arc<dyn Store>, config: HubConfig) -> Arc<Hub> {
+        Arc::new(Hub {
+            store,
+            config,
+            sessions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    fn adapter(&self, provider: &str) -> Result<Box<dyn Adapter>, CommandError> {
+        match provider {
+            "demo" => Ok(Box::new(ClaudeStdio::demo(
+                self.config.program.clone(),
+                self.config.demo_delay_ms,
+            ))),
+            other => Err(CommandError::new(
+                "unknown_provider",
+                format!(
+                    "unknown provider {other:?}; this server offers {:?}",
+                    providers()
+                ),
+            )),
+        }
+    }
+
+    /// Marks the sessions that a previous run left starting or running as failed: their
+    /// processes died with it. Their open turns end with `run_failed`, then `session_failed`.
+    pub async fn recover(&self) -> Result<usize, StoreError> {
+        let mut recovered = 0;
+        for s in self.store.list_sessions().await? {
+            if !matches!(s.state, SessionState::Starting | SessionState::Running) {
+                continue;
+            }
+            let provider = provider_of(&s.provider);
+            let mut projector = TurnProjector::new(LifecycleConfig::new(&s.id, provider));
+            projector.mark_connected();
+            let mut after = 0;
+            loop {
+                let query = super::store::EventQuery {
+                    after: Some(after),
+                    limit: Some(1_000),
+                    ..Default::default()
+                };
+                let page = self.store.get_events(&s.id, &query).await?;
+                let Some(last) = page.last() else { break };
+                after = last.sequence();
+                for e in &page {
+                    projector.handle_event(e, 0);
+                }
+            }
+            let message = "the companion stopped while this session's process was running";
+            let error = ProviderError::new(provider, "companion_restart", message);
+            let at = now();
+            projector.end_active(
+                EventType::RunFailed,
+                &Value::Object(error.to_data()),
+                at.unix_millis(),
+            );
+            let mut events: Vec<Event> = std::iter::from_fn(|| projector.poll_event()).collect();
+            events.push(host_event(
+                &s.id,
+                provider,
+                None,
+                EventType::SessionFailed,
+                error.to_data(),
+                at,
+            ));
+            self.store.append(&s.id, events).await?;
+            self.store
+                .set_session_state(&s.id, SessionState::Failed, at)
+                .await?;
+            recovered += 1;
+        }
+        Ok(recovered)
+    }
+
+    /// Creates a session and starts its agent process.
+    pub async fn create_session(
+        self: &Arc<Self>,
+        provider: &str,
+        cwd: Option<PathBuf>,
+    ) -> Result<SessionRecord, CommandError> {
+        let adapter = self.adapter(provider)?;
+        let cwd = match cwd {
+            Some(dir) => dir,
+            None => std::env::current_dir()
+                .map_err(|e| CommandError::new("bad_cwd", format!("no working directory: {e}")))?,
+        };
+        if !cwd.is_dir() {
+            return Err(CommandError::new(
+                "bad_cwd",
+                format!("{} is not a directory", cwd.display()),
+            ));
+        }
+        let at = now();
+        let id = format!("ses_{}", random_hex(12));
+        let record = SessionRecord {
+            id: id.clone(),
+            provider: provider.to_owned(),
+            cwd: cwd.display().to_string(),
+            state: SessionState::Starting,
+            provider_session_id: None,
+            created_at: at,
+            updated_at: at,
+        };
+        let record = self.store.create_session(record).await?;
+        let data = json!({"provider": provider, "cwd": record.cwd});
+        let created = host_event(
+            &id,
+            adapter.provider(),
+            None,
+            EventType::SessionCreated,
+            obj(data),
+            at,
+        );
+        self.store.append(&id, vec![created]).await?;
+
+        let mut cmd = adapter.command(&cwd);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                let kind = if e.kind() == std::io::ErrorKind::NotFound {
+                    "cli_not_found"
+                } else {
+                    "spawn_failed"
+                };
+                let error = ProviderError::new(
+                    adapter.provider(),
+                    kind,
+                    format!("could not start the {provider} agent: {e}"),
+                );
+                let failed = host_event(
+                    &id,
+                    adapter.provider(),
+                    None,
+                    EventType::SessionFailed,
+                    error.to_data(),
+                    now(),
+                );
+                self.store.append(&id, vec![failed]).await?;
+                self.store
+                    .set_session_state(&id, SessionState::Failed, now())
+                    .await?;
+                return Err(CommandError::new(kind, error.message));
+            }
+        };
+        self.store
+            .set_session_state(&id, SessionState::Running, now())
+            .await?;
+        let (tx, rx) = mpsc::channel(64);
+        self.sessions
+            .lock()
+            .expect("sessions lock")
+            .insert(id.clone(), tx);
+        let task = SessionTask::new(self.clone(), &id, adapter, &self.config);
+        tokio::spawn(task.run(child, rx));
+        Ok(self.store.get_session(&id).await?.unwrap_or(record))
+    }
+
+    fn sender(&self, id: &str) -> Option<mpsc::Sender<Command>> {
+        self.sessions
+            .lock()
+            .expect("sessions lock")
+            .get(id)
+            .cloned()
+    }
+
+    async fn command<T>(
+        &self,
+        id: &str,
+        make: impl FnOnce(oneshot::Sender<Result<T, CommandError>>) -> Command,
+    ) -> Result<T, CommandError> {
+        let Some(tx) = self.sender(id) else {
+            return match self.store.get_session(id).await? {
+                Some(_) => Err(CommandError::closed(id)),
+                None => Err(CommandError::unknown_session(id)),
+            };
+        };
+        let (reply, rx) = oneshot::channel();
+        tx.send(make(reply))
+            .await
+            .map_err(|_| CommandError::closed(id))?;
+        rx.await.map_err(|_| CommandError::closed(id))?
+    }
+
+    /// Starts a foreground turn; resolves with its id once the agent accepted the prompt.
+    pub async fn start_turn(&self, id: &str, prompt: String) -> Result<String, CommandError> {
+        if prompt.trim().is_empty() {
+            return Err(CommandError::new("empty_prompt", "the prompt is empty"));
+        }
+        self.command(id, |r| Command::StartTurn(prompt, r)).await
+    }
+
+    pub async fn interrupt(&self, id: &str) -> Result<(), CommandError> {
+        self.command(id, Command::Interrupt).await
+    }
+
+    pub async fn answer_approval(
+        &self,
+        id: &str,
+        request_id: String,
+        decision: Decision,
+    ) -> Result<(), CommandError> {
+        self.command(id, |r| Command::Answer(request_id, decision, r))
+            .await
+    }
+
+    /// Stops the session's process and marks it closed. Closing a closed session is fine.
+    pub async fn close_session(&self, id: &str) -> Result<(), CommandError> {
+        let Some(tx) = self.sender(id) else {
+            return match self.store.get_session(id).await? {
+                Some(_) => Ok(()),
+                None => Err(CommandError::unknown_session(id)),
+            };
+        };
+        let (reply, rx) = oneshot::channel();
+        if tx.send(Command::Close(reply)).await.is_ok() {
+            let _ = rx.await;
+        }
+        Ok(())
+    }
+
+    /// Closes every session (kills the children); used on server shutdown.
+    pub async fn shutdown(&self) {
+        let ids: Vec<String> = self
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .keys()
+            .cloned()
+            .collect();
+        for id in ids {
+            let _ = self.close_session(&id).await;
+        }
+    }
+
+    fn forget(&self, id: &str) {
+        self.sessions.lock().expect("sessions lock").remove(id);
+    }
+}
+
+fn provider_of(name: &str) -> Provider {
+    match name {
+        "demo" => Provider::Demo,
+        "claude" => Provider::Claude,
+        "codex" => Provider::Codex,
+        "gemini" => Provider::Gemini,
+        "opencode" => Provider::Opencode,
+        "amp" => Provider::Amp,
+        _ => Provider::Generic,
+    }
+}
+
+fn obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// An event the companion itself emits (not read from the provider), with a random id.
+pub(crate) fn host_event(
+    session: &str,
+    provider: Provider,
+    run_id: Option<&str>,
+    kind: EventType,
+    data: Map<String, Value>,
+    at: Timestamp,
+) -> Event {
+    let init = EventInit {
+        id: Some(random_id()),
+        run_id: run_id.map(str::to_owned),
+        data,
+        ..EventInit::new(kind, session, provider, at)
+    };
+    Event::new(init).expect("host events have a session id")
+}
+
+/// The state of one hosted session, owned by its task.
+struct SessionTask {
+    hub: Arc<Hub>,
+    id: String,
+    adapter: Box<dyn Adapter>,
+    normalizer: Normalizer,
+    projector: TurnProjector,
+    echo: UserEchoFilter,
+    /// Pending approval requests: id -> the request's data.
+    approvals: HashMap<String, Value>,
+    stderr: VecDeque<u8>,
+    stderr_keep: usize,
+    stderr_limits: StderrLimits,
+    interrupts: u64,
+    provider_session_seen: bool,
+}
+
+impl SessionTask {
+    fn new(hub: Arc<Hub>, id: &str, adapter: Box<dyn Adapter>, config: &HubConfig) -> SessionTask {
+        let mut normalizer_config = Config::new(id);
+        normalizer_config.source = random_hex(8);
+        let mut lifecycle = LifecycleConfig::new(id, adapter.provider());
+        lifecycle.policy = Policy::Drop;
+        lifecycle.cancel_grace_ms = config.cancel_grace_ms;
+        lifecycle.autonomous_idle_limit_ms = config.autonomous_idle_limit_ms;
+        let mut projector = TurnProjector::new(lifecycle);
+        projector.mark_connected();
+        SessionTask {
+            normalizer: Normalizer::new(Some(adapter.format()), normalizer_config),
+            projector,
+            echo: UserEchoFilter::default(),
+            approvals: HashMap::new(),
+            stderr: VecDeque::new(),
+            stderr_keep: config.stderr_keep_bytes,
+            stderr_limits: config.stderr_limits,
+            interrupts: 0,
+            provider_session_seen: false,
+            hub,
+            id: id.to_owned(),
+            adapter,
+        }
+    }
+
+    async fn run(mut self, mut child: Child, mut commands: mpsc::Receiver<Command>) {
+        let mut stdin = child.stdin.take();
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+        let mut stderr = child.stderr.take().expect("stderr is piped");
+        let mut out_buf = vec![0u8; 64 << 10];
+        let mut err_buf = vec![0u8; 8 << 10];
+        let mut stdout_open = true;
+        let mut stderr_open = true;
+        let mut closing: Option<oneshot::Sender<()>> = None;
+        loop {
+            let deadline = self.projector.poll_timeout();
+            tokio::select! {
+                read = stdout.read(&mut out_buf), if stdout_open => match read {
+                    Ok(0) | Err(_) => {
+                        stdout_open = false;
+                        self.normalizer.handle_eof(now());
+                        self.flush().await;
+                    }
+                    Ok(n) => {
+                        self.normalizer.handle_bytes(&out_buf[..n], now());
+                        self.flush().await;
+                    }
+                },
+                read = stderr.read(&mut err_buf), if stderr_open => match read {
+                    Ok(0) | Err(_) => stderr_open = false,
+                    Ok(n) => self.keep_stderr(&err_buf[..n]),
+                },
+                cmd = commands.recv(), if closing.is_none() => match cmd {
+                    Some(Command::Close(reply)) => {
+                        closing = Some(reply);
+                        stdin = None;
+                        let _ = child.start_kill();
+                    }
+                    Some(cmd) => self.handle_command(cmd, &mut stdin).await,
+                    None => {
+                        stdin = None;
+                        let _ = child.start_kill();
+                    }
+                },
+                _ = sleep_until_ms(deadline) => {
+                    self.projector.handle_timeout(now().unix_millis());
+                    self.flush().await;
+                }
+                status = child.wait(), if !stdout_open => {
+                    // Read what stderr still holds (bounded), then end the session.
+                    if stderr_open {
+                        let mut rest = Vec::new();
+                        let _ = tokio::time::timeout(Duration::from_millis(200), stderr.read_to_end(&mut rest)).await;
+                        self.keep_stderr(&rest);
+                    }
+                    let code = status.ok().and_then(|s| s.code());
+                    self.finish(code, closing.is_some()).await;
+                    if let Some(reply) = closing.take() {
+                        let _ = reply.send(());
+                    }
+                    break;
+                }
+            }
+        }
+        self.hub.forget(&self.id);
+        // Commands that raced with the end get a clear refusal.
+        commands.close();
+        while let Ok(cmd) = commands.try_recv() {
+            match cmd {
+                Command::StartTurn(_, r) => drop(r.send(Err(CommandError::closed(&self.id)))),
+                Command::Interrupt(r) | Command::Answer(_, _, r) => {
+                    drop(r.send(Err(CommandError::closed(&self.id))))
+                }
+                Command::Close(r) => drop(r.send(())),
+            }
+        }
+    }
+
+    async fn handle_command(&mut self, cmd: Command, stdin: &mut Option<ChildStdin>) {
+        let at = now();
+        match cmd {
+            Command::StartTurn(prompt, reply) => {
+                let turn_id = format!("turn_{}", random_hex(12));
+                if let Err(e) = self.projector.start_foreground(&turn_id, at.unix_millis()) {
+                    let _ = reply.send(Err(CommandError::new(e.code(), e.to_string())));
+                    return;
+                }
+                if let Err(e) = write_all(stdin, &self.adapter.prompt(&prompt)).await {
+                    // The prompt never reached the agent: the turn ends at once.
+                    let error =
+                        ProviderError::new(self.adapter.provider(), "stdin_closed", e.clone());
+                    self.projector.end_active(
+                        EventType::RunFailed,
+                        &Value::Object(error.to_data()),
+                        at.unix_millis(),
+                    );
+                    self.flush().await;
+                    let _ = reply.send(Err(CommandError::new("not_connected", e)));
+                    return;
+                }
+                self.normalizer.expect_run(&turn_id);
+                self.echo.note_prompt(&turn_id, &prompt);
+                let sent = host_event(
+                    &self.id,
+                    self.adapter.provider(),
+                    Some(&turn_id),
+                    EventType::MessageSent,
+                    obj(json!({"content": prompt, "role": "user"})),
+                    at,
+                );
+                self.append(vec![sent]).await;
+                let _ = reply.send(Ok(turn_id));
+            }
+            Command::Interrupt(reply) => {
+                if !self.projector.interrupt(at.unix_millis()) {
+                    let _ = reply.send(Err(CommandError::new(
+                        "no_active_turn",
+                        "no turn is running",
+                    )));
+                    return;
+                }
+                self.interrupts += 1;
+                let request_id = format!("interrupt_{}", self.interrupts);
+                let result = write_all(stdin, &self.adapter.interrupt(&request_id)).await;
+                let _ = reply.send(result.map_err(|e| CommandError::new("not_connected", e)));
+            }
+            Command::Answer(request_id, decision, reply) => {
+                let Some(request) = self.approvals.remove(&request_id) else {
+                    let msg = format!("no pending approval {request_id:?}");
+                    let _ = reply.send(Err(CommandError::new("unknown_request", msg)));
+                    return;
+                };
+                if let Err(e) =
+                    write_all(stdin, &self.adapter.answer(&request_id, decision, &request)).await
+                {
+                    self.approvals.insert(request_id, request);
+                    let _ = reply.send(Err(CommandError::new("not_connected", e)));
+                    return;
+                }
+                let kind = match decision {
+                    Decision::Allow => EventType::ToolApprovalGranted,
+                    Decision::Deny => EventType::ToolApprovalDenied,
+                };
+                let run = request
+                    .get("run_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let data = obj(
+                    json!({"request_id": request_id, "tool_call_id": request.get("tool_call_id")}),
+                );
+                let event = host_event(
+                    &self.id,
+                    self.adapter.provider(),
+                    run.as_deref(),
+                    kind,
+                    data,
+                    at,
+                );
+                self.append(vec![event]).await;
+                let _ = reply.send(Ok(()));
+            }
+            Command::Close(reply) => drop(reply.send(())),
+        }
+    }
+
+    fn keep_stderr(&mut self, bytes: &[u8]) {
+        self.stderr.extend(bytes);
+        let excess = self.stderr.len().saturating_sub(self.stderr_keep);
+        self.stderr.drain(..excess);
+    }
+
+    /// Moves what the normalizer and the projector produced into the store.
+    async fn flush(&mut self) {
+        let now_ms = now().unix_millis();
+        let mut batch = Vec::new();
+        while let Some(event) = self.normalizer.poll_event() {
+            if event.kind() == EventType::MessageSent && self.echo.is_echo(&event) {
+                continue;
+            }
+            if self.projector.handle_event(&event, now_ms) != Disposition::Applied {
+                continue;
+            }
+            self.observe(&event).await;
+            batch.push(event.into_sequenced(0));
+            batch.extend(std::iter::from_fn(|| self.projector.poll_event()));
+        }
+        batch.extend(std::iter::from_fn(|| self.projector.poll_event()));
+        while let Some(d) = self.normalizer.poll_diagnostic() {
+            eprintln!("agentwire: session {}: provider output {d}", self.id);
+        }
+        while let Some(v) = self.projector.poll_violation() {
+            eprintln!(
+                "agentwire: session {}: dropped event {:?} ({:?})",
+                self.id,
+                v.event_id.as_str(),
+                v.kind
+            );
+        }
+        if !batch.is_empty() {
+            self.append(batch).await;
+        }
+    }
+
+    /// Side effects of provider events on the host: pending approvals, the resume handle.
+    async fn observe(&mut self, event: &Event) {
+        match event.kind() {
+            EventType::ToolApprovalRequested => {
+                if let Some(id) = event.data_str("request_id") {
+                    let mut data = event.data().clone();
+                    if let Some(run) = event.run_id() {
+                        data.insert("run_id".into(), json!(run));
+                    }
+                    self.approvals.insert(id.to_owned(), Value::Object(data));
+                }
+            }
+            EventType::SessionStarted if !self.provider_session_seen => {
+                if let Some(handle) = event.data_str("provider_session_id") {
+                    self.provider_session_seen = true;
+                    let _ = self
+                        .hub
+                        .store
+                        .set_provider_session_id(&self.id, handle)
+                        .await;
+                }
+            }
+            kind if kind.is_run_terminal() => {
+                if let Some(run) = event.run_id() {
+                    self.approvals
+                        .retain(|_, r| r.get("run_id").and_then(Value::as_str) != Some(run));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    async fn append(&mut self, events: Vec<Event>) {
+        if let Err(e) = self.hub.store.append(&self.id, events).await {
+            eprintln!(
+                "agentwire: session {}: could not store events: {e}",
+                self.id
+            );
+        }
+    }
+
+    /// The process is gone: end what is active, record why, mark the session.
+    async fn finish(&mut self, exit_code: Option<i32>, closed_by_user: bool) {
+        let at = now();
+        let stderr: Vec<u8> = self.stderr.iter().copied().collect();
+        let stderr = String::from_utf8_lossy(&stderr);
+        let provider = self.adapter.provider();
+        let mut batch = Vec::new();
+        let state;
+        if closed_by_user {
+            self.projector.close(at.unix_millis());
+            batch.extend(std::iter::from_fn(|| self.projector.poll_event()));
+            batch.push(host_event(
+                &self.id,
+                provider,
+                None,
+                EventType::SessionCompleted,
+                obj(json!({"reason": "closed"})),
+                at,
+            ));
+            state = SessionState::Closed;
+        } else {
+            let message = match exit_code {
+                Some(0) => "the agent process exited".to_owned(),
+                Some(code) => format!("the agent process exited with code {code}"),
+                None => "the agent process was killed by a signal".to_owned(),
+            };
+            let error = ProviderError::new(provider, "process_exit", message).with_process(
+                exit_code,
+                &stderr,
+                self.stderr_limits,
+            );
+            let ended = self.projector.end_active(
+                EventType::RunFailed,
+                &Value::Object(error.to_data()),
+                at.unix_millis(),
+            );
+            batch.extend(std::iter::from_fn(|| self.projector.poll_event()));
+            if exit_code == Some(0) && ended == 0 {
+                batch.push(host_event(
+                    &self.id,
+                    provider,
+                    None,
+                    EventType::SessionCompleted,
+                    obj(json!({"reason": "exited"})),
+                    at,
+                ));
+                state = SessionState::Closed;
+            } else {
+                batch.push(host_event(
+                    &self.id,
+                    provider,
+                    None,
+                    EventType::SessionFailed,
+                    error.to_data(),
+                    at,
+                ));
+                state = SessionState::Failed;
+            }
+        }
+        self.append(batch).await;
+        let _ = self
+            .hub
+            .store
+            .set_session_state(&self.id, state, now())
+            .await;
+    }
+}
+
+async fn write_all(stdin: &mut Option<ChildStdin>, bytes: &[u8]) -> Result<(), String> {
+    let Some(pipe) = stdin else {
+        return Err("the agent's stdin is closed".to_owned());
+    };
+    pipe.write_all(bytes)
+        .await
+        .map_err(|e| format!("writing to the agent: {e}"))?;
+    pipe.flush()
+        .await
+        .map_err(|e| format!("writing to the agent: {e}"))
+}
+
+async fn sleep_until_ms(deadline_ms: Option<i64>) {
+    match deadline_ms {
+        Some(at) => {
+            let wait = (at - now().unix_millis()).max(0) as u64;
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+        }
+        None => std::future::pending().await,
+    }
+}

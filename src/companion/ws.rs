@@ -1,0 +1,430 @@
+//! The WebSocket protocol (docs/protocol.md), written over plain channels of text frames so
+//! tests can drive it without a socket; [`handle_socket`] is the axum glue.
+//!
+//! Every subscription is a [`Follower`]: it reads the session's log from the client's cursor
+//! in pages, then waits for the store's next commit and reads again. Live and replayed events
+//! come from the same place, by the same cursor, so there is no gap and no duplicate where
+//! catch-up turns into tailing, and a subscriber that cannot keep up is simply still catching
+//! up from the store: its outgoing queue is bounded, and when it is found full the subscriber
+//! is told (`resync`) and keeps reading by cursor. Nothing is skipped.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{Message, WebSocket};
+use futures_util::{SinkExt, Stream, StreamExt};
+use tokio::sync::{broadcast, mpsc};
+use tokio::task::JoinHandle;
+
+use super::host::CommandError;
+use super::now;
+use super::server::AppState;
+use super::store::{Committed, EventQuery, Store, StoreError};
+use crate::core::event::Event;
+use crate::core::wire::{self, ClientMsg, ServerMsg, WireError};
+
+/// Frames a connection may have queued for sending before its subscriptions wait.
+const OUTGOING_FRAMES: usize = 32;
+/// Events read from the store per page.
+const PAGE: usize = 512;
+
+/// What a [`Follower`] read next.
+#[derive(Debug)]
+pub enum Page {
+    /// The next events after the cursor, in order.
+    Events(Vec<Event>),
+    /// Nothing more is stored after `latest` (sent once per catch-up).
+    CaughtUp(u64),
+}
+
+/// Reads a session's log from a cursor, then tails it, woken by the store's commits.
+pub struct Follower {
+    store: Arc<dyn Store>,
+    session: String,
+    after: u64,
+    commits: broadcast::Receiver<Committed>,
+    caught_up_sent: bool,
+}
+
+impl Follower {
+    /// Subscribes to commits before the first read, so no commit can be missed between.
+    pub fn new(store: Arc<dyn Store>, session: &str, after: u64) -> Follower {
+        Follower {
+            commits: store.subscribe(),
+            store,
+            session: session.to_owned(),
+            after,
+            caught_up_sent: false,
+        }
+    }
+
+    /// The last sequence handed out.
+    pub fn after(&self) -> u64 {
+        self.after
+    }
+
+    pub async fn next_page(&mut self, limit: usize) -> Result<Page, StoreError> {
+        loop {
+            let query = EventQuery {
+                after: Some(self.after),
+                limit: Some(limit),
+                ..EventQuery::default()
+            };
+            let events = self.store.get_events(&self.session, &query).await?;
+            if let Some(last) = events.last() {
+                self.after = last.sequence();
+                self.caught_up_sent = false;
+                return Ok(Page::Events(events));
+            }
+            if !self.caught_up_sent {
+                self.caught_up_sent = true;
+                return Ok(Page::CaughtUp(self.after));
+            }
+            loop {
+                match self.commits.recv().await {
+                    Ok(c) if c.session_id == self.session && c.latest_sequence > self.after => {
+                        break
+                    }
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(broadcast::error::RecvError::Closed) => return Err(StoreError::Closed),
+                }
+            }
+        }
+    }
+}
+
+/// Limits and timings of one connection.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    /// The largest frame the server sends, before negotiation lowers it.
+    pub max_frame: usize,
+    /// The largest frame the server accepts from a client.
+    pub client_frame_limit: usize,
+    pub heartbeat_ms: u64,
+}
+
+/// The axum side: splits the socket, runs the send loop (frames and heartbeats) and feeds
+/// received text frames to [`run_connection`].
+pub async fn handle_socket(socket: WebSocket, state: AppState) {
+    let (mut sink, stream) = socket.split();
+    let (tx, mut rx) = mpsc::channel::<String>(OUTGOING_FRAMES);
+    let heartbeat = Duration::from_millis(state.config.limits.heartbeat_ms);
+    let sender = tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(heartbeat);
+        ticker.tick().await;
+        loop {
+            let frame = tokio::select! {
+                frame = rx.recv() => match frame {
+                    Some(f) => f,
+                    None => break,
+                },
+                _ = ticker.tick() => ServerMsg::Heartbeat { now_ms: now().unix_millis() }.encode(),
+            };
+            if sink.send(Message::Text(frame.into())).await.is_err() {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    let incoming = stream
+        .take_while(|m| std::future::ready(m.is_ok()))
+        .filter_map(|m| async move {
+            match m {
+                Ok(Message::Text(t)) => Some(Incoming::Text(t.to_string())),
+                Ok(Message::Binary(_)) => Some(Incoming::Binary),
+                _ => None,
+            }
+        });
+    run_connection(Box::pin(incoming), tx, state).await;
+    let _ = sender.await;
+}
+
+/// One received frame.
+pub enum Incoming {
+    Text(String),
+    Binary,
+}
+
+/// The protocol over channels: reads client frames until the stream ends, writes server
+/// frames to `out`. Returns when the client is gone or must be dropped.
+pub async fn run_connection<I>(mut incoming: I, out: mpsc::Sender<String>, state: AppState)
+where
+    I: Stream<Item = Incoming> + Unpin,
+{
+    let limits = state.config.limits;
+    let store = state.hub.store().clone();
+    let send = |msg: ServerMsg| {
+        let out = out.clone();
+        async move { out.send(msg.encode()).await.is_ok() }
+    };
+    let error = |code: &str, message: String| ServerMsg::Error {
+        error: WireError::new(code, message),
+        session: None,
+    };
+
+    // Hello and version negotiation.
+    let hello = tokio::time::timeout(Duration::from_secs(30), incoming.next()).await;
+    let max_frame = match hello {
+        Ok(Some(Incoming::Text(frame))) => {
+            match ClientMsg::decode(&frame, limits.client_frame_limit) {
+                Ok(ClientMsg::Hello {
+                    protocols,
+                    max_frame,
+                    ..
+                }) => {
+                    let Some(protocol) = wire::negotiate(&protocols) else {
+                        let msg = format!(
+                            "no common protocol version: server speaks {:?}",
+                            wire::PROTOCOL_VERSIONS
+                        );
+                        send(error("unsupported_protocol", msg)).await;
+                        return;
+                    };
+                    let max_frame = max_frame
+                        .unwrap_or(wire::DEFAULT_MAX_FRAME)
+                        .min(limits.max_frame)
+                        .max(wire::MIN_MAX_FRAME);
+                    let welcome = ServerMsg::Welcome {
+                        protocol,
+                        epoch: store.epoch().to_owned(),
+                        max_frame,
+                        heartbeat_ms: limits.heartbeat_ms,
+                        server: concat!("agentwire/", env!("CARGO_PKG_VERSION")).to_owned(),
+                    };
+                    if !send(welcome).await {
+                        return;
+                    }
+                    max_frame
+                }
+                Ok(_) => {
+                    send(error(
+                        "hello_required",
+                        "the first message must be hello".into(),
+                    ))
+                    .await;
+                    return;
+                }
+                Err(e) => {
+                    send(error(e.code(), e.to_string())).await;
+                    return;
+                }
+            }
+        }
+        Ok(Some(Incoming::Binary)) => {
+            send(error("binary_frame", "frames are JSON text".into())).await;
+            return;
+        }
+        Ok(None) => return,
+        Err(_) => {
+            send(error("hello_timeout", "no hello within 30 s".into())).await;
+            return;
+        }
+    };
+
+    let mut subscriptions: HashMap<String, JoinHandle<()>> = HashMap::new();
+    while let Some(frame) = incoming.next().await {
+        let text = match frame {
+            Incoming::Text(t) => t,
+            Incoming::Binary => {
+                send(error("binary_frame", "frames are JSON text".into())).await;
+                continue;
+            }
+        };
+        let msg = match ClientMsg::decode(&text, limits.client_frame_limit) {
+            Ok(m) => m,
+            Err(e) => {
+                if !send(error(e.code(), e.to_string())).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        match msg {
+            ClientMsg::Hello { .. } => {
+                send(error("already_hello", "hello was already received".into())).await;
+            }
+            ClientMsg::Subscribe {
+                session,
+                after,
+                epoch,
+            } => {
+                if let Some(old) = subscriptions.remove(&session) {
+                    old.abort();
+                }
+                let task = tokio::spawn(follow(
+                    store.clone(),
+                    session.clone(),
+                    after,
+                    epoch,
+                    max_frame,
+                    out.clone(),
+                ));
+                subscriptions.insert(session, task);
+            }
+            ClientMsg::Unsubscribe { session } => {
+                if let Some(task) = subscriptions.remove(&session) {
+                    task.abort();
+                }
+            }
+            ClientMsg::Ping { id } => {
+                send(ServerMsg::Pong { id }).await;
+            }
+            ClientMsg::StartTurn {
+                id,
+                session,
+                prompt,
+            } => {
+                let result = state.hub.start_turn(&session, prompt).await;
+                send(reply(
+                    id,
+                    result.map(|turn| serde_json::json!({ "turnId": turn })),
+                ))
+                .await;
+            }
+            ClientMsg::Interrupt { id, session } => {
+                let result = state.hub.interrupt(&session).await;
+                send(reply(id, result.map(|()| serde_json::json!({})))).await;
+            }
+            ClientMsg::AnswerApproval {
+                id,
+                session,
+                request_id,
+                decision,
+            } => {
+                let result = state
+                    .hub
+                    .answer_approval(&session, request_id, decision)
+                    .await;
+                send(reply(id, result.map(|()| serde_json::json!({})))).await;
+            }
+        }
+    }
+    for (_, task) in subscriptions {
+        task.abort();
+    }
+}
+
+fn reply(id: String, result: Result<serde_json::Value, CommandError>) -> ServerMsg {
+    match result {
+        Ok(value) => ServerMsg::Reply {
+            id,
+            ok: true,
+            result: Some(value),
+            error: None,
+        },
+        Err(e) => ServerMsg::Reply {
+            id,
+            ok: false,
+            result: None,
+            error: Some(WireError::new(e.code, e.message)),
+        },
+    }
+}
+
+/// One subscription: replay from `after`, then tail, in `max_frame`-bounded frames.
+async fn follow(
+    store: Arc<dyn Store>,
+    session: String,
+    mut after: u64,
+    epoch: Option<String>,
+    max_frame: usize,
+    out: mpsc::Sender<String>,
+) {
+    let current = store.epoch().to_owned();
+    let fail = |code: &str, message: String| {
+        ServerMsg::Error {
+            error: WireError::new(code, message),
+            session: Some(session.clone()),
+        }
+        .encode()
+    };
+    match store.get_session(&session).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            let _ = out
+                .send(fail("unknown_session", format!("no session {session:?}")))
+                .await;
+            return;
+        }
+        Err(e) => {
+            let _ = out.send(fail("store_error", e.to_string())).await;
+            return;
+        }
+    }
+    let latest = store.latest_sequence(&session).await.unwrap_or(0);
+    let reset_reason = match &epoch {
+        Some(e) if *e != current => Some("stale_epoch"),
+        _ if after > latest => Some("cursor_ahead"),
+        _ => None,
+    };
+    if let Some(reason) = reset_reason {
+        after = 0;
+        let reset = ServerMsg::Reset {
+            session: session.clone(),
+            epoch: current.clone(),
+            reason: reason.into(),
+        };
+        if out.send(reset.encode()).await.is_err() {
+            return;
+        }
+    }
+    let mut follower = Follower::new(store, &session, after);
+    let mut live = false;
+    let mut sent = after;
+    loop {
+        let frames = match follower.next_page(PAGE).await {
+            Ok(Page::Events(events)) => wire::encode_events(&session, &current, &events, max_frame),
+            Ok(Page::CaughtUp(latest)) => {
+                live = true;
+                let text = ServerMsg::CaughtUp {
+                    session: session.clone(),
+                    latest,
+                }
+                .encode();
+                vec![wire::Frame {
+                    text,
+                    last_sequence: 0,
+                }]
+            }
+            Err(e) => {
+                let _ = out.send(fail("store_error", e.to_string())).await;
+                return;
+            }
+        };
+        for frame in frames {
+            let permit = match out.try_reserve() {
+                Ok(permit) => permit,
+                Err(mpsc::error::TrySendError::Full(())) if live => {
+                    // This subscriber fell behind the live tail: it is back to catching up
+                    // from the store, and is told where that resumes.
+                    live = false;
+                    let Ok(permit) = out.reserve().await else {
+                        return;
+                    };
+                    permit.send(
+                        ServerMsg::Resync {
+                            session: session.clone(),
+                            after: sent,
+                        }
+                        .encode(),
+                    );
+                    let Ok(permit) = out.reserve().await else {
+                        return;
+                    };
+                    permit
+                }
+                Err(mpsc::error::TrySendError::Full(())) => {
+                    let Ok(permit) = out.reserve().await else {
+                        return;
+                    };
+                    permit
+                }
+                Err(mpsc::error::TrySendError::Closed(())) => return,
+            };
+            permit.send(frame.text);
+            sent = sent.max(frame.last_sequence);
+        }
+    }
+}

@@ -1,0 +1,609 @@
+//! The companion end to end: a real `agentwire serve` process on 127.0.0.1 port 0, a real
+//! SQLite file in a temp dir, the built-in demo agent as its child, real WebSocket and HTTP
+//! clients.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use agentwire::core::event::{Event, EventType};
+use agentwire::core::wire::{ClientMsg, ServerMsg};
+use common::*;
+use futures_util::SinkExt;
+use serde_json::json;
+use tokio_tungstenite::tungstenite::Message;
+
+fn kinds(events: &[Event]) -> Vec<EventType> {
+    events.iter().map(Event::kind).collect()
+}
+
+#[tokio::test]
+async fn a_demo_turn_streams_live_over_the_websocket_with_contiguous_sequences() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    let session = server.create_demo_session();
+    let (mut socket, epoch) = hello(&server.ws_url()).await;
+    assert_eq!(epoch, server.epoch);
+    send(
+        &mut socket,
+        &ClientMsg::Subscribe {
+            session: session.clone(),
+            after: 0,
+            epoch: None,
+        },
+    )
+    .await;
+    let mut c = Collector::new();
+    collect_until(&mut socket, &mut c, |c| c.caught_up >= 1).await;
+    let turn = server.start_turn(&session, "please use a tool");
+    collect_until(&mut socket, &mut c, |c| ended(&c.events, &turn)).await;
+    assert_contiguous(&c.events);
+    let k = kinds(&c.events);
+    for want in [
+        EventType::SessionCreated,
+        EventType::MessageSent,
+        EventType::RunStarted,
+        EventType::ToolCallCompleted,
+        EventType::MessageReceived,
+        EventType::RunCompleted,
+    ] {
+        assert!(k.contains(&want), "{want} missing from {k:?}");
+    }
+    let sent: Vec<_> = c
+        .events
+        .iter()
+        .filter(|e| e.kind() == EventType::MessageSent)
+        .collect();
+    assert_eq!(sent.len(), 1, "exactly one user message for the turn");
+    assert_eq!(sent[0].run_id(), Some(turn.as_str()));
+    // The live stream is exactly the stored log.
+    assert_eq!(c.events, server.events(&session));
+}
+
+#[tokio::test]
+async fn resuming_from_every_cursor_and_after_drops_mid_turn_yields_the_same_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    let session = server.create_demo_session();
+    let turn = server.start_turn(&session, "a slow answer with a tool");
+    // A client that drops its connection every few events while the turn streams.
+    let mut c = Collector::new();
+    let mut drops = 0;
+    while !ended(&c.events, &turn) {
+        let (mut socket, _) = hello(&server.ws_url()).await;
+        send(&mut socket, &c.cursor.subscribe(&session)).await;
+        let stop_at = c.events.len() + 1 + drops % 4;
+        collect_until(&mut socket, &mut c, |c| {
+            c.events.len() >= stop_at || ended(&c.events, &turn)
+        })
+        .await;
+        drop(socket);
+        drops += 1;
+    }
+    let log = server.events(&session);
+    assert!(
+        drops > 5,
+        "the turn should span several connections ({drops})"
+    );
+    assert_eq!(c.events, log[..c.events.len()]);
+    assert_contiguous(&c.events);
+    // Every cursor of the finished log resumes to exactly the rest of it.
+    for after in 0..=log.len() as u64 {
+        let (mut socket, epoch) = hello(&server.ws_url()).await;
+        send(
+            &mut socket,
+            &ClientMsg::Subscribe {
+                session: session.clone(),
+                after,
+                epoch: Some(epoch),
+            },
+        )
+        .await;
+        let mut c = Collector::new();
+        c.cursor.after = after;
+        collect_until(&mut socket, &mut c, |c| c.caught_up >= 1).await;
+        assert_eq!(c.events, log[after as usize..], "resume after {after}");
+    }
+}
+
+#[tokio::test]
+async fn a_restarted_server_resumes_on_the_same_file_and_marks_orphans_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let mut server = Server::start(&db, 0, &[]);
+    let session = server.create_demo_session();
+    let turn = server.start_turn(&session, "hello");
+    let before = server.wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let epoch = server.epoch.clone();
+    let busy = server.create_demo_session();
+    let slow = server.start_turn(&busy, "slow please");
+    server.wait_events(&busy, "the slow turn to stream", |e| {
+        e.iter().any(|e| e.kind() == EventType::MessageStreamed)
+    });
+    server.kill();
+
+    let server = Server::start(&db, 0, &[]);
+    assert_eq!(server.epoch, epoch, "a restart keeps the epoch");
+    // Resuming from the cursor gets nothing twice and no reset.
+    let (mut socket, _) = hello(&server.ws_url()).await;
+    let last = before.last().unwrap().sequence();
+    send(
+        &mut socket,
+        &ClientMsg::Subscribe {
+            session: session.clone(),
+            after: last,
+            epoch: Some(epoch.clone()),
+        },
+    )
+    .await;
+    let mut c = Collector::new();
+    c.cursor.after = last;
+    c.cursor.epoch = Some(epoch.clone());
+    collect_until(&mut socket, &mut c, |c| c.caught_up >= 1).await;
+    assert_eq!(c.resets, 0);
+    // The idle session had ended its turn; the busy one died with the server: failed.
+    let after = server.events(&session);
+    assert_eq!(after[..before.len()], before[..]);
+    assert_contiguous(&after);
+    let busy_log = server.events(&busy);
+    assert_contiguous(&busy_log);
+    let tail: Vec<_> = busy_log.iter().rev().take(2).map(Event::kind).collect();
+    assert_eq!(tail, [EventType::SessionFailed, EventType::RunFailed]);
+    assert!(ended(&busy_log, &slow));
+    let (_, body) = server.api("GET", &format!("/api/sessions/{busy}"), None);
+    assert_eq!(body["session"]["state"], "failed");
+    // A stale epoch gets a reset and the whole log again.
+    send(
+        &mut socket,
+        &ClientMsg::Subscribe {
+            session: session.clone(),
+            after: 3,
+            epoch: Some("not-this-one".into()),
+        },
+    )
+    .await;
+    let mut c = Collector::new();
+    c.cursor.after = 3;
+    c.cursor.epoch = Some("not-this-one".into());
+    collect_until(&mut socket, &mut c, |c| c.caught_up >= 1).await;
+    assert_eq!(c.resets, 1);
+    assert_eq!(c.events, after);
+}
+
+#[tokio::test]
+async fn commands_answer_with_correlated_replies_and_clear_refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    let session = server.create_demo_session();
+    let (mut socket, _) = hello(&server.ws_url()).await;
+    let start = |id: &str, prompt: &str| ClientMsg::StartTurn {
+        id: id.into(),
+        session: session.clone(),
+        prompt: prompt.into(),
+    };
+    send(&mut socket, &start("c1", "slow, very slow")).await;
+    send(&mut socket, &start("c2", "another one")).await;
+    let mut replies = Vec::new();
+    while replies.len() < 2 {
+        if let Some(ServerMsg::Reply {
+            id,
+            ok,
+            result,
+            error,
+        }) = recv(&mut socket).await
+        {
+            replies.push((id, ok, result, error));
+        }
+    }
+    assert_eq!((replies[0].0.as_str(), replies[0].1), ("c1", true));
+    let turn = replies[0].2.as_ref().unwrap()["turnId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!((replies[1].0.as_str(), replies[1].1), ("c2", false));
+    assert_eq!(
+        replies[1].3.as_ref().unwrap().code,
+        "foreground_turn_active"
+    );
+    // Over HTTP the same refusal is a 409 with the same code.
+    let (status, body) = server.api(
+        "POST",
+        &format!("/api/sessions/{session}/turns"),
+        Some(json!({"prompt": "x"})),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("foreground_turn_active"))
+    );
+    // Interrupt ends the turn as cancelled.
+    send(
+        &mut socket,
+        &ClientMsg::Interrupt {
+            id: "c3".into(),
+            session: session.clone(),
+        },
+    )
+    .await;
+    let events = server.wait_events(&session, "the interrupted turn to end", |e| ended(e, &turn));
+    let terminal = events.iter().find(|e| e.kind().is_run_terminal()).unwrap();
+    assert_eq!(terminal.kind(), EventType::RunCancelled);
+    // Unknown sessions and requests are refused precisely.
+    send(
+        &mut socket,
+        &ClientMsg::Interrupt {
+            id: "c4".into(),
+            session: "ses_nope".into(),
+        },
+    )
+    .await;
+    send(
+        &mut socket,
+        &ClientMsg::AnswerApproval {
+            id: "c5".into(),
+            session: session.clone(),
+            request_id: "nope".into(),
+            decision: agentwire::core::wire::Decision::Allow,
+        },
+    )
+    .await;
+    let mut codes = Vec::new();
+    while codes.len() < 2 {
+        if let Some(ServerMsg::Reply {
+            id, error: Some(e), ..
+        }) = recv(&mut socket).await
+        {
+            codes.push((id, e.code));
+        }
+    }
+    assert!(
+        codes.contains(&("c4".into(), "unknown_session".into())),
+        "{codes:?}"
+    );
+    assert!(
+        codes.contains(&("c5".into(), "unknown_request".into())),
+        "{codes:?}"
+    );
+}
+
+#[tokio::test]
+async fn approvals_are_answered_from_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    let session = server.create_demo_session();
+    let turn = server.start_turn(&session, "run a tool, but ask for approval first");
+    let events = server.wait_events(&session, "an approval request", |e| {
+        e.iter()
+            .any(|e| e.kind() == EventType::ToolApprovalRequested)
+    });
+    let request = events
+        .iter()
+        .find(|e| e.kind() == EventType::ToolApprovalRequested)
+        .unwrap();
+    let request_id = request.data_str("request_id").unwrap().to_owned();
+    let (status, body) = server.api(
+        "POST",
+        &format!("/api/sessions/{session}/approvals/{request_id}"),
+        Some(json!({"decision": "allow"})),
+    );
+    assert_eq!(status, 204, "{body}");
+    let events = server.wait_events(&session, "the approved turn to end", |e| ended(e, &turn));
+    let k = kinds(&events);
+    assert!(k.contains(&EventType::ToolApprovalGranted));
+    assert!(k.contains(&EventType::ToolCallCompleted));
+    assert_eq!(
+        events
+            .iter()
+            .find(|e| e.kind().is_run_terminal())
+            .unwrap()
+            .kind(),
+        EventType::RunCompleted
+    );
+    // Answering twice is refused: the request is no longer pending.
+    let (status, body) = server.api(
+        "POST",
+        &format!("/api/sessions/{session}/approvals/{request_id}"),
+        Some(json!({"decision": "deny"})),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("unknown_request"))
+    );
+}
+
+#[tokio::test]
+async fn a_crashed_agent_fails_its_turn_with_the_exit_code_and_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    let session = server.create_demo_session();
+    let turn = server.start_turn(&session, "crash now");
+    let events = server.wait_events(&session, "the session to fail", |e| {
+        e.iter().any(|e| e.kind() == EventType::SessionFailed)
+    });
+    let failed = events
+        .iter()
+        .find(|e| e.kind() == EventType::RunFailed && e.run_id() == Some(turn.as_str()))
+        .expect("run_failed");
+    let pe = &failed.data()["provider_error"];
+    assert_eq!(pe["kind"], "process_exit");
+    assert_eq!(pe["exit_code"], 3);
+    assert!(
+        pe["stderr"].as_str().is_some_and(|s| !s.is_empty()),
+        "stderr kept: {pe}"
+    );
+    let (status, body) = server.api(
+        "POST",
+        &format!("/api/sessions/{session}/turns"),
+        Some(json!({"prompt": "again"})),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("not_connected"))
+    );
+}
+
+#[tokio::test]
+async fn long_poll_returns_on_the_next_append_and_on_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    let session = server.create_demo_session();
+    let latest = server.events(&session).last().unwrap().sequence();
+    let addr = server.addr;
+    let path = format!("/api/sessions/{session}/events?after={latest}&wait_ms=20000");
+    let waiter = std::thread::spawn(move || {
+        http(
+            addr,
+            "GET",
+            &path,
+            None,
+            &[("Authorization", &format!("Bearer {TOKEN}"))],
+        )
+    });
+    server.start_turn(&session, "hello");
+    let (status, body) = waiter.join().unwrap();
+    assert_eq!(status, 200);
+    let events = body["events"].as_array().unwrap();
+    assert!(
+        !events.is_empty(),
+        "the long-poll returned with the new events"
+    );
+    assert_eq!(events[0]["sequence"], latest + 1);
+    // A quiet session: the long-poll times out with nothing and the same cursor.
+    let quiet = server.create_demo_session();
+    let last = server.events(&quiet).last().unwrap().sequence();
+    let (status, body) = server.api(
+        "GET",
+        &format!("/api/sessions/{quiet}/events?after={last}&wait_ms=300"),
+        None,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(body["events"].as_array().unwrap().len(), 0);
+    assert_eq!(body["next_after"], last);
+}
+
+#[tokio::test]
+async fn sse_streams_the_same_log_and_resumes_from_last_event_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    let session = server.create_demo_session();
+    let turn = server.start_turn(&session, "hello");
+    let log = server.wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    use std::io::{Read, Write};
+    let request = format!(
+        "GET /api/sessions/{session}/stream?token={TOKEN} HTTP/1.1\r\nHost: {}\r\nLast-Event-ID: 2\r\n\r\n",
+        server.addr
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut text = String::new();
+    let mut buf = [0u8; 65536];
+    while !text.contains("event: caught_up") {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended early");
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let ids: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let want: Vec<u64> = (3..=log.len() as u64).collect();
+    assert_eq!(ids, want);
+}
+
+#[tokio::test]
+async fn tokens_and_origins_are_enforced_and_bad_frames_get_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    let addr = server.addr;
+    let (status, body) = http(addr, "GET", "/api/sessions", None, &[]);
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (401, Some("token_required"))
+    );
+    let (status, body) = http(
+        addr,
+        "GET",
+        "/api/sessions",
+        None,
+        &[("Authorization", "Bearer wrong-token-xx")],
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (401, Some("bad_token"))
+    );
+    let (status, body) = http(
+        addr,
+        "GET",
+        "/api/sessions",
+        None,
+        &[
+            ("Authorization", &format!("Bearer {TOKEN}")),
+            ("Origin", "http://evil.example"),
+        ],
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("forbidden_origin"))
+    );
+    let own = format!("http://{addr}");
+    let (status, _) = http(
+        addr,
+        "GET",
+        "/api/sessions",
+        None,
+        &[
+            ("Authorization", &format!("Bearer {TOKEN}")),
+            ("Origin", &own),
+        ],
+    );
+    assert_eq!(status, 200);
+    // WebSocket: no token, wrong token, foreign origin are all refused at the handshake.
+    let bare = format!("ws://{addr}/ws");
+    assert!(ws_connect(&bare, &[]).await.is_err());
+    assert!(ws_connect(&format!("{bare}?token=nope-nope-nope"), &[])
+        .await
+        .is_err());
+    assert!(
+        ws_connect(&server.ws_url(), &[("Origin", "http://evil.example")])
+            .await
+            .is_err()
+    );
+    assert!(ws_connect(&server.ws_url(), &[("Origin", &own)])
+        .await
+        .is_ok());
+    // Bad frames get precise errors and the connection keeps working.
+    let (mut socket, _) = hello(&server.ws_url()).await;
+    let big = format!(r#"{{"t":"ping","id":"{}"}}"#, "x".repeat(2 << 20));
+    for (frame, code) in [
+        ("{oops", "malformed_frame"),
+        (r#"{"t":"teleport"}"#, "unknown_type"),
+        (big.as_str(), "frame_too_large"),
+    ] {
+        socket
+            .send(Message::Text(frame.to_owned().into()))
+            .await
+            .unwrap();
+        match recv(&mut socket).await {
+            Some(ServerMsg::Error { error, .. }) => assert_eq!(error.code, code),
+            other => panic!("expected an error for {code}, got {other:?}"),
+        }
+    }
+    send(
+        &mut socket,
+        &ClientMsg::Ping {
+            id: Some("p".into()),
+        },
+    )
+    .await;
+    assert!(matches!(
+        recv(&mut socket).await,
+        Some(ServerMsg::Pong { .. })
+    ));
+    // Static files never leave www/.
+    let (status, _) = http(addr, "GET", "/../Cargo.toml", None, &[]);
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn a_non_loopback_address_needs_an_explicit_token() {
+    let out = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+        .args(["serve", "--addr", "0.0.0.0:0", "--db", "/nonexistent/x.db"])
+        .env_remove("AGENTWIRE_TOKEN")
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without an explicit --token"));
+}
+
+#[tokio::test]
+async fn kill_9_during_appends_loses_no_acknowledged_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    for round in 0..3 {
+        let mut server = Server::start(&db, 0, &[]);
+        let sessions: Vec<String> = (0..3).map(|_| server.create_demo_session()).collect();
+        let mut sockets = Vec::new();
+        for s in &sessions {
+            server.start_turn(s, "slow, with a tool");
+            let (mut socket, _) = hello(&server.ws_url()).await;
+            send(
+                &mut socket,
+                &ClientMsg::Subscribe {
+                    session: s.clone(),
+                    after: 0,
+                    epoch: None,
+                },
+            )
+            .await;
+            sockets.push(socket);
+        }
+        // Receive a varying number of events, then kill the server mid-append.
+        let mut received: Vec<Collector> = Vec::new();
+        for (i, socket) in sockets.iter_mut().enumerate() {
+            let mut c = Collector::new();
+            collect_until(socket, &mut c, |c| c.events.len() >= 6 + i * 3 + round).await;
+            received.push(c);
+        }
+        server.kill();
+        let server = Server::start(&db, 0, &[]);
+        for (s, c) in sessions.iter().zip(&received) {
+            let log = server.events(s);
+            assert_contiguous(&log);
+            assert_eq!(
+                log[..c.events.len()],
+                c.events[..],
+                "every received event survived, in place"
+            );
+            assert_eq!(log.last().unwrap().kind(), EventType::SessionFailed);
+        }
+        drop(server);
+    }
+}
+
+#[tokio::test]
+async fn tail_prints_the_log_as_json_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    let session = server.create_demo_session();
+    let turn = server.start_turn(&session, "use a tool");
+    let log = server.wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let out = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+        .args([
+            "tail",
+            &session,
+            "--no-follow",
+            "--url",
+            &format!("ws://{}/ws", server.addr),
+            "--token",
+            TOKEN,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Vec<Event> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(printed, log);
+    let out = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+        .args([
+            "tail",
+            "ses_missing",
+            "--no-follow",
+            "--url",
+            &format!("ws://{}/ws", server.addr),
+            "--token",
+            TOKEN,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown_session"));
+}
