@@ -45,6 +45,12 @@ enum Command {
         #[command(flatten)]
         input: InputArgs,
     },
+    /// Run the built-in demo agent (Claude Code stream-json on stdin/stdout).
+    #[command(hide = true)]
+    DemoAgent {
+        #[arg(long, default_value_t = 15)]
+        delay_ms: u64,
+    },
 }
 
 #[derive(clap::Args)]
@@ -124,6 +130,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             report(&out);
             Ok(ExitCode::SUCCESS)
         }
+        Command::DemoAgent { delay_ms } => Ok(crate::companion::demo_agent::run(delay_ms)),
     }
 }
 
