@@ -1,13 +1,1637 @@
-//! Timeline projection (being written).
-use super::event::Event;
+//! The timeline projection: one session's canonical events in, a UI-ready list of [`Item`]s
+//! out, plus the compact [`Change`]s a client needs to mirror that list.
+//!
+//! Driving rule: feed every event of the session to [`Timeline::handle_event`], in log order,
+//! then call [`Timeline::drain`] whenever the client should catch up (after each frame or
+//! batch, not necessarily after each event). Applying the drained changes in order to a copy
+//! of the list that was in effect at the previous drain yields [`Timeline::items`] exactly.
+//!
+//! Invariants, each one written so that nothing here slows down as a session grows (the
+//! reason AG-UI and paseo clients turn quadratic, see `reference/anchors.md`):
+//! - Items are only ever appended, never removed or reordered: an index names one item for
+//!   the life of the timeline, so a change addresses it by index and nothing is searched.
+//! - Handling one event is O(1) amortized plus the size of what it carries: message, tool
+//!   call, approval and run ids map straight to item indices; text deltas are appended in
+//!   place. No event scans, clones or rebuilds the list.
+//! - [`Timeline::drain`] visits only the items touched since the previous drain, and emits at
+//!   most one change per item: an item inserted in that window is sent once, in its final
+//!   state; several appends to one text become one [`Change::AppendText`] with just the new
+//!   text; anything else becomes one [`Change::Update`] with the whole (single) item.
+//! - Idempotent: an event whose sequence is not above the last one applied (when it has a
+//!   sequence), or whose id was already applied, changes nothing. Replaying the log from any
+//!   cursor, duplicated or re-chunked, leaves the projection as it was.
+//! - A run terminal closes what the run left open: its streaming texts stop streaming and its
+//!   running tool calls become `failed` (run failed or timed out) or `cancelled` (otherwise,
+//!   since no result ever came); a session terminal does the same for every run.
+
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt::Write;
+use std::mem;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::event::{fnv1a128, Event, EventId, EventType};
+use super::normalize::excerpt;
+
+/// One entry of the timeline, as a UI shows it. Serialized with a `kind` tag.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Item {
+    /// The user's prompt (`message_sent`).
+    UserMessage {
+        text: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_id: Option<String>,
+    },
+    /// Assistant text, assembled from `message_streamed` and settled by `message_received`.
+    AssistantMessage(Message),
+    /// Reasoning text, assembled from `reasoning_streamed` and settled by `reasoning_received`.
+    Reasoning(Message),
+    ToolCall(ToolCall),
+    /// The latest todo list of a run (`todo_updated` replaces the run's previous list).
+    Todo {
+        items: Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_id: Option<String>,
+    },
+    /// From `run_failed`, `error_occurred` and `session_failed`.
+    Error {
+        message: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        provider_error: Option<Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_id: Option<String>,
+    },
+    Approval(Approval),
+}
+
+/// A text item: assistant message or reasoning.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Message {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    pub text: String,
+    /// Deltas may still come; false once settled or once its run ended.
+    pub streaming: bool,
+    /// The provider abandoned it: a UI hides it.
+    pub discarded: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolCall {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub input: Value,
+    pub status: ToolStatus,
+    /// The tool's text output: the streamed `output_delta`s, replaced by `tool_output` when
+    /// the call completes (non-string outputs as compact JSON).
+    pub output: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_tool_use_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatus {
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl ToolStatus {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ToolStatus::Running => "running",
+            ToolStatus::Completed => "completed",
+            ToolStatus::Failed => "failed",
+            ToolStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Approval {
+    pub request_id: String,
+    pub tool_name: String,
+    pub input: Value,
+    pub status: ApprovalStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    Granted,
+    Denied,
+}
+
+impl ApprovalStatus {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Granted => "granted",
+            ApprovalStatus::Denied => "denied",
+        }
+    }
+}
+
+impl Item {
+    /// The run the item belongs to, if any.
+    pub fn run_id(&self) -> Option<&str> {
+        match self {
+            Item::UserMessage { run_id, .. }
+            | Item::Todo { run_id, .. }
+            | Item::Error { run_id, .. } => run_id.as_deref(),
+            Item::AssistantMessage(m) | Item::Reasoning(m) => m.run_id.as_deref(),
+            Item::ToolCall(t) => t.run_id.as_deref(),
+            Item::Approval(a) => a.run_id.as_deref(),
+        }
+    }
+
+    /// The text that [`Change::AppendText`] extends: a message's `text`, a tool's `output`.
+    pub fn growing_text(&self) -> Option<&str> {
+        match self {
+            Item::AssistantMessage(m) | Item::Reasoning(m) => Some(&m.text),
+            Item::ToolCall(t) => Some(&t.output),
+            _ => None,
+        }
+    }
+
+    /// Mutable access to [`Item::growing_text`], for whoever applies changes.
+    pub fn growing_text_mut(&mut self) -> Option<&mut String> {
+        match self {
+            Item::AssistantMessage(m) | Item::Reasoning(m) => Some(&mut m.text),
+            Item::ToolCall(t) => Some(&mut t.output),
+            _ => None,
+        }
+    }
+}
+
+/// Token and cost totals. Per run: the latest value of each field reported for that run;
+/// per session: the sum over runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_input_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+    pub reasoning_output_tokens: u64,
+    pub cost_usd: f64,
+}
+
+/// What changed since the previous [`Timeline::drain`]. Serialized with a short `op` tag.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Change {
+    /// A new item; `index` is always the current length of the list.
+    Insert { index: usize, item: Item },
+    /// Append `text` to the item's [`Item::growing_text`].
+    #[serde(rename = "append")]
+    AppendText { index: usize, text: String },
+    /// Replace the item.
+    Update { index: usize, item: Item },
+    /// The session's new usage totals.
+    Usage { totals: Usage },
+    /// The request ids of the approvals now pending, in the order they were requested.
+    Approvals { pending: Vec<String> },
+}
+
+/// How many events the timeline saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// Applied (new, of this session).
+    pub events: u64,
+    /// Skipped as already applied (by sequence or id).
+    pub duplicates: u64,
+    /// Skipped because they belong to another session than the first event's.
+    pub foreign: u64,
+}
+
+/// The timeline of one session. See the module docs for the driving rule and invariants.
 #[derive(Default)]
-pub struct Timeline;
+pub struct Timeline {
+    session_id: Option<String>,
+    items: Vec<Item>,
+    dirt: Dirt,
+    messages: HashMap<String, usize>,
+    reasoning: HashMap<String, usize>,
+    tools: HashMap<String, usize>,
+    approvals: HashMap<String, usize>,
+    /// Keyed by run id; `""` holds what has no run (run ids are never empty).
+    runs: HashMap<String, RunState>,
+    /// Indices of pending approval items (index order = request order).
+    pending: BTreeSet<usize>,
+    total: Tally,
+    usage_changed: bool,
+    approvals_changed: bool,
+    last_sequence: u64,
+    seen: HashSet<u128>,
+    counts: Counts,
+}
+
+#[derive(Default)]
+struct RunState {
+    open_message: Option<usize>,
+    open_reasoning: Option<usize>,
+    /// Items that were streaming or running when added; checked (lazily) at the terminal.
+    open: Vec<usize>,
+    todo: Option<usize>,
+    usage: Tally,
+}
+
+/// Usage in exact integers (cost in nano-dollars) so totals can be kept by difference.
+#[derive(Clone, Copy, Default, PartialEq)]
+struct Tally {
+    tokens: [u64; 5],
+    cost_nanos: i64,
+}
+
+const TOKEN_FIELDS: [&str; 5] = [
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "reasoning_output_tokens",
+];
+
+impl Tally {
+    fn usage(&self) -> Usage {
+        let [input, output, cache_read, cache_creation, reasoning] = self.tokens;
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            cache_read_input_tokens: cache_read,
+            cache_creation_input_tokens: cache_creation,
+            reasoning_output_tokens: reasoning,
+            cost_usd: self.cost_nanos as f64 / 1e9,
+        }
+    }
+}
+
+/// What an item owes the next drain.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Dirty {
+    Clean,
+    Inserted,
+    Updated,
+    /// Only appended to since the last drain, from this byte offset of its growing text.
+    Appended {
+        from: usize,
+    },
+}
+
+/// The per-item drain state and the list of items to visit, in order of first touch.
+#[derive(Default)]
+struct Dirt {
+    state: Vec<Dirty>,
+    list: Vec<usize>,
+}
+
+impl Dirt {
+    fn inserted(&mut self, idx: usize) {
+        debug_assert_eq!(idx, self.state.len());
+        self.state.push(Dirty::Inserted);
+        self.list.push(idx);
+    }
+
+    fn updated(&mut self, idx: usize) {
+        match self.state[idx] {
+            Dirty::Clean => {
+                self.state[idx] = Dirty::Updated;
+                self.list.push(idx);
+            }
+            Dirty::Appended { .. } => self.state[idx] = Dirty::Updated,
+            Dirty::Inserted | Dirty::Updated => {}
+        }
+    }
+
+    fn appended(&mut self, idx: usize, from: usize) {
+        if self.state[idx] == Dirty::Clean {
+            self.state[idx] = Dirty::Appended { from };
+            self.list.push(idx);
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Stream {
+    Message,
+    Reasoning,
+}
+
+impl RunState {
+    fn open(&self, stream: Stream) -> Option<usize> {
+        match stream {
+            Stream::Message => self.open_message,
+            Stream::Reasoning => self.open_reasoning,
+        }
+    }
+
+    fn open_mut(&mut self, stream: Stream) -> &mut Option<usize> {
+        match stream {
+            Stream::Message => &mut self.open_message,
+            Stream::Reasoning => &mut self.open_reasoning,
+        }
+    }
+}
+
+fn message_mut(item: &mut Item, stream: Stream) -> Option<&mut Message> {
+    match (item, stream) {
+        (Item::AssistantMessage(m), Stream::Message) | (Item::Reasoning(m), Stream::Reasoning) => {
+            Some(m)
+        }
+        _ => None,
+    }
+}
+
+fn run_entry<'a>(runs: &'a mut HashMap<String, RunState>, key: &str) -> &'a mut RunState {
+    if !runs.contains_key(key) {
+        runs.insert(key.to_owned(), RunState::default());
+    }
+    runs.get_mut(key).expect("inserted above")
+}
+
+/// A value as text: strings as they are, anything else as compact JSON.
+fn text_of(v: &Value) -> Cow<'_, str> {
+    match v {
+        Value::String(s) => Cow::Borrowed(s),
+        other => Cow::Owned(other.to_string()),
+    }
+}
+
+fn owned(s: Option<&str>) -> Option<String> {
+    s.map(str::to_owned)
+}
+
+/// The id as its 128 bits (ids are `evt_` + 32 hex digits), so the seen-set stays small.
+fn id_key(id: &EventId) -> u128 {
+    id.as_str()
+        .get(4..)
+        .and_then(|hex| u128::from_str_radix(hex, 16).ok())
+        .unwrap_or_else(|| fnv1a128(&[id.as_str()]))
+}
+
 impl Timeline {
     pub fn new() -> Self {
-        Timeline
+        Timeline::default()
     }
-    pub fn handle_event(&mut self, _event: &Event) {}
+
+    /// Applies one event (skipped when already applied or of another session).
+    pub fn handle_event(&mut self, event: &Event) {
+        match &self.session_id {
+            None => self.session_id = Some(event.session_id().to_owned()),
+            Some(s) if s != event.session_id() => {
+                self.counts.foreign += 1;
+                return;
+            }
+            Some(_) => {}
+        }
+        let seq = event.sequence();
+        if (seq > 0 && seq <= self.last_sequence) || !self.seen.insert(id_key(event.id())) {
+            self.counts.duplicates += 1;
+            return;
+        }
+        self.last_sequence = self.last_sequence.max(seq);
+        self.counts.events += 1;
+        self.apply(event);
+    }
+
+    /// The changes since the previous drain, coalesced: at most one per item, then at most
+    /// one usage and one approvals change. Costs O(what changed), not O(timeline).
+    pub fn drain(&mut self) -> Vec<Change> {
+        let extra = usize::from(self.usage_changed) + usize::from(self.approvals_changed);
+        let mut out = Vec::with_capacity(self.dirt.list.len() + extra);
+        for index in self.dirt.list.drain(..) {
+            let item = &self.items[index];
+            match mem::replace(&mut self.dirt.state[index], Dirty::Clean) {
+                Dirty::Inserted => out.push(Change::Insert {
+                    index,
+                    item: item.clone(),
+                }),
+                Dirty::Appended { from } => match item.growing_text().and_then(|t| t.get(from..)) {
+                    Some(text) => out.push(Change::AppendText {
+                        index,
+                        text: text.to_owned(),
+                    }),
+                    None => {
+                        debug_assert!(false, "an append offset is always inside the text");
+                        out.push(Change::Update {
+                            index,
+                            item: item.clone(),
+                        });
+                    }
+                },
+                Dirty::Updated => out.push(Change::Update {
+                    index,
+                    item: item.clone(),
+                }),
+                Dirty::Clean => unreachable!("only dirty items are listed"),
+            }
+        }
+        if mem::take(&mut self.usage_changed) {
+            out.push(Change::Usage {
+                totals: self.usage(),
+            });
+        }
+        if mem::take(&mut self.approvals_changed) {
+            out.push(Change::Approvals {
+                pending: self.pending_approvals().map(str::to_owned).collect(),
+            });
+        }
+        out
+    }
+
+    pub fn items(&self) -> &[Item] {
+        &self.items
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The session's totals: the sum over runs of each run's latest usage.
+    pub fn usage(&self) -> Usage {
+        self.total.usage()
+    }
+
+    /// The latest usage of one run (`None`: the events that carry no run id).
+    pub fn run_usage(&self, run_id: Option<&str>) -> Option<Usage> {
+        self.runs.get(run_id.unwrap_or("")).map(|r| r.usage.usage())
+    }
+
+    /// Request ids of the pending approvals, in the order they were requested.
+    pub fn pending_approvals(&self) -> impl Iterator<Item = &str> + '_ {
+        self.pending.iter().filter_map(|&i| match &self.items[i] {
+            Item::Approval(a) => Some(a.request_id.as_str()),
+            _ => None,
+        })
+    }
+
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    fn apply(&mut self, e: &Event) {
+        use EventType as T;
+        match e.kind() {
+            T::MessageSent => self.user_message(e),
+            T::MessageStreamed => self.delta(e, Stream::Message),
+            T::ReasoningStreamed => self.delta(e, Stream::Reasoning),
+            T::MessageReceived => self.whole(e, Stream::Message),
+            T::ReasoningReceived => self.whole(e, Stream::Reasoning),
+            T::ToolCallStarted => self.tool_started(e),
+            T::ToolCallUpdated => self.tool_updated(e),
+            T::ToolCallCompleted => self.tool_ended(e, ToolStatus::Completed),
+            T::ToolCallFailed => self.tool_ended(e, ToolStatus::Failed),
+            T::ToolCallCancelled => self.tool_ended(e, ToolStatus::Cancelled),
+            T::TodoUpdated => self.todo(e),
+            T::TokenUsageUpdated => self.usage_updated(e),
+            T::ToolApprovalRequested => self.approval(e, ApprovalStatus::Pending),
+            T::ToolApprovalGranted => self.approval(e, ApprovalStatus::Granted),
+            T::ToolApprovalDenied => self.approval(e, ApprovalStatus::Denied),
+            T::ErrorOccurred => self.error(e),
+            T::RunFailed => {
+                self.error(e);
+                self.close_run(e.run_id().unwrap_or(""), ToolStatus::Failed);
+            }
+            T::RunTimeout => self.close_run(e.run_id().unwrap_or(""), ToolStatus::Failed),
+            T::RunCompleted | T::RunCancelled => {
+                self.close_run(e.run_id().unwrap_or(""), ToolStatus::Cancelled)
+            }
+            T::SessionFailed => {
+                self.error(e);
+                self.close_all(ToolStatus::Failed);
+            }
+            T::SessionCompleted | T::SessionCancelled => self.close_all(ToolStatus::Cancelled),
+            _ => {}
+        }
+    }
+
+    fn insert(&mut self, item: Item) -> usize {
+        let idx = self.items.len();
+        self.items.push(item);
+        self.dirt.inserted(idx);
+        idx
+    }
+
+    fn user_message(&mut self, e: &Event) {
+        if let Some(text) = e.data_str("content") {
+            self.insert(Item::UserMessage {
+                text: text.to_owned(),
+                run_id: owned(e.run_id()),
+            });
+        }
+    }
+
+    fn ids(&mut self, stream: Stream) -> &mut HashMap<String, usize> {
+        match stream {
+            Stream::Message => &mut self.messages,
+            Stream::Reasoning => &mut self.reasoning,
+        }
+    }
+
+    /// A text chunk: appended to the item its `message_id` names, else to the run's open
+    /// item of that stream; a new streaming item when there is none. Late chunks to a
+    /// settled item are dropped (the settled text is whole).
+    fn delta(&mut self, e: &Event, stream: Stream) {
+        let Some(delta) = e.data_str("delta").filter(|d| !d.is_empty()) else {
+            return;
+        };
+        let id = e.data_str("message_id");
+        let run_key = e.run_id().unwrap_or("");
+        let found = match id {
+            Some(id) => self.ids(stream).get(id).copied(),
+            None => self.runs.get(run_key).and_then(|r| r.open(stream)),
+        };
+        if let Some(idx) = found {
+            if let Some(m) = message_mut(&mut self.items[idx], stream) {
+                if m.streaming {
+                    let from = m.text.len();
+                    m.text.push_str(delta);
+                    self.dirt.appended(idx, from);
+                }
+            }
+            return;
+        }
+        let message = Message {
+            message_id: owned(id),
+            text: delta.to_owned(),
+            streaming: true,
+            discarded: false,
+            run_id: owned(e.run_id()),
+        };
+        let idx = self.insert(match stream {
+            Stream::Message => Item::AssistantMessage(message),
+            Stream::Reasoning => Item::Reasoning(message),
+        });
+        if let Some(id) = id {
+            self.ids(stream).insert(id.to_owned(), idx);
+        }
+        let run = run_entry(&mut self.runs, run_key);
+        *run.open_mut(stream) = Some(idx);
+        run.open.push(idx);
+    }
+
+    /// A whole text: settles the item its `message_id` names (or the run's open item when
+    /// there is no id, or when that open item has no id yet); otherwise a new, settled item.
+    fn whole(&mut self, e: &Event, stream: Stream) {
+        let id = e.data_str("message_id");
+        let content = e.data_str("content");
+        let discarded = e
+            .data()
+            .get("discarded")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let open = self
+            .runs
+            .get(e.run_id().unwrap_or(""))
+            .and_then(|r| r.open(stream));
+        let found = match id {
+            Some(id) => self.ids(stream).get(id).copied().or_else(|| {
+                open.filter(|&i| match (&self.items[i], stream) {
+                    (Item::AssistantMessage(m), Stream::Message)
+                    | (Item::Reasoning(m), Stream::Reasoning) => m.message_id.is_none(),
+                    _ => false,
+                })
+            }),
+            None => open,
+        };
+        let Some(idx) = found else {
+            if discarded {
+                return; // abandoned before anything was shown: nothing to show or close
+            }
+            let Some(text) = content else { return };
+            let message = Message {
+                message_id: owned(id),
+                text: text.to_owned(),
+                streaming: false,
+                discarded: false,
+                run_id: owned(e.run_id()),
+            };
+            let idx = self.insert(match stream {
+                Stream::Message => Item::AssistantMessage(message),
+                Stream::Reasoning => Item::Reasoning(message),
+            });
+            if let Some(id) = id {
+                self.ids(stream).insert(id.to_owned(), idx);
+            }
+            return;
+        };
+        let Some(m) = message_mut(&mut self.items[idx], stream) else {
+            return;
+        };
+        let mut changed = m.streaming || m.discarded != discarded;
+        m.streaming = false;
+        m.discarded = discarded;
+        if let Some(text) = content.filter(|t| *t != m.text) {
+            m.text.clear();
+            m.text.push_str(text);
+            changed = true;
+        }
+        let adopt = match (&m.message_id, id) {
+            (None, Some(id)) => {
+                m.message_id = Some(id.to_owned());
+                changed = true;
+                Some(id)
+            }
+            _ => None,
+        };
+        let run_key = m.run_id.clone().unwrap_or_default();
+        if changed {
+            self.dirt.updated(idx);
+        }
+        if let Some(id) = adopt {
+            self.ids(stream).insert(id.to_owned(), idx);
+        }
+        if let Some(run) = self.runs.get_mut(&run_key) {
+            if run.open(stream) == Some(idx) {
+                *run.open_mut(stream) = None;
+            }
+        }
+    }
+
+    /// The tool call the event names, inserted with `status` when unknown. Events with no
+    /// `tool_call_id` (nor correlation id) each get their own item.
+    fn tool(&mut self, e: &Event, status: ToolStatus) -> usize {
+        let key = e.data_str("tool_call_id").or(e.correlation_id());
+        if let Some(&idx) = key.and_then(|k| self.tools.get(k)) {
+            return idx;
+        }
+        let idx = self.insert(Item::ToolCall(ToolCall {
+            tool_call_id: key.unwrap_or("").to_owned(),
+            tool_name: String::new(),
+            input: Value::Null,
+            status,
+            output: String::new(),
+            error: None,
+            title: None,
+            parent_tool_use_id: None,
+            run_id: owned(e.run_id()),
+        }));
+        if let Some(key) = key {
+            self.tools.insert(key.to_owned(), idx);
+        }
+        if status == ToolStatus::Running {
+            run_entry(&mut self.runs, e.run_id().unwrap_or(""))
+                .open
+                .push(idx);
+        }
+        idx
+    }
+
+    fn tool_started(&mut self, e: &Event) {
+        let idx = self.tool(e, ToolStatus::Running);
+        if let Item::ToolCall(t) = &mut self.items[idx] {
+            if fill_tool(t, e) {
+                self.dirt.updated(idx);
+            }
+        }
+    }
+
+    /// Progress: `output_delta` appended, `title` replaced. Ignored once the call ended.
+    fn tool_updated(&mut self, e: &Event) {
+        let idx = self.tool(e, ToolStatus::Running);
+        let Item::ToolCall(t) = &mut self.items[idx] else {
+            return;
+        };
+        if t.status != ToolStatus::Running {
+            return;
+        }
+        let mut changed = fill_tool(t, e);
+        if let Some(title) = e.data_str("title") {
+            if t.title.as_deref() != Some(title) {
+                t.title = Some(title.to_owned());
+                changed = true;
+            }
+        }
+        if changed {
+            self.dirt.updated(idx);
+        }
+        if let Some(delta) = e.data_str("output_delta").filter(|d| !d.is_empty()) {
+            let from = t.output.len();
+            t.output.push_str(delta);
+            self.dirt.appended(idx, from);
+        }
+    }
+
+    fn tool_ended(&mut self, e: &Event, status: ToolStatus) {
+        let idx = self.tool(e, status);
+        let Item::ToolCall(t) = &mut self.items[idx] else {
+            return;
+        };
+        let mut changed = fill_tool(t, e);
+        if t.status != status {
+            t.status = status;
+            changed = true;
+        }
+        if let Some(output) = e.data().get("tool_output").filter(|v| !v.is_null()) {
+            let output = text_of(output);
+            if t.output != output {
+                t.output = output.into_owned();
+                changed = true;
+            }
+        }
+        let error = ["error", "error_message"]
+            .iter()
+            .find_map(|k| e.data().get(*k).filter(|v| !v.is_null()));
+        if let Some(error) = error {
+            let error = text_of(error);
+            if t.error.as_deref() != Some(&*error) {
+                t.error = Some(error.into_owned());
+                changed = true;
+            }
+        }
+        if changed {
+            self.dirt.updated(idx);
+        }
+    }
+
+    fn todo(&mut self, e: &Event) {
+        let items = e
+            .data()
+            .get("items")
+            .cloned()
+            .unwrap_or_else(|| Value::Array(Vec::new()));
+        let run_key = e.run_id().unwrap_or("");
+        match self.runs.get(run_key).and_then(|r| r.todo) {
+            Some(idx) => {
+                if let Item::Todo { items: old, .. } = &mut self.items[idx] {
+                    if *old != items {
+                        *old = items;
+                        self.dirt.updated(idx);
+                    }
+                }
+            }
+            None => {
+                let idx = self.insert(Item::Todo {
+                    items,
+                    run_id: owned(e.run_id()),
+                });
+                run_entry(&mut self.runs, run_key).todo = Some(idx);
+            }
+        }
+    }
+
+    fn error(&mut self, e: &Event) {
+        let d = e.data();
+        let provider_error = d.get("provider_error").filter(|v| v.is_object());
+        let message = e
+            .data_str("error_message")
+            .or_else(|| e.data_str("error"))
+            .or_else(|| e.data_str("message"))
+            .or_else(|| provider_error.and_then(|p| p.get("message")?.as_str()))
+            .unwrap_or(e.kind().as_str());
+        self.insert(Item::Error {
+            message: message.to_owned(),
+            provider_error: provider_error.cloned(),
+            run_id: owned(e.run_id()),
+        });
+    }
+
+    /// Keeps the latest value of each reported field for the run (fields not reported keep
+    /// their value) and the session total as the sum over runs, by difference.
+    fn usage_updated(&mut self, e: &Event) {
+        let run = run_entry(&mut self.runs, e.run_id().unwrap_or(""));
+        let mut next = run.usage;
+        for (slot, field) in next.tokens.iter_mut().zip(TOKEN_FIELDS) {
+            if let Some(n) = e.data().get(field).and_then(as_count) {
+                *slot = n;
+            }
+        }
+        if let Some(cost) = e.data().get("cost_usd").and_then(Value::as_f64) {
+            next.cost_nanos = (cost * 1e9).round() as i64;
+        }
+        if next == run.usage {
+            return;
+        }
+        for i in 0..TOKEN_FIELDS.len() {
+            self.total.tokens[i] = self.total.tokens[i]
+                .wrapping_sub(run.usage.tokens[i])
+                .wrapping_add(next.tokens[i]);
+        }
+        self.total.cost_nanos = self
+            .total
+            .cost_nanos
+            .wrapping_sub(run.usage.cost_nanos)
+            .wrapping_add(next.cost_nanos);
+        run.usage = next;
+        self.usage_changed = true;
+    }
+
+    /// A request inserts or re-opens the approval; a grant or denial resolves it (inserting
+    /// it when the request was never seen). Keyed by `request_id`, else the correlation id.
+    fn approval(&mut self, e: &Event, status: ApprovalStatus) {
+        let Some(key) = e.data_str("request_id").or(e.correlation_id()) else {
+            return;
+        };
+        let tool_name = e.data_str("tool_name");
+        let input = e.data().get("tool_input").filter(|v| !v.is_null());
+        let idx = match self.approvals.get(key) {
+            Some(&idx) => {
+                let Item::Approval(a) = &mut self.items[idx] else {
+                    return;
+                };
+                let mut changed = a.status != status;
+                a.status = status;
+                if let Some(name) = tool_name.filter(|n| *n != a.tool_name) {
+                    a.tool_name = name.to_owned();
+                    changed = true;
+                }
+                if let Some(input) = input.filter(|i| **i != a.input) {
+                    a.input = input.clone();
+                    changed = true;
+                }
+                if changed {
+                    self.dirt.updated(idx);
+                }
+                idx
+            }
+            None => {
+                let idx = self.insert(Item::Approval(Approval {
+                    request_id: key.to_owned(),
+                    tool_name: tool_name.unwrap_or("").to_owned(),
+                    input: input.cloned().unwrap_or(Value::Null),
+                    status,
+                    tool_call_id: owned(e.data_str("tool_call_id")),
+                    run_id: owned(e.run_id()),
+                }));
+                self.approvals.insert(key.to_owned(), idx);
+                idx
+            }
+        };
+        let moved = if status == ApprovalStatus::Pending {
+            self.pending.insert(idx)
+        } else {
+            self.pending.remove(&idx)
+        };
+        self.approvals_changed |= moved;
+    }
+
+    fn close_run(&mut self, run_key: &str, status: ToolStatus) {
+        let Some(run) = self.runs.get_mut(run_key) else {
+            return;
+        };
+        run.open_message = None;
+        run.open_reasoning = None;
+        for idx in mem::take(&mut run.open) {
+            close_item(&mut self.items[idx], idx, &mut self.dirt, status);
+        }
+    }
+
+    /// Every run's open items, closed in index order so the changes are deterministic.
+    fn close_all(&mut self, status: ToolStatus) {
+        let mut open = Vec::new();
+        for run in self.runs.values_mut() {
+            run.open_message = None;
+            run.open_reasoning = None;
+            open.append(&mut run.open);
+        }
+        open.sort_unstable();
+        for idx in open {
+            close_item(&mut self.items[idx], idx, &mut self.dirt, status);
+        }
+    }
+
+    /// The timeline as text, one item per line, then a usage line: for `agentwire project`.
     pub fn render(&self) -> String {
-        String::new()
+        let mut out = String::new();
+        let mut runs: HashMap<&str, usize> = HashMap::new();
+        for (i, item) in self.items.iter().enumerate() {
+            let label = match item.run_id() {
+                Some(r) => {
+                    let next = runs.len() + 1;
+                    format!("t{}", runs.entry(r).or_insert(next))
+                }
+                None => "--".to_owned(),
+            };
+            let _ = write!(out, "[{i}] {label} ");
+            match item {
+                Item::UserMessage { text, .. } => {
+                    let _ = write!(out, "user_message {}", quote(text));
+                }
+                Item::AssistantMessage(m) | Item::Reasoning(m) => {
+                    let kind = match item {
+                        Item::Reasoning(_) => "reasoning",
+                        _ => "assistant_message",
+                    };
+                    let _ = write!(out, "{kind} {}", quote(&m.text));
+                    if m.streaming {
+                        out.push_str(" (streaming)");
+                    }
+                    if m.discarded {
+                        out.push_str(" (discarded)");
+                    }
+                }
+                Item::ToolCall(t) => {
+                    let _ = write!(out, "tool_call {} {}", t.tool_name, t.status.as_str());
+                    if let Some(input) = summarize(&t.input) {
+                        let _ = write!(out, " {input}");
+                    }
+                    if !t.output.is_empty() {
+                        let _ = write!(out, " -> {}", quote(&t.output));
+                    }
+                    if let Some(error) = &t.error {
+                        let _ = write!(out, " !! {}", quote(error));
+                    }
+                }
+                Item::Todo { items, .. } => {
+                    let list = items.as_array().map(Vec::as_slice).unwrap_or_default();
+                    let mut text = String::new();
+                    for (n, todo) in list.iter().enumerate() {
+                        let mark = match todo.get("status").and_then(Value::as_str) {
+                            Some("completed") => "[x]",
+                            Some("in_progress") => "[~]",
+                            _ => "[ ]",
+                        };
+                        let what = todo.get("text").map(text_of).unwrap_or_default();
+                        let sep = if n == 0 { "" } else { "; " };
+                        let _ = write!(text, "{sep}{mark} {what}");
+                    }
+                    let _ = write!(out, "todo {}", cut(&text));
+                }
+                Item::Error {
+                    message,
+                    provider_error,
+                    ..
+                } => {
+                    let _ = write!(out, "error {}", quote(message));
+                    let kind = provider_error
+                        .as_ref()
+                        .and_then(|p| p.get("kind")?.as_str());
+                    if let Some(kind) = kind {
+                        let _ = write!(out, " ({kind})");
+                    }
+                }
+                Item::Approval(a) => {
+                    let _ = write!(out, "approval {} {}", a.tool_name, a.status.as_str());
+                    if let Some(input) = summarize(&a.input) {
+                        let _ = write!(out, " {input}");
+                    }
+                }
+            }
+            out.push('\n');
+        }
+        let u = self.usage();
+        let c = self.counts;
+        let _ = writeln!(
+            out,
+            "usage: input={} output={} cache_read={} cache_creation={} reasoning={} cost_usd={}; \
+             {} items, {} pending approvals, {} events, {} duplicates",
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_read_input_tokens,
+            u.cache_creation_input_tokens,
+            u.reasoning_output_tokens,
+            u.cost_usd,
+            self.items.len(),
+            self.pending.len(),
+            c.events,
+            c.duplicates,
+        );
+        out
+    }
+}
+
+/// Fills what a tool item does not know yet from an event; true when something changed.
+fn fill_tool(t: &mut ToolCall, e: &Event) -> bool {
+    let mut changed = false;
+    if t.tool_name.is_empty() {
+        if let Some(name) = e.data_str("tool_name").filter(|n| !n.is_empty()) {
+            t.tool_name = name.to_owned();
+            changed = true;
+        }
+    }
+    if t.input.is_null() {
+        if let Some(input) = e.data().get("tool_input").filter(|v| !v.is_null()) {
+            t.input = input.clone();
+            changed = true;
+        }
+    }
+    if t.parent_tool_use_id.is_none() {
+        if let Some(parent) = e.data_str("parent_tool_use_id") {
+            t.parent_tool_use_id = Some(parent.to_owned());
+            changed = true;
+        }
+    }
+    changed
+}
+
+fn close_item(item: &mut Item, idx: usize, dirt: &mut Dirt, status: ToolStatus) {
+    match item {
+        Item::AssistantMessage(m) | Item::Reasoning(m) if m.streaming => {
+            m.streaming = false;
+            dirt.updated(idx);
+        }
+        Item::ToolCall(t) if t.status == ToolStatus::Running => {
+            t.status = status;
+            dirt.updated(idx);
+        }
+        _ => {}
+    }
+}
+
+fn as_count(v: &Value) -> Option<u64> {
+    v.as_u64()
+        .or_else(|| v.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
+}
+
+/// At most 80 characters, with `…` when cut.
+fn cut(s: &str) -> Cow<'_, str> {
+    let short = excerpt(s, 80);
+    if short.len() < s.len() {
+        Cow::Owned(format!("{short}…"))
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
+/// Cut and quoted, newlines escaped.
+fn quote(s: &str) -> String {
+    format!("{:?}", cut(s))
+}
+
+/// The telling part of a tool input: its command, path, pattern… or else compact JSON.
+fn summarize(input: &Value) -> Option<String> {
+    const KEYS: &[&str] = &[
+        "command",
+        "cmd",
+        "file_path",
+        "path",
+        "pattern",
+        "query",
+        "url",
+        "description",
+        "prompt",
+    ];
+    match input {
+        Value::Null => None,
+        Value::String(s) => Some(quote(s)),
+        Value::Object(m) => Some(
+            KEYS.iter()
+                .find_map(|k| m.get(*k).and_then(Value::as_str))
+                .map(quote)
+                .unwrap_or_else(|| cut(&input.to_string()).into_owned()),
+        ),
+        other => Some(cut(&other.to_string()).into_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::{expect, Expect};
+    use proptest::prelude::*;
+    use serde_json::{json, Map};
+
+    use super::*;
+    use crate::core::event::{EventInit, Provider};
+    use crate::core::time::Timestamp;
+
+    /// The naive model a client keeps: a plain list that changes are applied to.
+    fn apply(model: &mut Vec<Item>, changes: &[Change]) {
+        for change in changes {
+            match change {
+                Change::Insert { index, item } => {
+                    assert_eq!(*index, model.len(), "inserts come in index order");
+                    model.push(item.clone());
+                }
+                Change::AppendText { index, text } => {
+                    let grown = model[*index].growing_text_mut();
+                    grown.expect("appends go to text items").push_str(text);
+                }
+                Change::Update { index, item } => model[*index] = item.clone(),
+                Change::Usage { .. } | Change::Approvals { .. } => {}
+            }
+        }
+    }
+
+    /// At most one change per item per drain, and nothing after the side-state changes.
+    fn assert_coalesced(changes: &[Change]) {
+        let mut seen = HashSet::new();
+        for change in changes {
+            if let Change::Insert { index, .. }
+            | Change::AppendText { index, .. }
+            | Change::Update { index, .. } = change
+            {
+                assert!(
+                    seen.insert(*index),
+                    "two changes to item {index}: {changes:?}"
+                );
+            }
+        }
+    }
+
+    fn event(seq: u64, run: Option<&str>, kind: EventType, data: Value, id_seed: &str) -> Event {
+        let mut init = EventInit::new(
+            kind,
+            "s1",
+            Provider::Generic,
+            Timestamp::from_unix_millis(1_700_000_000_000 + seq as i64),
+        );
+        init.id = Some(EventId::derive(&["timeline-test", id_seed]));
+        init.run_id = run.map(str::to_owned);
+        init.sequence = seq;
+        init.data = match data {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        Event::new(init).unwrap()
+    }
+
+    /// Runs a script through a timeline. A line is `drain`, or `<seq> <run|-> <type> [json]`
+    /// (the event id is derived from the line, so a repeated line is the same event). Shows
+    /// each drain's changes, then the rendered timeline; checks the changes rebuild `items()`.
+    fn check(script: &str, expect: Expect) {
+        let mut timeline = Timeline::new();
+        let mut model = Vec::new();
+        let mut out = String::new();
+        let mut drain = |timeline: &mut Timeline, out: &mut String| {
+            let changes = timeline.drain();
+            assert_coalesced(&changes);
+            apply(&mut model, &changes);
+            out.push_str("drain\n");
+            for c in &changes {
+                let _ = writeln!(out, "  {}", serde_json::to_string(c).unwrap());
+            }
+        };
+        for line in script.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            if line == "drain" {
+                drain(&mut timeline, &mut out);
+                continue;
+            }
+            let mut parts = line.splitn(4, ' ');
+            let seq = parts.next().unwrap().parse().unwrap();
+            let run = parts.next().filter(|r| *r != "-");
+            let kind = EventType::parse(parts.next().unwrap()).unwrap();
+            let data = serde_json::from_str(parts.next().unwrap_or("{}")).unwrap();
+            timeline.handle_event(&event(seq, run, kind, data, line));
+        }
+        drain(&mut timeline, &mut out);
+        assert_eq!(model, timeline.items());
+        out.push_str(&timeline.render());
+        expect.assert_eq(&out);
+    }
+
+    #[test]
+    fn deltas_are_assembled_then_settled() {
+        check(
+            r#"
+            1 r1 message_sent {"content":"hi"}
+            2 r1 message_streamed {"message_id":"m1","delta":"Hel"}
+            drain
+            3 r1 message_streamed {"message_id":"m1","delta":"lo "}
+            4 r1 message_streamed {"message_id":"m1","delta":"wor"}
+            5 r1 message_streamed {"message_id":"m1","delta":"ld"}
+            drain
+            6 r1 message_received {"message_id":"m1","content":"Hello world!","role":"assistant"}
+            7 r1 message_streamed {"message_id":"m1","delta":" late"}
+            "#,
+            expect![[r#"
+                drain
+                  {"op":"insert","index":0,"item":{"kind":"user_message","text":"hi","run_id":"r1"}}
+                  {"op":"insert","index":1,"item":{"kind":"assistant_message","message_id":"m1","text":"Hel","streaming":true,"discarded":false,"run_id":"r1"}}
+                drain
+                  {"op":"append","index":1,"text":"lo world"}
+                drain
+                  {"op":"update","index":1,"item":{"kind":"assistant_message","message_id":"m1","text":"Hello world!","streaming":false,"discarded":false,"run_id":"r1"}}
+                [0] t1 user_message "hi"
+                [1] t1 assistant_message "Hello world!"
+                usage: input=0 output=0 cache_read=0 cache_creation=0 reasoning=0 cost_usd=0; 2 items, 0 pending approvals, 7 events, 0 duplicates
+            "#]],
+        );
+    }
+
+    #[test]
+    fn deltas_without_id_go_to_the_open_item_of_their_run() {
+        check(
+            r#"
+            1 r1 reasoning_streamed {"delta":"think"}
+            2 r1 reasoning_streamed {"delta":"ing"}
+            3 r1 reasoning_received {"content":"thinking."}
+            4 r1 message_streamed {"delta":"A"}
+            5 r2 message_streamed {"delta":"B"}
+            6 r1 message_streamed {"delta":"a"}
+            7 r1 message_received {"message_id":"m9","content":"Aa."}
+            8 r1 message_received {"content":"whole, never streamed"}
+            "#,
+            expect![[r#"
+                drain
+                  {"op":"insert","index":0,"item":{"kind":"reasoning","text":"thinking.","streaming":false,"discarded":false,"run_id":"r1"}}
+                  {"op":"insert","index":1,"item":{"kind":"assistant_message","message_id":"m9","text":"Aa.","streaming":false,"discarded":false,"run_id":"r1"}}
+                  {"op":"insert","index":2,"item":{"kind":"assistant_message","text":"B","streaming":true,"discarded":false,"run_id":"r2"}}
+                  {"op":"insert","index":3,"item":{"kind":"assistant_message","text":"whole, never streamed","streaming":false,"discarded":false,"run_id":"r1"}}
+                [0] t1 reasoning "thinking."
+                [1] t1 assistant_message "Aa."
+                [2] t2 assistant_message "B" (streaming)
+                [3] t1 assistant_message "whole, never streamed"
+                usage: input=0 output=0 cache_read=0 cache_creation=0 reasoning=0 cost_usd=0; 4 items, 0 pending approvals, 8 events, 0 duplicates
+            "#]],
+        );
+    }
+
+    #[test]
+    fn an_abandoned_message_is_discarded() {
+        check(
+            r#"
+            1 r1 message_streamed {"message_id":"m1","delta":"Half a th"}
+            drain
+            2 r1 message_received {"message_id":"m1","content":"","discarded":true}
+            3 r1 message_received {"message_id":"m2","content":"","discarded":true}
+            "#,
+            expect![[r#"
+                drain
+                  {"op":"insert","index":0,"item":{"kind":"assistant_message","message_id":"m1","text":"Half a th","streaming":true,"discarded":false,"run_id":"r1"}}
+                drain
+                  {"op":"update","index":0,"item":{"kind":"assistant_message","message_id":"m1","text":"","streaming":false,"discarded":true,"run_id":"r1"}}
+                [0] t1 assistant_message "" (discarded)
+                usage: input=0 output=0 cache_read=0 cache_creation=0 reasoning=0 cost_usd=0; 1 items, 0 pending approvals, 3 events, 0 duplicates
+            "#]],
+        );
+    }
+
+    #[test]
+    fn tool_call_lifecycle() {
+        check(
+            r#"
+            1 r1 tool_call_started {"tool_call_id":"t1","tool_name":"Bash","tool_input":{"command":"ls"}}
+            drain
+            2 r1 tool_call_updated {"tool_call_id":"t1","output_delta":"README"}
+            3 r1 tool_call_updated {"tool_call_id":"t1","output_delta":".md\n"}
+            drain
+            4 r1 tool_call_updated {"tool_call_id":"t1","output_delta":"src\n"}
+            5 r1 tool_call_completed {"tool_call_id":"t1","tool_name":"Bash","tool_output":"README.md\nsrc\n"}
+            drain
+            6 r1 tool_call_started {"tool_call_id":"t2","tool_name":"Read","tool_input":{"file_path":"/nope"}}
+            7 r1 tool_call_failed {"tool_call_id":"t2","error":"no such file"}
+            8 r1 tool_call_updated {"tool_call_id":"t2","output_delta":"late"}
+            "#,
+            expect![[r#"
+                drain
+                  {"op":"insert","index":0,"item":{"kind":"tool_call","tool_call_id":"t1","tool_name":"Bash","input":{"command":"ls"},"status":"running","output":"","run_id":"r1"}}
+                drain
+                  {"op":"append","index":0,"text":"README.md\n"}
+                drain
+                  {"op":"update","index":0,"item":{"kind":"tool_call","tool_call_id":"t1","tool_name":"Bash","input":{"command":"ls"},"status":"completed","output":"README.md\nsrc\n","run_id":"r1"}}
+                drain
+                  {"op":"insert","index":1,"item":{"kind":"tool_call","tool_call_id":"t2","tool_name":"Read","input":{"file_path":"/nope"},"status":"failed","output":"","error":"no such file","run_id":"r1"}}
+                [0] t1 tool_call Bash completed "ls" -> "README.md\nsrc\n"
+                [1] t1 tool_call Read failed "/nope" !! "no such file"
+                usage: input=0 output=0 cache_read=0 cache_creation=0 reasoning=0 cost_usd=0; 2 items, 0 pending approvals, 8 events, 0 duplicates
+            "#]],
+        );
+    }
+
+    #[test]
+    fn out_of_order_terminal_inserts_the_call_and_a_late_start_fills_it() {
+        check(
+            r#"
+            1 r1 tool_call_completed {"tool_call_id":"t1","tool_output":[{"type":"text","text":"ok"}]}
+            drain
+            2 r1 tool_call_started {"tool_call_id":"t1","tool_name":"Task","tool_input":{"prompt":"look around"},"parent_tool_use_id":"t0"}
+            "#,
+            expect![[r#"
+                drain
+                  {"op":"insert","index":0,"item":{"kind":"tool_call","tool_call_id":"t1","tool_name":"","input":null,"status":"completed","output":"[{\"text\":\"ok\",\"type\":\"text\"}]","run_id":"r1"}}
+                drain
+                  {"op":"update","index":0,"item":{"kind":"tool_call","tool_call_id":"t1","tool_name":"Task","input":{"prompt":"look around"},"status":"completed","output":"[{\"text\":\"ok\",\"type\":\"text\"}]","parent_tool_use_id":"t0","run_id":"r1"}}
+                [0] t1 tool_call Task completed "look around" -> "[{\"text\":\"ok\",\"type\":\"text\"}]"
+                usage: input=0 output=0 cache_read=0 cache_creation=0 reasoning=0 cost_usd=0; 1 items, 0 pending approvals, 2 events, 0 duplicates
+            "#]],
+        );
+    }
+
+    #[test]
+    fn run_terminals_close_what_the_run_left_open() {
+        check(
+            r#"
+            1 r1 tool_call_started {"tool_call_id":"t1","tool_name":"Bash","tool_input":{"command":"sleep 100"}}
+            2 r1 tool_call_started {"tool_call_id":"t2","tool_name":"Bash","tool_input":{"command":"true"}}
+            3 r1 tool_call_completed {"tool_call_id":"t2"}
+            4 r1 message_streamed {"delta":"Let me"}
+            5 r2 tool_call_started {"tool_call_id":"t3","tool_name":"Grep","tool_input":{"pattern":"x"}}
+            drain
+            6 r1 run_cancelled {"reason":"user"}
+            drain
+            7 r2 run_failed {"error_message":"overloaded","provider_error":{"provider":"claude","kind":"api_error","message":"overloaded"}}
+            "#,
+            expect![[r#"
+                drain
+                  {"op":"insert","index":0,"item":{"kind":"tool_call","tool_call_id":"t1","tool_name":"Bash","input":{"command":"sleep 100"},"status":"running","output":"","run_id":"r1"}}
+                  {"op":"insert","index":1,"item":{"kind":"tool_call","tool_call_id":"t2","tool_name":"Bash","input":{"command":"true"},"status":"completed","output":"","run_id":"r1"}}
+                  {"op":"insert","index":2,"item":{"kind":"assistant_message","text":"Let me","streaming":true,"discarded":false,"run_id":"r1"}}
+                  {"op":"insert","index":3,"item":{"kind":"tool_call","tool_call_id":"t3","tool_name":"Grep","input":{"pattern":"x"},"status":"running","output":"","run_id":"r2"}}
+                drain
+                  {"op":"update","index":0,"item":{"kind":"tool_call","tool_call_id":"t1","tool_name":"Bash","input":{"command":"sleep 100"},"status":"cancelled","output":"","run_id":"r1"}}
+                  {"op":"update","index":2,"item":{"kind":"assistant_message","text":"Let me","streaming":false,"discarded":false,"run_id":"r1"}}
+                drain
+                  {"op":"insert","index":4,"item":{"kind":"error","message":"overloaded","provider_error":{"kind":"api_error","message":"overloaded","provider":"claude"},"run_id":"r2"}}
+                  {"op":"update","index":3,"item":{"kind":"tool_call","tool_call_id":"t3","tool_name":"Grep","input":{"pattern":"x"},"status":"failed","output":"","run_id":"r2"}}
+                [0] t1 tool_call Bash cancelled "sleep 100"
+                [1] t1 tool_call Bash completed "true"
+                [2] t1 assistant_message "Let me"
+                [3] t2 tool_call Grep failed "x"
+                [4] t2 error "overloaded" (api_error)
+                usage: input=0 output=0 cache_read=0 cache_creation=0 reasoning=0 cost_usd=0; 5 items, 0 pending approvals, 7 events, 0 duplicates
+            "#]],
+        );
+    }
+
+    #[test]
+    fn approvals_go_from_pending_to_granted_or_denied() {
+        check(
+            r#"
+            1 r1 tool_approval_requested {"request_id":"a1","tool_name":"Bash","tool_input":{"command":"rm -rf build"}}
+            2 r1 tool_approval_requested {"request_id":"a2","tool_name":"Write","tool_input":{"file_path":"x.rs"}}
+            drain
+            3 r1 tool_approval_granted {"request_id":"a1"}
+            drain
+            4 r1 tool_approval_denied {"request_id":"a2"}
+            "#,
+            expect![[r#"
+                drain
+                  {"op":"insert","index":0,"item":{"kind":"approval","request_id":"a1","tool_name":"Bash","input":{"command":"rm -rf build"},"status":"pending","run_id":"r1"}}
+                  {"op":"insert","index":1,"item":{"kind":"approval","request_id":"a2","tool_name":"Write","input":{"file_path":"x.rs"},"status":"pending","run_id":"r1"}}
+                  {"op":"approvals","pending":["a1","a2"]}
+                drain
+                  {"op":"update","index":0,"item":{"kind":"approval","request_id":"a1","tool_name":"Bash","input":{"command":"rm -rf build"},"status":"granted","run_id":"r1"}}
+                  {"op":"approvals","pending":["a2"]}
+                drain
+                  {"op":"update","index":1,"item":{"kind":"approval","request_id":"a2","tool_name":"Write","input":{"file_path":"x.rs"},"status":"denied","run_id":"r1"}}
+                  {"op":"approvals","pending":[]}
+                [0] t1 approval Bash granted "rm -rf build"
+                [1] t1 approval Write denied "x.rs"
+                usage: input=0 output=0 cache_read=0 cache_creation=0 reasoning=0 cost_usd=0; 2 items, 0 pending approvals, 4 events, 0 duplicates
+            "#]],
+        );
+    }
+
+    #[test]
+    fn usage_keeps_the_latest_per_run_and_sums_runs() {
+        check(
+            r#"
+            1 r1 token_usage_updated {"input_tokens":10,"output_tokens":5,"cost_usd":0.001}
+            2 r1 token_usage_updated {"input_tokens":30,"output_tokens":7,"cache_read_input_tokens":100,"cost_usd":0.003}
+            drain
+            3 r2 token_usage_updated {"input_tokens":1,"output_tokens":2,"cost_usd":0.0005}
+            4 r2 token_usage_updated {"output_tokens":4}
+            drain
+            5 r2 token_usage_updated {"output_tokens":4}
+            6 r1 todo_updated {"items":[{"text":"read","status":"completed"},{"text":"fix","status":"in_progress"}]}
+            7 r1 todo_updated {"items":[{"text":"read","status":"completed"},{"text":"fix","status":"completed"},{"text":"test","status":"pending"}]}
+            "#,
+            expect![[r#"
+                drain
+                  {"op":"usage","totals":{"input_tokens":30,"output_tokens":7,"cache_read_input_tokens":100,"cache_creation_input_tokens":0,"reasoning_output_tokens":0,"cost_usd":0.003}}
+                drain
+                  {"op":"usage","totals":{"input_tokens":31,"output_tokens":11,"cache_read_input_tokens":100,"cache_creation_input_tokens":0,"reasoning_output_tokens":0,"cost_usd":0.0035}}
+                drain
+                  {"op":"insert","index":0,"item":{"kind":"todo","items":[{"status":"completed","text":"read"},{"status":"completed","text":"fix"},{"status":"pending","text":"test"}],"run_id":"r1"}}
+                [0] t1 todo [x] read; [x] fix; [ ] test
+                usage: input=31 output=11 cache_read=100 cache_creation=0 reasoning=0 cost_usd=0.0035; 1 items, 0 pending approvals, 7 events, 0 duplicates
+            "#]],
+        );
+    }
+
+    #[test]
+    fn replayed_events_change_nothing() {
+        check(
+            r#"
+            1 r1 message_streamed {"message_id":"m1","delta":"a"}
+            2 r1 message_streamed {"message_id":"m1","delta":"b"}
+            drain
+            1 r1 message_streamed {"message_id":"m1","delta":"a"}
+            2 r1 message_streamed {"message_id":"m1","delta":"b"}
+            3 r1 message_streamed {"message_id":"m1","delta":"c"}
+            3 r1 message_streamed {"message_id":"m1","delta":"c"}
+            drain
+            0 r1 message_streamed {"message_id":"m1","delta":"unsequenced"}
+            0 r1 message_streamed {"message_id":"m1","delta":"unsequenced"}
+            "#,
+            expect![[r#"
+                drain
+                  {"op":"insert","index":0,"item":{"kind":"assistant_message","message_id":"m1","text":"ab","streaming":true,"discarded":false,"run_id":"r1"}}
+                drain
+                  {"op":"append","index":0,"text":"c"}
+                drain
+                  {"op":"append","index":0,"text":"unsequenced"}
+                [0] t1 assistant_message "abcunsequenced" (streaming)
+                usage: input=0 output=0 cache_read=0 cache_creation=0 reasoning=0 cost_usd=0; 1 items, 0 pending approvals, 4 events, 4 duplicates
+            "#]],
+        );
+    }
+
+    #[test]
+    fn errors_and_session_failure() {
+        check(
+            r#"
+            1 r1 tool_call_started {"tool_call_id":"t1","tool_name":"Bash","tool_input":{"command":"make"}}
+            2 r1 error_occurred {"error_message":"retrying (1/3)","severity":"warning"}
+            3 - session_failed {"error_message":"process exited with code 1"}
+            "#,
+            expect![[r#"
+                drain
+                  {"op":"insert","index":0,"item":{"kind":"tool_call","tool_call_id":"t1","tool_name":"Bash","input":{"command":"make"},"status":"failed","output":"","run_id":"r1"}}
+                  {"op":"insert","index":1,"item":{"kind":"error","message":"retrying (1/3)","run_id":"r1"}}
+                  {"op":"insert","index":2,"item":{"kind":"error","message":"process exited with code 1"}}
+                [0] t1 tool_call Bash failed "make"
+                [1] t1 error "retrying (1/3)"
+                [2] -- error "process exited with code 1"
+                usage: input=0 output=0 cache_read=0 cache_creation=0 reasoning=0 cost_usd=0; 3 items, 0 pending approvals, 3 events, 0 duplicates
+            "#]],
+        );
+    }
+
+    #[test]
+    fn long_texts_are_cut_in_the_rendering() {
+        let long = "x".repeat(100);
+        check(
+            &format!("1 - message_sent {{\"content\":\"line one\\n{long}\"}}"),
+            expect![[r#"
+                drain
+                  {"op":"insert","index":0,"item":{"kind":"user_message","text":"line one\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}
+                [0] -- user_message "line one\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx…"
+                usage: input=0 output=0 cache_read=0 cache_creation=0 reasoning=0 cost_usd=0; 1 items, 0 pending approvals, 1 events, 0 duplicates
+            "#]],
+        );
+    }
+
+    // Property tests over random event sequences: not all of them valid, so the projection
+    // also meets terminals before starts, deltas after settlement, unknown ids and so on.
+
+    const WORDS: &[&str] = &["a", "bc", "déf", "\n", "gh ij", ""];
+
+    /// (type selector, run 0..3 with 0 = none, id 0..4, flag, word)
+    type Spec = (u8, u8, u8, bool, &'static str);
+
+    fn spec() -> impl Strategy<Value = Spec> {
+        (
+            0u8..30,
+            0u8..3,
+            0u8..4,
+            any::<bool>(),
+            prop::sample::select(WORDS),
+        )
+    }
+
+    fn build(seq: u64, (k, run, x, flag, word): Spec) -> Event {
+        use EventType as T;
+        let run = ["", "r1", "r2"][usize::from(run)];
+        let run = (!run.is_empty()).then_some(run);
+        let m = format!("m{x}");
+        let id = |mut d: Value| {
+            if flag {
+                d["message_id"] = json!(m);
+            }
+            d
+        };
+        let t = format!("t{x}");
+        let a = format!("a{x}");
+        let (kind, data) = match k {
+            0 => (T::RunStarted, json!({})),
+            1 => (T::MessageSent, json!({ "content": word })),
+            2..=6 => (T::MessageStreamed, id(json!({ "delta": word }))),
+            7 => (T::MessageReceived, id(json!({ "content": word }))),
+            8 => (
+                T::MessageReceived,
+                id(json!({ "content": "", "discarded": true })),
+            ),
+            9 | 10 => (T::ReasoningStreamed, id(json!({ "delta": word }))),
+            11 => (T::ReasoningReceived, id(json!({ "content": word }))),
+            12 => (
+                T::ToolCallStarted,
+                json!({"tool_call_id": t, "tool_name": "Bash", "tool_input": {"command": word}}),
+            ),
+            13 | 14 => (
+                T::ToolCallUpdated,
+                json!({"tool_call_id": t, "output_delta": word}),
+            ),
+            15 => (
+                T::ToolCallCompleted,
+                json!({"tool_call_id": t, "tool_output": word}),
+            ),
+            16 => (T::ToolCallFailed, json!({"tool_call_id": t, "error": word})),
+            17 => (T::ToolCallCancelled, json!({ "tool_call_id": t })),
+            18 => (
+                T::TodoUpdated,
+                json!({"items": [{"text": word, "status": "pending"}]}),
+            ),
+            19 => (
+                T::TokenUsageUpdated,
+                json!({"input_tokens": x, "output_tokens": u64::from(x) * 3, "cost_usd": f64::from(x) * 0.001}),
+            ),
+            20 => (T::ErrorOccurred, json!({ "error_message": word })),
+            21 => (
+                T::ToolApprovalRequested,
+                json!({"request_id": a, "tool_name": "Bash", "tool_input": {"command": word}}),
+            ),
+            22 => (T::ToolApprovalGranted, json!({ "request_id": a })),
+            23 => (T::ToolApprovalDenied, json!({ "request_id": a })),
+            24 => (T::RunCompleted, json!({})),
+            25 => (T::RunFailed, json!({ "error_message": word })),
+            26 => (T::RunCancelled, json!({ "reason": "user" })),
+            27 => (T::SessionFailed, json!({ "error_message": word })),
+            _ => (T::ModeChanged, json!({ "mode": word })),
+        };
+        event(seq, run, kind, data, &format!("{seq}"))
+    }
+
+    fn events(specs: Vec<Spec>) -> Vec<Event> {
+        (1..).zip(specs).map(|(seq, s)| build(seq, s)).collect()
+    }
+
+    /// Applies the events, draining after those flagged and at the end; returns the model
+    /// rebuilt from the changes alone.
+    fn run_with_drains(timeline: &mut Timeline, events: &[Event], drains: &[bool]) -> Vec<Item> {
+        let mut model = Vec::new();
+        for (e, &d) in events
+            .iter()
+            .zip(drains.iter().chain(std::iter::repeat(&false)))
+        {
+            timeline.handle_event(e);
+            if d {
+                let changes = timeline.drain();
+                assert_coalesced(&changes);
+                apply(&mut model, &changes);
+            }
+        }
+        let changes = timeline.drain();
+        assert_coalesced(&changes);
+        apply(&mut model, &changes);
+        model
+    }
+
+    proptest! {
+        #[test]
+        fn drained_changes_rebuild_the_items(
+            specs in prop::collection::vec(spec(), 0..120),
+            drains in prop::collection::vec(any::<bool>(), 0..120),
+        ) {
+            let events = events(specs);
+            let mut timeline = Timeline::new();
+            let model = run_with_drains(&mut timeline, &events, &drains);
+            prop_assert_eq!(&model[..], timeline.items());
+            prop_assert!(timeline.drain().is_empty());
+        }
+
+        #[test]
+        fn replaying_any_suffix_and_duplicates_changes_nothing(
+            specs in prop::collection::vec(spec(), 1..120),
+            cut in any::<prop::sample::Index>(),
+            dups in prop::collection::vec(any::<prop::sample::Index>(), 0..20),
+        ) {
+            let events = events(specs);
+            let mut timeline = Timeline::new();
+            run_with_drains(&mut timeline, &events, &[]);
+            let (items, usage, render) = (timeline.items().to_vec(), timeline.usage(), timeline.render());
+            for e in &events[cut.index(events.len())..] {
+                timeline.handle_event(e);
+            }
+            for d in &dups {
+                let e = &events[d.index(events.len())];
+                timeline.handle_event(e);
+                timeline.handle_event(&e.with_sequence(0));
+            }
+            prop_assert!(timeline.drain().is_empty());
+            prop_assert_eq!(&items[..], timeline.items());
+            prop_assert_eq!(usage, timeline.usage());
+            // Only the duplicate count in the last line may differ.
+            let body = |r: &str| r.rsplit_once("events").map(|(a, _)| a.to_owned());
+            prop_assert_eq!(body(&render), body(&timeline.render()));
+        }
+
+        #[test]
+        fn where_drains_fall_does_not_change_the_projection(
+            specs in prop::collection::vec(spec(), 0..120),
+            drains in prop::collection::vec(any::<bool>(), 0..120),
+        ) {
+            let events = events(specs);
+            let mut chunked = Timeline::new();
+            let mut whole = Timeline::new();
+            let from_chunks = run_with_drains(&mut chunked, &events, &drains);
+            let from_one = run_with_drains(&mut whole, &events, &[]);
+            prop_assert_eq!(&from_chunks, &from_one);
+            prop_assert_eq!(chunked.items(), whole.items());
+            prop_assert_eq!(chunked.usage(), whole.usage());
+            prop_assert!(chunked.pending_approvals().eq(whole.pending_approvals()));
+            prop_assert_eq!(chunked.render(), whole.render());
+        }
     }
 }

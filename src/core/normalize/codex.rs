@@ -1,16 +1,1111 @@
-//! Decoder for the codex format (not written yet: every record is reported as unknown).
+//! Decoder for `codex exec --json` (JSON Lines, one `ThreadEvent` per line, schema
+//! `codex-rs/exec/src/exec_events.rs`), and the turn/tool plumbing both Codex decoders share.
+//!
+//! Mapping (provider record → canonical events):
+//! * `thread.started {thread_id}` → `session_started {provider_session_id}` (no run).
+//! * `turn.started` → `run_started` with a fresh run id. Any record that belongs to a turn
+//!   (an item, `turn.completed`, `turn.failed`) opens a run first when none is open.
+//! * `turn.completed {usage}` → `token_usage_updated {input_tokens, output_tokens,
+//!   cache_read_input_tokens (cached_input_tokens), cache_creation_input_tokens
+//!   (cache_write_input_tokens), reasoning_output_tokens}`, then `run_completed`.
+//! * `turn.failed {error{message}}` → `run_failed` (ProviderError kind `turn_failed`).
+//! * top-level `error {message}` (e.g. "Reconnecting... 1/1") → `error_occurred`
+//!   (severity `error`, kind `stream_error`); it does not end the turn.
+//! * `item.started|updated|completed {item}` by `item.type`:
+//!   - `agent_message` → `message_received {content, message_id, role, phase?}` on completion
+//!     (exec streams no deltas); `reasoning` → `reasoning_received` on completion;
+//!   - `plan` (plan mode's proposed plan, shown to the user as the answer) →
+//!     `message_received {kind: "plan"}`; its `item.plan.delta {item_id, delta}` lines →
+//!     `message_streamed {message_id, delta, kind: "plan"}`;
+//!   - tools: `command_execution` → `shell {command}`, `file_change` → `apply_patch
+//!     {changes}`, `mcp_tool_call` → `<server>.<tool> {arguments}`, `web_search` →
+//!     `web_search {query, action}`, `collab_tool_call` → its `tool` (`spawn_agent`…).
+//!     `item.started` → `tool_call_started`; `item.updated` → `tool_call_updated {status,
+//!     output_delta}`; `item.completed` → `tool_call_completed {tool_output, exit_code…}` or
+//!     `tool_call_failed {error}` (status `failed`/`declined`, a non-zero exit code, an MCP
+//!     error). A tool first seen completed gets its `tool_call_started` on the same line.
+//!   - `todo_list {items[{text, completed}]}` → `todo_updated` (whole list) on every phase;
+//!   - `error {message}` → `error_occurred` (severity `warning`, kind `item_error`);
+//!   - any other item type → an `unknown item type` diagnostic.
+//! * `request_user_input {id, call_id, questions}` → `tool_approval_requested`
+//!   (`tool_name: "request_user_input"`).
+//!
+//! Tool ids are the item ids. A `web_search` item carries `id` twice (the thread item's
+//! `item_N` and the search's own `ws_…`, both flattened into one object); `serde_json::Value`
+//! keeps the last, so the tool call id is the `ws_…` one on both the started and the completed
+//! line, which is stable. At a turn's end, a tool still open is closed with
+//! `tool_call_cancelled` and a streamed plan that never completed with a discarded
+//! `message_received`, both before the run terminal; at end of input only the streamed text
+//! is closed (the run stays open for the lifecycle projection).
 
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 
 use super::{Decoder, Out};
+use crate::core::event::EventType;
+use crate::core::provider_error::ProviderError;
 
+/// Decoder state for `codex exec --json`.
 #[derive(Default)]
-pub(crate) struct Codex;
+pub(crate) struct Codex {
+    turn: TurnState,
+}
 
 impl Decoder for Codex {
-    fn record(&mut self, _record: &Value, out: &mut Out<'_>) {
-        out.unknown("record (decoder not written yet)");
+    fn record(&mut self, record: &Value, out: &mut Out<'_>) {
+        out.use_timestamp(record.get("timestamp"));
+        let Some(ty) = record.get("type").and_then(Value::as_str) else {
+            return out.missing("type");
+        };
+        match ty {
+            "thread.started" => {
+                let Some(id) = str_field(record, "thread_id") else {
+                    return out.missing("thread_id");
+                };
+                out.emit(
+                    EventType::SessionStarted,
+                    None,
+                    json!({ "provider_session_id": id }),
+                );
+            }
+            "turn.started" => {
+                self.turn.abandon(out);
+                self.turn.open_run(out, Map::new());
+            }
+            "turn.completed" => {
+                let run = self.turn.ensure_run(out);
+                if let Some(usage) = record.get("usage").and_then(usage_data) {
+                    out.emit(EventType::TokenUsageUpdated, Some(&run), usage);
+                }
+                self.turn
+                    .end_run(out, EventType::RunCompleted, Map::new(), "turn completed");
+            }
+            "turn.failed" => {
+                let message = record
+                    .get("error")
+                    .and_then(|e| str_field(e, "message"))
+                    .unwrap_or("turn failed");
+                let data = ProviderError::new(out.provider(), "turn_failed", message).to_data();
+                self.turn.ensure_run(out);
+                self.turn
+                    .end_run(out, EventType::RunFailed, data, "turn failed");
+            }
+            "item.started" => self.item(Phase::Started, record, out),
+            "item.updated" => self.item(Phase::Updated, record, out),
+            "item.completed" => self.item(Phase::Completed, record, out),
+            "item.plan.delta" => {
+                let (Some(id), Some(delta)) =
+                    (str_field(record, "item_id"), str_field(record, "delta"))
+                else {
+                    return out.missing("item_id/delta");
+                };
+                let run = self.turn.ensure_run(out);
+                self.turn
+                    .stream(out, &run, Stream::Plan, id, delta, Map::new());
+            }
+            "request_user_input" => {
+                let Some(call_id) = str_field(record, "call_id") else {
+                    return out.missing("call_id");
+                };
+                let run = self.turn.ensure_run(out);
+                let input =
+                    json!({ "questions": record.get("questions").cloned().unwrap_or(json!([])) });
+                let data = json!({
+                    "request_id": call_id,
+                    "tool_call_id": call_id,
+                    "tool_name": "request_user_input",
+                    "tool_input": input,
+                });
+                out.emit_full(
+                    EventType::ToolApprovalRequested,
+                    Some(&run),
+                    data,
+                    Some(call_id),
+                    Map::new(),
+                );
+            }
+            "error" => {
+                let message = str_field(record, "message").unwrap_or("error");
+                let run = self.turn.run.clone();
+                emit_error(out, run.as_deref(), "stream_error", message, "error", None);
+            }
+            other => out.unknown(format_args!("type {other:?}")),
+        }
     }
 
-    fn finish(&mut self, _out: &mut Out<'_>) {}
+    fn finish(&mut self, out: &mut Out<'_>) {
+        self.turn.close_streams(out);
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Started,
+    Updated,
+    Completed,
+}
+
+impl Codex {
+    fn item(&mut self, phase: Phase, record: &Value, out: &mut Out<'_>) {
+        let Some(item) = record.get("item").filter(|i| i.is_object()) else {
+            return out.missing("item");
+        };
+        let Some(ty) = str_field(item, "type") else {
+            return out.missing("item.type");
+        };
+        let Some(id) = str_field(item, "id") else {
+            return out.missing("item.id");
+        };
+        if let Some(kind) = tool_kind(ty) {
+            let run = self.turn.ensure_run(out);
+            return match phase {
+                Phase::Started => self.turn.tool_started(out, &run, id, kind, item),
+                Phase::Updated => self.turn.tool_updated(out, &run, id, kind, item),
+                Phase::Completed => self.turn.tool_completed(out, &run, id, kind, item),
+            };
+        }
+        match (ty, phase) {
+            ("agent_message" | "reasoning" | "plan", Phase::Started | Phase::Updated) => {
+                out.ignore()
+            }
+            ("agent_message", Phase::Completed) => {
+                let run = self.turn.ensure_run(out);
+                let mut extra = Map::new();
+                if let Some(phase) = item.get("phase").filter(|p| !p.is_null()) {
+                    extra.insert("phase".into(), phase.clone());
+                }
+                let text = str_field(item, "text").unwrap_or("");
+                self.turn.whole(out, &run, Stream::Message, id, text, extra);
+            }
+            ("plan", Phase::Completed) => {
+                let run = self.turn.ensure_run(out);
+                let text = str_field(item, "text").unwrap_or("");
+                self.turn
+                    .whole(out, &run, Stream::Plan, id, text, Map::new());
+            }
+            ("reasoning", Phase::Completed) => {
+                let run = self.turn.ensure_run(out);
+                let text = str_field(item, "text").unwrap_or("");
+                self.turn
+                    .whole(out, &run, Stream::Reasoning, id, text, Map::new());
+            }
+            ("todo_list", _) => {
+                let run = self.turn.ensure_run(out);
+                let items: Vec<Value> = item
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .map(|list| {
+                        list.iter()
+                            .map(|t| {
+                                let done = t.get("completed").and_then(Value::as_bool);
+                                json!({
+                                    "text": str_field(t, "text").unwrap_or(""),
+                                    "status": if done == Some(true) { "completed" } else { "pending" },
+                                })
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                out.emit(
+                    EventType::TodoUpdated,
+                    Some(&run),
+                    json!({ "items": items }),
+                );
+            }
+            ("error", _) => {
+                let run = self.turn.ensure_run(out);
+                let message = str_field(item, "message").unwrap_or("error");
+                emit_error(out, Some(&run), "item_error", message, "warning", None);
+            }
+            (other, _) => out.unknown(format_args!("item type {other:?}")),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Shared by both Codex decoders.
+// ---------------------------------------------------------------------------------------
+
+/// A string field, if present.
+pub(super) fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+/// The first non-null of two spellings of a field (`exec` is snake_case, `app-server`
+/// camelCase).
+pub(super) fn field<'a>(v: &'a Value, snake: &str, camel: &str) -> Option<&'a Value> {
+    v.get(snake)
+        .filter(|x| !x.is_null())
+        .or_else(|| v.get(camel).filter(|x| !x.is_null()))
+}
+
+/// Emits `error_occurred {error_message, severity, provider_error{kind}}`, with `details`.
+pub(super) fn emit_error(
+    out: &mut Out<'_>,
+    run: Option<&str>,
+    kind: &str,
+    message: &str,
+    severity: &str,
+    details: Option<Value>,
+) {
+    let mut data = ProviderError::new(out.provider(), kind, message).to_data();
+    data.insert("severity".into(), json!(severity));
+    if let Some(d) = details {
+        data.insert("details".into(), d);
+    }
+    out.emit(EventType::ErrorOccurred, run, Value::Object(data));
+}
+
+/// `token_usage_updated` data from a `{input_tokens, cached_input_tokens, …}` object in
+/// either spelling; `None` when it carries no counts.
+pub(super) fn usage_data(u: &Value) -> Option<Value> {
+    const KEYS: &[(&str, &str, &str)] = &[
+        ("input_tokens", "inputTokens", "input_tokens"),
+        ("output_tokens", "outputTokens", "output_tokens"),
+        (
+            "cached_input_tokens",
+            "cachedInputTokens",
+            "cache_read_input_tokens",
+        ),
+        (
+            "cache_write_input_tokens",
+            "cacheWriteInputTokens",
+            "cache_creation_input_tokens",
+        ),
+        (
+            "reasoning_output_tokens",
+            "reasoningOutputTokens",
+            "reasoning_output_tokens",
+        ),
+        ("total_tokens", "totalTokens", "total_tokens"),
+    ];
+    let mut data = Map::new();
+    for (snake, camel, to) in KEYS {
+        if let Some(n) = field(u, snake, camel).filter(|n| n.is_number()) {
+            data.insert((*to).into(), n.clone());
+        }
+    }
+    (!data.is_empty()).then_some(Value::Object(data))
+}
+
+/// The tool-like item types of both formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ToolKind {
+    Command,
+    FileChange,
+    Mcp,
+    WebSearch,
+    Collab,
+    Dynamic,
+    ImageView,
+    ImageGeneration,
+}
+
+/// The tool kind of an item type, in either spelling.
+pub(super) fn tool_kind(ty: &str) -> Option<ToolKind> {
+    Some(match ty {
+        "command_execution" | "commandExecution" => ToolKind::Command,
+        "file_change" | "fileChange" => ToolKind::FileChange,
+        "mcp_tool_call" | "mcpToolCall" => ToolKind::Mcp,
+        "web_search" | "webSearch" => ToolKind::WebSearch,
+        "collab_tool_call" | "collabToolCall" | "collabAgentToolCall" => ToolKind::Collab,
+        "dynamicToolCall" => ToolKind::Dynamic,
+        "imageView" => ToolKind::ImageView,
+        "imageGeneration" => ToolKind::ImageGeneration,
+        _ => return None,
+    })
+}
+
+/// Inserts `key: value` when `value` is present and not null.
+fn put(map: &mut Map<String, Value>, key: &str, value: Option<&Value>) {
+    if let Some(v) = value.filter(|v| !v.is_null()) {
+        map.insert(key.into(), v.clone());
+    }
+}
+
+/// The tool name and input of a tool item.
+pub(super) fn tool_call(kind: ToolKind, item: &Value) -> (String, Value) {
+    let mut input = Map::new();
+    let name = match kind {
+        ToolKind::Command => {
+            put(&mut input, "command", item.get("command"));
+            put(&mut input, "cwd", item.get("cwd"));
+            "shell".to_owned()
+        }
+        ToolKind::FileChange => {
+            let changes = item.get("changes").cloned().unwrap_or(json!([]));
+            input.insert("changes".into(), changes);
+            "apply_patch".to_owned()
+        }
+        ToolKind::Mcp => {
+            let server = str_field(item, "server").unwrap_or("mcp");
+            let tool = str_field(item, "tool").unwrap_or("unknown");
+            return match item.get("arguments").filter(|a| !a.is_null()) {
+                Some(args) => (format!("{server}.{tool}"), args.clone()),
+                None => (format!("{server}.{tool}"), json!({})),
+            };
+        }
+        ToolKind::WebSearch => {
+            put(&mut input, "query", item.get("query"));
+            put(&mut input, "action", item.get("action"));
+            "web_search".to_owned()
+        }
+        ToolKind::Collab => {
+            put(&mut input, "prompt", item.get("prompt"));
+            put(
+                &mut input,
+                "receiver_thread_ids",
+                field(item, "receiver_thread_ids", "receiverThreadIds"),
+            );
+            put(&mut input, "model", item.get("model"));
+            str_field(item, "tool").unwrap_or("collab").to_owned()
+        }
+        ToolKind::Dynamic => {
+            let tool = str_field(item, "tool").unwrap_or("unknown");
+            let name = match str_field(item, "namespace") {
+                Some(ns) if !ns.is_empty() => format!("{ns}.{tool}"),
+                _ => tool.to_owned(),
+            };
+            let args = item
+                .get("arguments")
+                .filter(|a| !a.is_null())
+                .cloned()
+                .unwrap_or(json!({}));
+            return (name, args);
+        }
+        ToolKind::ImageView => {
+            put(&mut input, "path", item.get("path"));
+            "view_image".to_owned()
+        }
+        ToolKind::ImageGeneration => {
+            put(
+                &mut input,
+                "revised_prompt",
+                field(item, "revised_prompt", "revisedPrompt"),
+            );
+            "image_generation".to_owned()
+        }
+    };
+    (name, Value::Object(input))
+}
+
+/// How a tool call ended: `Ok(tool_output)` or `Err(error)`, plus extra data fields.
+pub(super) fn tool_result(
+    kind: ToolKind,
+    item: &Value,
+) -> (Result<Option<Value>, String>, Map<String, Value>) {
+    let status = str_field(item, "status").unwrap_or("completed");
+    let failed = matches!(status, "failed" | "declined");
+    let mut extra = Map::new();
+    if status != "completed" {
+        extra.insert("status".into(), json!(status));
+    }
+    let result = match kind {
+        ToolKind::Command => {
+            let output = field(item, "aggregated_output", "aggregatedOutput")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let code = field(item, "exit_code", "exitCode").and_then(Value::as_i64);
+            put(
+                &mut extra,
+                "exit_code",
+                field(item, "exit_code", "exitCode"),
+            );
+            put(
+                &mut extra,
+                "duration_ms",
+                field(item, "duration_ms", "durationMs"),
+            );
+            if failed || code.is_some_and(|c| c != 0) {
+                Err(if !output.is_empty() {
+                    output.to_owned()
+                } else if status == "declined" {
+                    "command declined".to_owned()
+                } else if let Some(c) = code {
+                    format!("command exited with code {c}")
+                } else {
+                    "command failed".to_owned()
+                })
+            } else {
+                Ok(Some(json!(output)))
+            }
+        }
+        ToolKind::FileChange => {
+            if failed {
+                Err(format!("apply_patch {status}"))
+            } else {
+                let summary: Vec<String> = item
+                    .get("changes")
+                    .and_then(Value::as_array)
+                    .map(|changes| {
+                        changes
+                            .iter()
+                            .map(|c| {
+                                let kind = c
+                                    .get("kind")
+                                    .and_then(|k| k.as_str().or_else(|| str_field(k, "type")))
+                                    .unwrap_or("update");
+                                format!("{kind} {}", str_field(c, "path").unwrap_or(""))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                Ok(Some(json!(summary.join("\n"))))
+            }
+        }
+        ToolKind::Mcp => {
+            put(
+                &mut extra,
+                "duration_ms",
+                field(item, "duration_ms", "durationMs"),
+            );
+            let error = item.get("error").filter(|e| !e.is_null());
+            if failed || error.is_some() {
+                let message = error
+                    .and_then(|e| str_field(e, "message").or_else(|| e.as_str()))
+                    .unwrap_or("MCP tool call failed");
+                Err(message.to_owned())
+            } else {
+                let result = item.get("result").filter(|r| !r.is_null());
+                if let Some(r) = result {
+                    put(
+                        &mut extra,
+                        "structured_content",
+                        field(r, "structured_content", "structuredContent"),
+                    );
+                }
+                Ok(result.map(|r| text_of_blocks(r.get("content"), "text").unwrap_or(r.clone())))
+            }
+        }
+        ToolKind::WebSearch | ToolKind::ImageView => {
+            if failed {
+                Err(format!("tool call {status}"))
+            } else {
+                Ok(None)
+            }
+        }
+        ToolKind::Collab => {
+            let states = field(item, "agents_states", "agentsStates");
+            if failed {
+                let messages: Vec<&str> = states
+                    .and_then(Value::as_object)
+                    .map(|m| m.values().filter_map(|s| str_field(s, "message")).collect())
+                    .unwrap_or_default();
+                Err(if messages.is_empty() {
+                    "collab tool call failed".to_owned()
+                } else {
+                    messages.join("\n")
+                })
+            } else {
+                Ok(states.cloned())
+            }
+        }
+        ToolKind::Dynamic => {
+            put(
+                &mut extra,
+                "duration_ms",
+                field(item, "duration_ms", "durationMs"),
+            );
+            let text = text_of_blocks(field(item, "content_items", "contentItems"), "inputText");
+            if failed || item.get("success").and_then(Value::as_bool) == Some(false) {
+                Err(text
+                    .and_then(|t| t.as_str().map(str::to_owned))
+                    .unwrap_or_else(|| "dynamic tool call failed".to_owned()))
+            } else {
+                Ok(text)
+            }
+        }
+        ToolKind::ImageGeneration => {
+            if failed {
+                Err("image generation failed".to_owned())
+            } else {
+                Ok(field(item, "saved_path", "savedPath").cloned())
+            }
+        }
+    };
+    (result, extra)
+}
+
+/// The texts of the `{type: <text_type>, text}` blocks of a content array, joined, when
+/// there is at least one.
+fn text_of_blocks(content: Option<&Value>, text_type: &str) -> Option<Value> {
+    let texts: Vec<&str> = content?
+        .as_array()?
+        .iter()
+        .filter(|b| str_field(b, "type") == Some(text_type))
+        .filter_map(|b| str_field(b, "text"))
+        .collect();
+    (!texts.is_empty()).then(|| json!(texts.join("\n")))
+}
+
+/// What a streamed or whole text is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Stream {
+    Message,
+    Plan,
+    Reasoning,
+}
+
+impl Stream {
+    fn events(self) -> (EventType, EventType) {
+        match self {
+            Stream::Message | Stream::Plan => {
+                (EventType::MessageStreamed, EventType::MessageReceived)
+            }
+            Stream::Reasoning => (EventType::ReasoningStreamed, EventType::ReasoningReceived),
+        }
+    }
+
+    fn base(self, id: &str) -> Map<String, Value> {
+        let mut data = Map::new();
+        data.insert("message_id".into(), json!(id));
+        if self != Stream::Reasoning {
+            data.insert("role".into(), json!("assistant"));
+        }
+        if self == Stream::Plan {
+            data.insert("kind".into(), json!("plan"));
+        }
+        data
+    }
+}
+
+/// A tool call that started and has not ended.
+struct OpenTool {
+    id: String,
+    name: String,
+    input: Value,
+    /// Bytes of aggregated output already reported (`item.updated`), for `output_delta`.
+    output_len: usize,
+}
+
+/// The open turn, its open tool calls and its half-streamed texts. Small, keyed by id,
+/// cleared when the turn ends.
+#[derive(Default)]
+pub(super) struct TurnState {
+    pub(super) run: Option<String>,
+    tools: Vec<OpenTool>,
+    streams: Vec<(Stream, String)>,
+}
+
+impl TurnState {
+    /// Starts a run: `run_started` with `data`.
+    pub(super) fn open_run(&mut self, out: &mut Out<'_>, data: Map<String, Value>) -> String {
+        let run = out.new_run_id();
+        out.emit(EventType::RunStarted, Some(&run), Value::Object(data));
+        self.run = Some(run.clone());
+        run
+    }
+
+    /// The open run, or a new one.
+    pub(super) fn ensure_run(&mut self, out: &mut Out<'_>) -> String {
+        match &self.run {
+            Some(r) => r.clone(),
+            None => self.open_run(out, Map::new()),
+        }
+    }
+
+    /// Leaves the open run (if any) without a terminal, closing its streamed texts.
+    pub(super) fn abandon(&mut self, out: &mut Out<'_>) {
+        self.close_streams(out);
+        self.tools.clear();
+        self.run = None;
+    }
+
+    /// Ends the open run with `kind` (a run terminal) after closing what is still open:
+    /// streamed texts as discarded, tool calls as cancelled with `reason`.
+    pub(super) fn end_run(
+        &mut self,
+        out: &mut Out<'_>,
+        kind: EventType,
+        data: Map<String, Value>,
+        reason: &str,
+    ) {
+        let Some(run) = self.run.clone() else {
+            return;
+        };
+        self.close_streams(out);
+        for tool in std::mem::take(&mut self.tools) {
+            let data = json!({
+                "tool_call_id": tool.id,
+                "tool_name": tool.name,
+                "tool_input": tool.input,
+                "reason": reason,
+            });
+            out.emit_full(
+                EventType::ToolCallCancelled,
+                Some(&run),
+                data,
+                Some(&tool.id),
+                Map::new(),
+            );
+        }
+        out.emit(kind, Some(&run), Value::Object(data));
+        self.run = None;
+    }
+
+    /// Closes every streamed text that never completed with a discarded whole event.
+    pub(super) fn close_streams(&mut self, out: &mut Out<'_>) {
+        let run = self.run.clone();
+        for (stream, id) in std::mem::take(&mut self.streams) {
+            let mut data = stream.base(&id);
+            data.insert("content".into(), json!(""));
+            data.insert("discarded".into(), json!(true));
+            out.emit(stream.events().1, run.as_deref(), Value::Object(data));
+        }
+    }
+
+    /// One streamed chunk of a message, plan or reasoning `id`.
+    pub(super) fn stream(
+        &mut self,
+        out: &mut Out<'_>,
+        run: &str,
+        stream: Stream,
+        id: &str,
+        delta: &str,
+        extra: Map<String, Value>,
+    ) {
+        if !self.streams.iter().any(|(s, i)| *s == stream && i == id) {
+            self.streams.push((stream, id.to_owned()));
+        }
+        let mut data = stream.base(id);
+        data.insert("delta".into(), json!(delta));
+        data.extend(extra);
+        out.emit(stream.events().0, Some(run), Value::Object(data));
+    }
+
+    /// True when `id` streamed chunks that are not yet closed.
+    pub(super) fn is_streaming(&self, stream: Stream, id: &str) -> bool {
+        self.streams.iter().any(|(s, i)| *s == stream && i == id)
+    }
+
+    /// The whole text of a message, plan or reasoning `id`; closes its stream.
+    pub(super) fn whole(
+        &mut self,
+        out: &mut Out<'_>,
+        run: &str,
+        stream: Stream,
+        id: &str,
+        text: &str,
+        extra: Map<String, Value>,
+    ) {
+        self.streams.retain(|(s, i)| !(*s == stream && i == id));
+        let mut data = stream.base(id);
+        data.insert("content".into(), json!(text));
+        data.extend(extra);
+        out.emit(stream.events().1, Some(run), Value::Object(data));
+    }
+
+    fn emit_started(out: &mut Out<'_>, run: &str, id: &str, name: &str, input: &Value) {
+        let data = json!({ "tool_call_id": id, "tool_name": name, "tool_input": input });
+        out.emit_full(
+            EventType::ToolCallStarted,
+            Some(run),
+            data,
+            Some(id),
+            Map::new(),
+        );
+    }
+
+    /// The item of a tool call started (again: a repeat only refreshes the input).
+    pub(super) fn tool_started(
+        &mut self,
+        out: &mut Out<'_>,
+        run: &str,
+        id: &str,
+        kind: ToolKind,
+        item: &Value,
+    ) {
+        let (name, input) = tool_call(kind, item);
+        if let Some(open) = self.tools.iter_mut().find(|t| t.id == id) {
+            open.name = name;
+            open.input = input;
+            return out.ignore();
+        }
+        Self::emit_started(out, run, id, &name, &input);
+        self.tools.push(OpenTool {
+            id: id.to_owned(),
+            name,
+            input,
+            output_len: 0,
+        });
+    }
+
+    /// The item of a tool call was updated: `tool_call_updated {status, output_delta}`.
+    fn tool_updated(
+        &mut self,
+        out: &mut Out<'_>,
+        run: &str,
+        id: &str,
+        kind: ToolKind,
+        item: &Value,
+    ) {
+        if !self.tools.iter().any(|t| t.id == id) {
+            self.tool_started(out, run, id, kind, item);
+        }
+        let Some(open) = self.tools.iter_mut().find(|t| t.id == id) else {
+            return;
+        };
+        let mut data = Map::new();
+        data.insert("tool_call_id".into(), json!(id));
+        put(&mut data, "status", item.get("status"));
+        if let Some(output) =
+            field(item, "aggregated_output", "aggregatedOutput").and_then(Value::as_str)
+        {
+            if let Some(delta) = output.get(open.output_len..).filter(|d| !d.is_empty()) {
+                data.insert("output_delta".into(), json!(delta));
+            }
+            open.output_len = output.len();
+        }
+        out.emit_full(
+            EventType::ToolCallUpdated,
+            Some(run),
+            Value::Object(data),
+            Some(id),
+            Map::new(),
+        );
+    }
+
+    /// Progress on an open tool call (`data` gets the `tool_call_id`); ignored when the
+    /// call is not open.
+    pub(super) fn tool_progress(
+        &mut self,
+        out: &mut Out<'_>,
+        run: &str,
+        id: &str,
+        mut data: Map<String, Value>,
+    ) {
+        let Some(open) = self.tools.iter_mut().find(|t| t.id == id) else {
+            return out.ignore();
+        };
+        if let Some(delta) = data.get("output_delta").and_then(Value::as_str) {
+            open.output_len += delta.len();
+        }
+        data.insert("tool_call_id".into(), json!(id));
+        out.emit_full(
+            EventType::ToolCallUpdated,
+            Some(run),
+            Value::Object(data),
+            Some(id),
+            Map::new(),
+        );
+    }
+
+    /// The input of an open tool call.
+    pub(super) fn tool_input(&self, id: &str) -> Option<&Value> {
+        self.tools.iter().find(|t| t.id == id).map(|t| &t.input)
+    }
+
+    /// Replaces the input of an open tool call.
+    pub(super) fn set_tool_input(&mut self, id: &str, input: Value) {
+        if let Some(open) = self.tools.iter_mut().find(|t| t.id == id) {
+            open.input = input;
+        }
+    }
+
+    /// The item of a tool call completed: `tool_call_completed` or `tool_call_failed`,
+    /// preceded by `tool_call_started` when the call was never seen starting.
+    pub(super) fn tool_completed(
+        &mut self,
+        out: &mut Out<'_>,
+        run: &str,
+        id: &str,
+        kind: ToolKind,
+        item: &Value,
+    ) {
+        let (name, input) = tool_call(kind, item);
+        match self.tools.iter().position(|t| t.id == id) {
+            Some(i) => {
+                self.tools.remove(i);
+            }
+            None => Self::emit_started(out, run, id, &name, &input),
+        }
+        let (result, extra) = tool_result(kind, item);
+        let mut data = Map::new();
+        data.insert("tool_call_id".into(), json!(id));
+        data.insert("tool_name".into(), json!(name));
+        data.insert("tool_input".into(), input);
+        let kind = match result {
+            Ok(output) => {
+                if let Some(o) = output {
+                    data.insert("tool_output".into(), o);
+                }
+                EventType::ToolCallCompleted
+            }
+            Err(error) => {
+                data.insert("error".into(), json!(error));
+                EventType::ToolCallFailed
+            }
+        };
+        data.extend(extra);
+        out.emit_full(kind, Some(run), Value::Object(data), Some(id), Map::new());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::{expect, Expect};
+
+    use crate::core::normalize::tests::render;
+    use crate::core::normalize::{normalize, Config, Format};
+    use crate::core::time::Timestamp;
+
+    /// `check` with the sequence column's padding trimmed: expect-test strips the common
+    /// indentation of the literal, so a rendering whose every line starts with spaces (all
+    /// events, no diagnostics) never matches through the shared `check`.
+    fn check(format: Format, input: &str, expect: Expect) {
+        let text: String = render(Some(format), input.as_bytes())
+            .lines()
+            .map(|l| format!("{}\n", l.trim_start()))
+            .collect();
+        expect.assert_eq(&text);
+    }
+
+    fn events(input: &str) -> Vec<crate::core::event::Event> {
+        normalize(
+            Some(Format::Codex),
+            Config::new("s1"),
+            input.as_bytes(),
+            Timestamp::EPOCH,
+        )
+        .events
+    }
+
+    #[test]
+    fn a_simple_turn() {
+        check(
+            Format::Codex,
+            r#"{"type":"thread.started","thread_id":"th_1"}
+{"type":"turn.started"}
+{"type":"item.completed","item":{"id":"item_0","type":"reasoning","text":"**Thinking**"}}
+{"type":"item.completed","item":{"id":"item_1","type":"agent_message","text":"4"}}
+{"type":"turn.completed","usage":{"input_tokens":2946,"cached_input_tokens":10,"output_tokens":7,"reasoning_output_tokens":3,"cache_write_input_tokens":5}}
+"#,
+            expect![[r#"
+                  1 -- session_started
+                  2 t1 run_started
+                  3 t1 reasoning_received content="**Thinking**"
+                  4 t1 message_received role="assistant" content="4"
+                  5 t1 token_usage_updated input_tokens=2946 output_tokens=7
+                  6 t1 run_completed
+            "#]],
+        );
+        let ev = events(
+            r#"{"type":"thread.started","thread_id":"th_1"}
+{"type":"turn.completed","usage":{"input_tokens":1,"cached_input_tokens":10,"output_tokens":7,"reasoning_output_tokens":3,"cache_write_input_tokens":5}}"#,
+        );
+        assert_eq!(ev[0].data_str("provider_session_id"), Some("th_1"));
+        assert_eq!(ev[0].run_id(), None);
+        let usage = ev[2].data();
+        assert_eq!(usage["cache_read_input_tokens"], 10);
+        assert_eq!(usage["cache_creation_input_tokens"], 5);
+        assert_eq!(usage["reasoning_output_tokens"], 3);
+    }
+
+    #[test]
+    fn messages_keep_their_id_and_phase() {
+        let ev = events(
+            r#"{"type":"item.completed","item":{"id":"item_1","type":"agent_message","phase":"commentary","text":"Looking."}}"#,
+        );
+        assert_eq!(ev[0].kind().as_str(), "run_started");
+        assert_eq!(ev[1].data_str("message_id"), Some("item_1"));
+        assert_eq!(ev[1].data_str("phase"), Some("commentary"));
+        assert_eq!(ev[1].run_id(), ev[0].run_id());
+    }
+
+    #[test]
+    fn commands_succeed_fail_and_are_declined() {
+        check(
+            Format::Codex,
+            r#"{"type":"turn.started"}
+{"type":"item.started","item":{"id":"item_1","type":"command_execution","command":"bash -lc ls","aggregated_output":"","exit_code":null,"status":"in_progress"}}
+{"type":"item.updated","item":{"id":"item_1","type":"command_execution","command":"bash -lc ls","aggregated_output":"a\n","exit_code":null,"status":"in_progress"}}
+{"type":"item.updated","item":{"id":"item_1","type":"command_execution","command":"bash -lc ls","aggregated_output":"a\nb\n","exit_code":null,"status":"in_progress"}}
+{"type":"item.completed","item":{"id":"item_1","type":"command_execution","command":"bash -lc ls","aggregated_output":"a\nb\n","exit_code":0,"status":"completed"}}
+{"type":"item.completed","item":{"id":"item_2","type":"command_execution","command":"false","aggregated_output":"","exit_code":1,"status":"completed"}}
+{"type":"item.completed","item":{"id":"item_3","type":"command_execution","command":"rm -rf /","aggregated_output":"","exit_code":null,"status":"declined"}}
+{"type":"item.completed","item":{"id":"item_4","type":"command_execution","command":"pytest","aggregated_output":"F\n","exit_code":1,"status":"failed"}}
+"#,
+            expect![[r#"
+                1 t1 run_started
+                2 t1 tool_call_started tool_name="shell" tool_call_id="item_1" tool_input={"command":"bash -lc ls"}
+                3 t1 tool_call_updated tool_call_id="item_1" status="in_progress"
+                4 t1 tool_call_updated tool_call_id="item_1" status="in_progress"
+                5 t1 tool_call_completed tool_name="shell" tool_call_id="item_1" tool_input={"command":"bash -lc ls"} tool_output="a\nb\n"
+                6 t1 tool_call_started tool_name="shell" tool_call_id="item_2" tool_input={"command":"false"}
+                7 t1 tool_call_failed tool_name="shell" tool_call_id="item_2" tool_input={"command":"false"} error="command exited with code 1"
+                8 t1 tool_call_started tool_name="shell" tool_call_id="item_3" tool_input={"command":"rm -rf /"}
+                9 t1 tool_call_failed tool_name="shell" tool_call_id="item_3" tool_input={"command":"rm -rf /"} error="command declined" status="declined"
+                10 t1 tool_call_started tool_name="shell" tool_call_id="item_4" tool_input={"command":"pytest"}
+                11 t1 tool_call_failed tool_name="shell" tool_call_id="item_4" tool_input={"command":"pytest"} error="F\n" status="failed"
+            "#]],
+        );
+        let ev = events(
+            r#"{"type":"item.started","item":{"id":"item_1","type":"command_execution","command":"ls","aggregated_output":"","status":"in_progress"}}
+{"type":"item.updated","item":{"id":"item_1","type":"command_execution","command":"ls","aggregated_output":"a\n","status":"in_progress"}}
+{"type":"item.updated","item":{"id":"item_1","type":"command_execution","command":"ls","aggregated_output":"a\nb\n","status":"in_progress"}}
+{"type":"item.completed","item":{"id":"item_1","type":"command_execution","command":"ls","aggregated_output":"a\nb\n","exit_code":0,"status":"completed"}}"#,
+        );
+        assert_eq!(ev[2].data_str("output_delta"), Some("a\n"));
+        assert_eq!(ev[3].data_str("output_delta"), Some("b\n"));
+        assert_eq!(ev[4].data()["exit_code"], 0);
+        assert!(ev[1..].iter().all(|e| e.correlation_id() == Some("item_1")));
+    }
+
+    #[test]
+    fn file_changes_mcp_calls_and_collab_calls() {
+        check(
+            Format::Codex,
+            r#"{"type":"item.completed","item":{"id":"item_3","type":"file_change","changes":[{"path":"src/a.py","kind":"update"},{"path":"README.md","kind":"add"}],"status":"completed"}}
+{"type":"item.completed","item":{"id":"item_4","type":"file_change","changes":[{"path":"src/a.py","kind":"update"}],"status":"failed"}}
+{"type":"item.started","item":{"id":"item_5","type":"mcp_tool_call","server":"github","tool":"search_issues","arguments":{"q":"x"},"result":null,"error":null,"status":"in_progress"}}
+{"type":"item.completed","item":{"id":"item_5","type":"mcp_tool_call","server":"github","tool":"search_issues","arguments":{"q":"x"},"result":{"content":[{"type":"text","text":"Found 3."}],"structured_content":{"n":3}},"error":null,"status":"completed"}}
+{"type":"item.completed","item":{"id":"item_6","type":"mcp_tool_call","server":"github","tool":"search_issues","arguments":null,"result":null,"error":{"message":"tool timeout"},"status":"failed"}}
+{"type":"item.completed","item":{"id":"item_7","type":"collab_tool_call","tool":"spawn_agent","sender_thread_id":"main","receiver_thread_ids":["w"],"prompt":"Find tests","agents_states":{"w":{"status":"errored","message":"boom"}},"status":"failed"}}
+"#,
+            expect![[r#"
+                1 t1 run_started
+                2 t1 tool_call_started tool_name="apply_patch" tool_call_id="item_3" tool_input={"changes":[{"kind":"update","path":"src/a.py"},{"kind":"add…
+                3 t1 tool_call_completed tool_name="apply_patch" tool_call_id="item_3" tool_input={"changes":[{"kind":"update","path":"src/a.py"},{"kind":"add… tool_output="update src/a.py\nadd README.md"
+                4 t1 tool_call_started tool_name="apply_patch" tool_call_id="item_4" tool_input={"changes":[{"kind":"update","path":"src/a.py"}]}
+                5 t1 tool_call_failed tool_name="apply_patch" tool_call_id="item_4" tool_input={"changes":[{"kind":"update","path":"src/a.py"}]} error="apply_patch failed" status="failed"
+                6 t1 tool_call_started tool_name="github.search_issues" tool_call_id="item_5" tool_input={"q":"x"}
+                7 t1 tool_call_completed tool_name="github.search_issues" tool_call_id="item_5" tool_input={"q":"x"} tool_output="Found 3."
+                8 t1 tool_call_started tool_name="github.search_issues" tool_call_id="item_6" tool_input={}
+                9 t1 tool_call_failed tool_name="github.search_issues" tool_call_id="item_6" tool_input={} error="tool timeout" status="failed"
+                10 t1 tool_call_started tool_name="spawn_agent" tool_call_id="item_7" tool_input={"prompt":"Find tests","receiver_thread_ids":["w"]}
+                11 t1 tool_call_failed tool_name="spawn_agent" tool_call_id="item_7" tool_input={"prompt":"Find tests","receiver_thread_ids":["w"]} error="boom" status="failed"
+            "#]],
+        );
+        let ev = events(
+            r#"{"type":"item.completed","item":{"id":"item_5","type":"mcp_tool_call","server":"s","tool":"t","arguments":{},"result":{"content":[{"type":"text","text":"ok"}],"structured_content":{"n":3}},"error":null,"status":"completed"}}"#,
+        );
+        assert_eq!(ev[2].data()["structured_content"]["n"], 3);
+    }
+
+    #[test]
+    fn web_search_with_a_duplicate_id_key_keeps_one_stable_id() {
+        // Both `id`s are flattened into the item; serde_json keeps the last one.
+        check(
+            Format::Codex,
+            r#"{"type":"item.started","item":{"id":"item_2","type":"web_search","id":"ws_abc","query":"rust serde"}}
+{"type":"item.completed","item":{"id":"item_2","type":"web_search","id":"ws_abc","query":"rust serde","action":{"type":"search","query":"rust serde"}}}
+"#,
+            expect![[r#"
+                  1 t1 run_started
+                  2 t1 tool_call_started tool_name="web_search" tool_call_id="ws_abc" tool_input={"query":"rust serde"}
+                  3 t1 tool_call_completed tool_name="web_search" tool_call_id="ws_abc" tool_input={"action":{"query":"rust serde","type":"search"},"query":"ru…
+            "#]],
+        );
+    }
+
+    #[test]
+    fn todo_lists_errors_and_unknown_items() {
+        check(
+            Format::Codex,
+            r#"{"type":"turn.started"}
+{"type":"item.started","item":{"id":"item_0","type":"todo_list","items":[{"text":"Inspect","completed":false},{"text":"Test","completed":false}]}}
+{"type":"item.completed","item":{"id":"item_0","type":"todo_list","items":[{"text":"Inspect","completed":true},{"text":"Test","completed":false}]}}
+{"type":"item.completed","item":{"id":"item_1","type":"error","message":"command output truncated"}}
+{"type":"item.completed","item":{"id":"item_2","type":"future_item","foo":"bar"}}
+{"type":"item.completed","item":{"type":"reasoning"}}
+{"type":"item.started","item":{"id":"item_3","type":"agent_message","text":""}}
+{"type":"mystery"}
+{"no_type":1}
+"#,
+            expect![[r#"
+                1 t1 run_started
+                2 t1 todo_updated items=[2 items]
+                3 t1 todo_updated items=[2 items]
+                4 t1 error_occurred error_message="command output truncated" provider_error.kind="item_error"
+                ! line 5: unknown_type: unknown item type "future_item"
+                ! line 6: missing_field: missing field `item.id`
+                ! line 8: unknown_type: unknown type "mystery"
+                ! line 9: missing_field: missing field `type`
+            "#]],
+        );
+        let ev = events(
+            r#"{"type":"item.completed","item":{"id":"item_0","type":"todo_list","items":[{"text":"Inspect","completed":true},{"text":"Test","completed":false}]}}"#,
+        );
+        assert_eq!(
+            ev[1].data()["items"],
+            serde_json::json!([{"text":"Inspect","status":"completed"},{"text":"Test","status":"pending"}])
+        );
+    }
+
+    #[test]
+    fn failed_turns_stream_errors_and_turns_opened_implicitly() {
+        check(
+            Format::Codex,
+            r#"{"type":"turn.started"}
+{"type":"error","message":"Reconnecting... 1/1 (stream disconnected)"}
+{"type":"turn.failed","error":{"message":"stream disconnected before completion"}}
+{"type":"error","message":"exited non-zero"}
+{"type":"turn.failed","error":{}}
+{"type":"turn.completed","usage":{}}
+"#,
+            expect![[r#"
+                  1 t1 run_started
+                  2 t1 error_occurred error_message="Reconnecting... 1/1 (stream disconnected)" provider_error.kind="stream_error"
+                  3 t1 run_failed error_message="stream disconnected before completion" provider_error.kind="turn_failed"
+                  4 -- error_occurred error_message="exited non-zero" provider_error.kind="stream_error"
+                  5 t2 run_started
+                  6 t2 run_failed error_message="turn failed" provider_error.kind="turn_failed"
+                  7 t3 run_started
+                  8 t3 run_completed
+            "#]],
+        );
+    }
+
+    #[test]
+    fn open_tools_are_cancelled_at_turn_end_and_plans_stream() {
+        check(
+            Format::Codex,
+            r#"{"type":"turn.started"}
+{"type":"item.started","item":{"id":"item_1","type":"command_execution","command":"sleep 99","aggregated_output":"","status":"in_progress"}}
+{"type":"item.plan.delta","item_id":"item_2","delta":"1. Do"}
+{"type":"item.plan.delta","item_id":"item_2","delta":" it"}
+{"type":"item.completed","item":{"id":"item_2","type":"plan","text":"1. Do it"}}
+{"type":"item.plan.delta","item_id":"item_3","delta":"half"}
+{"type":"turn.failed","error":{"message":"aborted"}}
+{"type":"turn.started"}
+{"type":"item.plan.delta","item_id":"item_4","delta":"cut off"}
+"#,
+            expect![[r#"
+                1 t1 run_started
+                2 t1 tool_call_started tool_name="shell" tool_call_id="item_1" tool_input={"command":"sleep 99"}
+                3 t1 message_streamed role="assistant" delta="1. Do"
+                4 t1 message_streamed role="assistant" delta=" it"
+                5 t1 message_received role="assistant" content="1. Do it"
+                6 t1 message_streamed role="assistant" delta="half"
+                7 t1 message_received role="assistant" content=""
+                8 t1 tool_call_cancelled tool_name="shell" tool_call_id="item_1" tool_input={"command":"sleep 99"} reason="turn failed"
+                9 t1 run_failed error_message="aborted" provider_error.kind="turn_failed"
+                10 t2 run_started
+                11 t2 message_streamed role="assistant" delta="cut off"
+                12 t2 message_received role="assistant" content=""
+            "#]],
+        );
+        let ev = events(r#"{"type":"item.plan.delta","item_id":"item_4","delta":"cut off"}"#);
+        assert_eq!(ev[2].data()["discarded"], true);
+        assert_eq!(ev[2].data_str("kind"), Some("plan"));
+        assert_eq!(ev[2].data_str("message_id"), Some("item_4"));
+    }
+
+    #[test]
+    fn user_input_requests() {
+        check(
+            Format::Codex,
+            r#"{"type":"request_user_input","id":"turn_1","call_id":"call_9","questions":[{"id":"q","question":"Which?"}]}
+"#,
+            expect![[r#"
+                  1 t1 run_started
+                  2 t1 tool_approval_requested tool_name="request_user_input" tool_call_id="call_9" tool_input={"questions":[{"id":"q","question":"Which?"}]} request_id="call_9"
+            "#]],
+        );
+    }
+
+    #[test]
+    fn detection_reads_exec_lines() {
+        let out = render(None, br#"{"type":"thread.started","thread_id":"t"}"#);
+        assert!(out.contains("session_started"));
+    }
 }

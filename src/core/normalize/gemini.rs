@@ -1,16 +1,747 @@
-//! Decoder for the gemini format (not written yet: every record is reported as unknown).
+//! Decoder for `gemini -p … --output-format stream-json` (Gemini CLI headless mode).
+//!
+//! Every line is `{type, timestamp, …}` (schema: `packages/core/src/output/types.ts`); each
+//! event is stamped with the line's own `timestamp`. The mapping:
+//!
+//! * `init {session_id, model}` → `session_started {provider_session_id, model}` (again only
+//!   when the session id changes), then a new run: one `gemini -p` process is one turn, and a
+//!   stream with several `init`s is several turns.
+//! * `message {role: "user", content}` → `message_sent`.
+//! * `message {role: "assistant", content, delta: true}` → `message_streamed {delta}`; the
+//!   chunks are assembled, and when the run of chunks ends (at a `tool_use`, `tool_result`,
+//!   `error`, `result`, another `init`, a user message, or the end of the input) one
+//!   `message_received` carries the whole text. A non-delta assistant message is a
+//!   `message_received` by itself. Gemini gives no message id: a stable one is made from the
+//!   run id and an ordinal (`<run>:m<n>`).
+//! * `tool_use {tool_name, tool_id, parameters}` → `tool_call_started`.
+//! * `tool_result {tool_id, status, output, error}` → `tool_call_completed {tool_output}` when
+//!   `status` is `success`, `tool_call_failed {error: error.message}` otherwise. A result for
+//!   a call never announced gets its `tool_call_started` first, the tool name taken from the
+//!   id's `<name>__…` prefix.
+//! * `error {severity, message}` → `error_occurred {severity, error_message, provider_error}`;
+//!   the kind is the error's own type when it carries one (`error.type`, newer `reason` /
+//!   `category`), else `max_turns` for the max-session-turns message, else `warning` or `error`
+//!   after the severity. It does not end the turn: the `result` that follows does.
+//! * `result {status, error, stats}` → `token_usage_updated` from `stats` (`input_tokens`,
+//!   `output_tokens`, `cached` → `cache_read_input_tokens`; `total_tokens`, `duration_ms`,
+//!   `tool_calls` and the per-model `models` map kept under `details`), then `run_completed`
+//!   (`status: success`) or `run_failed` (`error.type`, snake_cased, as the kind). A call
+//!   still without its `tool_result` ends with the turn: `tool_call_cancelled` first.
+//!
+//! Thoughts are dropped by the CLI in this format, so no reasoning events appear. Lines whose
+//! placeholders (`<DURATION>`) make them invalid JSON are diagnostics of the framing; a turn
+//! whose `result` line was lost stays open (no terminal is invented at the end of input).
 
-use serde_json::Value;
+use std::collections::HashMap;
+
+use serde_json::{json, Map, Value};
 
 use super::{Decoder, Out};
+use crate::core::event::EventType;
+use crate::core::provider_error::ProviderError;
 
+/// State of one Gemini CLI process's output: the open run, the assistant message being
+/// assembled, and the tool calls announced in the current run.
 #[derive(Default)]
-pub(crate) struct Gemini;
+pub(crate) struct Gemini {
+    session_id: Option<String>,
+    run: Option<String>,
+    /// The assistant message being assembled from `delta: true` chunks.
+    text: Option<Assembling>,
+    /// Ordinal for synthesized message ids.
+    messages: u64,
+    /// Tool calls started in the current run, by `tool_id`.
+    tools: HashMap<String, Tool>,
+}
+
+struct Assembling {
+    id: String,
+    text: String,
+}
+
+struct Tool {
+    name: String,
+    input: Value,
+    /// Order of announcement, to cancel unfinished calls in order.
+    order: usize,
+}
 
 impl Decoder for Gemini {
-    fn record(&mut self, _record: &Value, out: &mut Out<'_>) {
-        out.unknown("record (decoder not written yet)");
+    fn record(&mut self, record: &Value, out: &mut Out<'_>) {
+        let Some(obj) = record.as_object() else {
+            return out.unknown("record");
+        };
+        let Some(ty) = obj.get("type").and_then(Value::as_str) else {
+            return out.missing("type");
+        };
+        out.use_timestamp(obj.get("timestamp"));
+        match ty {
+            "init" => self.init(obj, out),
+            "message" => self.message(obj, out),
+            "tool_use" => self.tool_use(obj, out),
+            "tool_result" => self.tool_result(obj, out),
+            "error" => self.error(obj, out),
+            "result" => self.result(obj, out),
+            _ => out.unknown(format_args!("type {ty:?}")),
+        }
     }
 
-    fn finish(&mut self, _out: &mut Out<'_>) {}
+    fn finish(&mut self, out: &mut Out<'_>) {
+        self.flush(out);
+    }
+}
+
+impl Gemini {
+    fn init(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
+        self.flush(out);
+        let session = obj.get("session_id").and_then(Value::as_str);
+        if session.is_none() {
+            out.missing("session_id");
+        }
+        if session.is_some() && session != self.session_id.as_deref() {
+            self.session_id = session.map(str::to_owned);
+            let mut data = Map::new();
+            data.insert("provider_session_id".into(), json!(session));
+            if let Some(model) = obj.get("model") {
+                data.insert("model".into(), model.clone());
+            }
+            out.emit(EventType::SessionStarted, None, Value::Object(data));
+        }
+        // One init is one turn; a turn left open by a lost `result` stays open.
+        self.tools.clear();
+        self.start_run(out);
+    }
+
+    fn message(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
+        let Some(role) = obj.get("role").and_then(Value::as_str) else {
+            return out.missing("role");
+        };
+        let Some(content) = obj.get("content").and_then(Value::as_str) else {
+            return out.missing("content");
+        };
+        let delta = obj.get("delta").and_then(Value::as_bool).unwrap_or(false);
+        match role {
+            "user" => {
+                self.flush(out);
+                let run = self.ensure_run(out);
+                let data = json!({"content": content, "role": "user"});
+                out.emit(EventType::MessageSent, Some(&run), data);
+            }
+            "assistant" if delta => {
+                let run = self.ensure_run(out);
+                if self.text.is_none() {
+                    let id = self.next_message_id(&run);
+                    self.text = Some(Assembling {
+                        id,
+                        text: String::new(),
+                    });
+                }
+                let Some(open) = self.text.as_mut() else {
+                    return;
+                };
+                open.text.push_str(content);
+                let data = json!({"delta": content, "message_id": open.id, "role": "assistant"});
+                out.emit(EventType::MessageStreamed, Some(&run), data);
+            }
+            "assistant" => {
+                self.flush(out);
+                let run = self.ensure_run(out);
+                let id = self.next_message_id(&run);
+                let data = json!({"content": content, "message_id": id, "role": "assistant"});
+                out.emit(EventType::MessageReceived, Some(&run), data);
+            }
+            other => out.unknown(format_args!("message role {other:?}")),
+        }
+    }
+
+    fn tool_use(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
+        let Some(id) = obj.get("tool_id").and_then(Value::as_str) else {
+            return out.missing("tool_id");
+        };
+        self.flush(out);
+        let run = self.ensure_run(out);
+        let name = obj
+            .get("tool_name")
+            .and_then(Value::as_str)
+            .map_or_else(|| name_from_id(id), str::to_owned);
+        let input = obj.get("parameters").cloned().unwrap_or_else(|| json!({}));
+        let data = json!({"tool_call_id": id, "tool_name": name, "tool_input": input});
+        out.emit_full(
+            EventType::ToolCallStarted,
+            Some(&run),
+            data,
+            Some(id),
+            Map::new(),
+        );
+        let order = self.tools.len();
+        self.tools
+            .insert(id.to_owned(), Tool { name, input, order });
+    }
+
+    fn tool_result(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
+        let Some(id) = obj.get("tool_id").and_then(Value::as_str) else {
+            return out.missing("tool_id");
+        };
+        self.flush(out);
+        let run = self.ensure_run(out);
+        let tool = match self.tools.remove(id) {
+            Some(tool) => tool,
+            None => {
+                let tool = Tool {
+                    name: name_from_id(id),
+                    input: json!({}),
+                    order: 0,
+                };
+                let data =
+                    json!({"tool_call_id": id, "tool_name": tool.name, "tool_input": tool.input});
+                out.emit_full(
+                    EventType::ToolCallStarted,
+                    Some(&run),
+                    data,
+                    Some(id),
+                    Map::new(),
+                );
+                tool
+            }
+        };
+        let mut data = Map::new();
+        data.insert("tool_call_id".into(), json!(id));
+        data.insert("tool_name".into(), json!(tool.name));
+        data.insert("tool_input".into(), tool.input);
+        let status = obj.get("status").and_then(Value::as_str);
+        let error = obj.get("error");
+        let failed = status == Some("error") || (status.is_none() && error.is_some());
+        let kind = if failed {
+            let message = error
+                .and_then(|e| e.get("message"))
+                .and_then(Value::as_str)
+                .or_else(|| obj.get("output").and_then(Value::as_str))
+                .unwrap_or("tool call failed");
+            data.insert("error".into(), json!(message));
+            if let Some(ty) = error.and_then(|e| e.get("type")) {
+                data.insert("error_type".into(), ty.clone());
+            }
+            EventType::ToolCallFailed
+        } else {
+            let output = obj.get("output").cloned().unwrap_or_else(|| json!(""));
+            data.insert("tool_output".into(), output);
+            EventType::ToolCallCompleted
+        };
+        out.emit_full(kind, Some(&run), Value::Object(data), Some(id), Map::new());
+    }
+
+    fn error(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
+        self.flush(out);
+        let severity = obj
+            .get("severity")
+            .and_then(Value::as_str)
+            .unwrap_or("error");
+        let message = obj
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("error");
+        let own_kind = obj
+            .get("error")
+            .and_then(|e| e.get("type"))
+            .or_else(|| obj.get("reason"))
+            .or_else(|| obj.get("category"))
+            .and_then(Value::as_str)
+            .map(snake_case);
+        let kind = own_kind.unwrap_or_else(|| {
+            let lower = message.to_ascii_lowercase();
+            if lower.contains("max") && lower.contains("turns") {
+                "max_turns".to_owned()
+            } else if severity == "warning" {
+                "warning".to_owned()
+            } else {
+                "error".to_owned()
+            }
+        });
+        let mut data = ProviderError::new(out.provider(), kind, message).to_data();
+        data.insert("severity".into(), json!(severity));
+        let details: Map<String, Value> = ["status", "category", "reason", "error"]
+            .iter()
+            .filter_map(|k| obj.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+            .collect();
+        if !details.is_empty() {
+            data.insert("details".into(), Value::Object(details));
+        }
+        out.emit(
+            EventType::ErrorOccurred,
+            self.run.as_deref(),
+            Value::Object(data),
+        );
+    }
+
+    fn result(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
+        self.flush(out);
+        let run = self.ensure_run(out);
+        // Calls that never got a result ended with the turn.
+        let mut open: Vec<(String, Tool)> = self.tools.drain().collect();
+        open.sort_by_key(|(_, t)| t.order);
+        for (id, tool) in open {
+            let data = json!({"tool_call_id": id, "tool_name": tool.name});
+            out.emit_full(
+                EventType::ToolCallCancelled,
+                Some(&run),
+                data,
+                Some(&id),
+                Map::new(),
+            );
+        }
+        let stats = obj.get("stats").and_then(Value::as_object);
+        if let Some(stats) = stats {
+            out.emit(EventType::TokenUsageUpdated, Some(&run), usage(stats));
+        }
+        let duration = stats.and_then(|s| s.get("duration_ms")).cloned();
+        let status = obj.get("status").and_then(Value::as_str);
+        let error = obj.get("error");
+        if status == Some("error") || (status.is_none() && error.is_some()) {
+            let kind = error
+                .and_then(|e| e.get("type"))
+                .and_then(Value::as_str)
+                .map_or_else(|| "error".to_owned(), snake_case);
+            let message = error
+                .and_then(|e| e.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or("gemini run failed");
+            let mut data = ProviderError::new(out.provider(), kind, message).to_data();
+            if let Some(error) = error {
+                data.insert("details".into(), json!({"error": error}));
+            }
+            if let Some(d) = duration {
+                data.insert("duration_ms".into(), d);
+            }
+            out.emit(EventType::RunFailed, Some(&run), Value::Object(data));
+        } else {
+            let mut data = Map::new();
+            if let Some(d) = duration {
+                data.insert("duration_ms".into(), d);
+            }
+            out.emit(EventType::RunCompleted, Some(&run), Value::Object(data));
+        }
+        self.run = None;
+        self.tools.clear();
+    }
+
+    /// Ends the run of assistant chunks: one `message_received` with the whole text.
+    fn flush(&mut self, out: &mut Out<'_>) {
+        let Some(open) = self.text.take() else {
+            return;
+        };
+        let data = json!({"content": open.text, "message_id": open.id, "role": "assistant"});
+        out.emit(EventType::MessageReceived, self.run.as_deref(), data);
+    }
+
+    fn start_run(&mut self, out: &mut Out<'_>) -> String {
+        let run = out.new_run_id();
+        out.emit(EventType::RunStarted, Some(&run), json!({}));
+        self.run = Some(run.clone());
+        run
+    }
+
+    fn ensure_run(&mut self, out: &mut Out<'_>) -> String {
+        match &self.run {
+            Some(run) => run.clone(),
+            None => self.start_run(out),
+        }
+    }
+
+    fn next_message_id(&mut self, run: &str) -> String {
+        self.messages += 1;
+        format!("{run}:m{}", self.messages)
+    }
+}
+
+/// `token_usage_updated.data` from `result.stats`.
+fn usage(stats: &Map<String, Value>) -> Value {
+    let mut data = Map::new();
+    for (from, to) in [
+        ("input_tokens", "input_tokens"),
+        ("output_tokens", "output_tokens"),
+        ("cached", "cache_read_input_tokens"),
+    ] {
+        if let Some(v) = stats.get(from) {
+            data.insert(to.into(), v.clone());
+        }
+    }
+    let details: Map<String, Value> = [
+        "total_tokens",
+        "input",
+        "duration_ms",
+        "tool_calls",
+        "models",
+    ]
+    .iter()
+    .filter_map(|k| stats.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+    .collect();
+    if !details.is_empty() {
+        data.insert("details".into(), Value::Object(details));
+    }
+    Value::Object(data)
+}
+
+/// The tool name in a Gemini tool id: `run_shell_command__run_shell_command_1795987868186_0`
+/// and `run_shell_command__45c957ff` both start with it.
+fn name_from_id(id: &str) -> String {
+    match id.split_once("__") {
+        Some((name, _)) if !name.is_empty() => name.to_owned(),
+        _ => "unknown".to_owned(),
+    }
+}
+
+/// `APIError` → `api_error`, `FatalTurnLimitedError` → `fatal_turn_limited_error`,
+/// `RESOURCE_EXHAUSTED` → `resource_exhausted`, `rate limit` → `rate_limit`.
+pub(super) fn snake_case(name: &str) -> String {
+    let chars: Vec<char> = name.chars().collect();
+    let mut out = String::with_capacity(name.len() + 4);
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_ascii_alphanumeric() {
+            if c.is_ascii_uppercase() && i > 0 {
+                let prev = chars[i - 1];
+                let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
+                let boundary = prev.is_ascii_lowercase()
+                    || prev.is_ascii_digit()
+                    || (prev.is_ascii_uppercase() && next_lower);
+                if boundary && !out.ends_with('_') {
+                    out.push('_');
+                }
+            }
+            out.push(c.to_ascii_lowercase());
+        } else if !out.is_empty() && !out.ends_with('_') {
+            out.push('_');
+        }
+    }
+    while out.ends_with('_') {
+        out.pop();
+    }
+    if out.is_empty() {
+        out.push_str("error");
+    }
+    out
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use expect_test::expect;
+
+    use super::snake_case;
+    use crate::core::normalize::tests::render;
+    use crate::core::normalize::Format;
+
+    /// `check`, plus the conventions every output must keep ([`check_invariants`]).
+    ///
+    /// The rendering is dedented like expect-test dedents its literal: `check` compares the
+    /// raw rendering, whose right-aligned sequence numbers (`  1 t1 …`) never match a
+    /// dedented literal unless some line starts at column 0 (a diagnostic, a 3-digit
+    /// sequence), so it fails outside `UPDATE_EXPECT=1`.
+    pub(in crate::core::normalize) fn checked(
+        format: Format,
+        input: &str,
+        expect: expect_test::Expect,
+    ) {
+        check_invariants(format, input.as_bytes());
+        let actual = render(Some(format), input.as_bytes());
+        let indent = actual
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| l.len() - l.trim_start().len())
+            .min()
+            .unwrap_or(0);
+        let dedented: String = actual
+            .lines()
+            .map(|l| format!("{}\n", l.get(indent..).unwrap_or("")))
+            .collect();
+        expect.assert_eq(&dedented);
+    }
+
+    #[test]
+    fn a_turn_with_streamed_text_and_a_tool() {
+        checked(
+            Format::Gemini,
+            r#"{"type":"init","timestamp":"2026-11-29T21:31:07.000Z","session_id":"s-1","model":"gemini-2.5-flash"}
+{"type":"message","timestamp":"2026-11-29T21:31:07.100Z","role":"user","content":"run echo"}
+{"type":"message","timestamp":"2026-11-29T21:31:07.200Z","role":"assistant","content":"Let me ","delta":true}
+{"type":"message","timestamp":"2026-11-29T21:31:07.300Z","role":"assistant","content":"run it.","delta":true}
+{"type":"tool_use","timestamp":"2026-11-29T21:31:08.329Z","tool_name":"run_shell_command","tool_id":"run_shell_command__run_shell_command_1795987868186_0","parameters":{"command":"echo hi"}}
+{"type":"tool_result","timestamp":"2026-11-29T21:31:08.581Z","tool_id":"run_shell_command__run_shell_command_1795987868186_0","status":"success","output":"hi"}
+{"type":"message","timestamp":"2026-11-29T21:31:09.000Z","role":"assistant","content":"Done.","delta":true}
+{"type":"result","timestamp":"2026-11-29T21:31:09.500Z","status":"success","stats":{"total_tokens":120,"input_tokens":100,"output_tokens":20,"cached":40,"input":60,"duration_ms":2500,"tool_calls":1,"models":{"gemini-2.5-flash":{"total_tokens":120}}}}
+"#,
+            expect![[r#"
+                  1 -- session_started model="gemini-2.5-flash"
+                  2 t1 run_started
+                  3 t1 message_sent role="user" content="run echo"
+                  4 t1 message_streamed role="assistant" delta="Let me "
+                  5 t1 message_streamed role="assistant" delta="run it."
+                  6 t1 message_received role="assistant" content="Let me run it."
+                  7 t1 tool_call_started tool_name="run_shell_command" tool_call_id="run_shell_command__run_shell_command_1795987868186_0" tool_input={"command":"echo hi"}
+                  8 t1 tool_call_completed tool_name="run_shell_command" tool_call_id="run_shell_command__run_shell_command_1795987868186_0" tool_input={"command":"echo hi"} tool_output="hi"
+                  9 t1 message_streamed role="assistant" delta="Done."
+                 10 t1 message_received role="assistant" content="Done."
+                 11 t1 token_usage_updated input_tokens=100 output_tokens=20
+                 12 t1 run_completed
+            "#]],
+        );
+    }
+
+    #[test]
+    fn timestamps_and_ids_come_from_the_lines() {
+        let input = concat!(
+            r#"{"type":"init","timestamp":"2026-11-29T21:31:07.000Z","session_id":"s-1","model":"auto"}"#,
+            "\n",
+            r#"{"type":"message","timestamp":"2026-11-29T21:31:07.200Z","role":"assistant","content":"a","delta":true}"#,
+            "\n",
+            r#"{"type":"result","timestamp":"2026-11-29T21:31:09.500Z","status":"success","stats":{"input_tokens":1,"output_tokens":2,"cached":0}}"#,
+            "\n"
+        );
+        let out = crate::core::normalize::normalize(
+            Some(Format::Gemini),
+            crate::core::normalize::Config::new("s1"),
+            input.as_bytes(),
+            crate::core::time::Timestamp::EPOCH,
+        );
+        let e = &out.events;
+        assert_eq!(e[0].data_str("provider_session_id"), Some("s-1"));
+        assert_eq!(e[2].timestamp().to_string(), "2026-11-29T21:31:07.200Z");
+        let id = e[2].data_str("message_id").unwrap();
+        assert_eq!(e[3].data_str("message_id"), Some(id));
+        assert_eq!(e[3].data_str("content"), Some("a"));
+        // The message closed by the result carries the result line's time.
+        assert_eq!(e[3].timestamp().to_string(), "2026-11-29T21:31:09.500Z");
+        assert_eq!(e[4].data()["cache_read_input_tokens"], 0);
+    }
+
+    #[test]
+    fn tool_failures_and_unannounced_results() {
+        checked(
+            Format::Gemini,
+            r#"{"type":"tool_use","timestamp":"2026-01-01T00:00:00Z","tool_name":"read_file","tool_id":"read_file__1","parameters":{"path":"/nope"}}
+{"type":"tool_result","timestamp":"2026-01-01T00:00:01Z","tool_id":"read_file__1","status":"error","error":{"type":"FILE_NOT_FOUND","message":"File not found: /nope"}}
+{"type":"tool_result","timestamp":"2026-01-01T00:00:02Z","tool_id":"glob__abc","status":"success","output":"a.rs"}
+{"type":"tool_result","timestamp":"2026-01-01T00:00:03Z","tool_id":"weird","status":"success"}
+{"type":"tool_result","timestamp":"2026-01-01T00:00:03Z"}
+"#,
+            expect![[r#"
+                  1 t1 run_started
+                  2 t1 tool_call_started tool_name="read_file" tool_call_id="read_file__1" tool_input={"path":"/nope"}
+                  3 t1 tool_call_failed tool_name="read_file" tool_call_id="read_file__1" tool_input={"path":"/nope"} error="File not found: /nope"
+                  4 t1 tool_call_started tool_name="glob" tool_call_id="glob__abc" tool_input={}
+                  5 t1 tool_call_completed tool_name="glob" tool_call_id="glob__abc" tool_input={} tool_output="a.rs"
+                  6 t1 tool_call_started tool_name="unknown" tool_call_id="weird" tool_input={}
+                  7 t1 tool_call_completed tool_name="unknown" tool_call_id="weird" tool_input={} tool_output=""
+                ! line 5: missing_field: missing field `tool_id`
+            "#]],
+        );
+    }
+
+    #[test]
+    fn warnings_and_errors_do_not_end_the_turn() {
+        checked(
+            Format::Gemini,
+            r#"{"type":"init","timestamp":"2026-01-01T00:00:00Z","session_id":"s","model":"m"}
+{"type":"message","timestamp":"2026-01-01T00:00:00Z","role":"assistant","content":"loop","delta":true}
+{"type":"error","timestamp":"2026-01-01T00:00:01Z","severity":"warning","message":"Loop detected, stopping execution"}
+{"type":"error","timestamp":"2026-01-01T00:00:02Z","severity":"error","message":"Maximum session turns exceeded"}
+{"type":"error","timestamp":"2026-01-01T00:00:02Z","severity":"error","message":"Quota exceeded","status":429,"reason":"RATE_LIMIT_EXCEEDED"}
+{"type":"result","timestamp":"2026-01-01T00:00:03Z","status":"success","stats":{"input_tokens":0,"output_tokens":0,"cached":0}}
+"#,
+            expect![[r#"
+                  1 -- session_started model="m"
+                  2 t1 run_started
+                  3 t1 message_streamed role="assistant" delta="loop"
+                  4 t1 message_received role="assistant" content="loop"
+                  5 t1 error_occurred error_message="Loop detected, stopping execution" provider_error.kind="warning"
+                  6 t1 error_occurred error_message="Maximum session turns exceeded" provider_error.kind="max_turns"
+                  7 t1 error_occurred error_message="Quota exceeded" provider_error.kind="rate_limit_exceeded"
+                  8 t1 token_usage_updated input_tokens=0 output_tokens=0
+                  9 t1 run_completed
+            "#]],
+        );
+    }
+
+    #[test]
+    fn a_failed_result_fails_the_run() {
+        checked(
+            Format::Gemini,
+            r#"{"type":"init","timestamp":"2026-01-01T00:00:00Z","session_id":"s","model":"m"}
+{"type":"message","timestamp":"2026-01-01T00:00:00Z","role":"user","content":"hi"}
+{"type":"tool_use","timestamp":"2026-01-01T00:00:01Z","tool_name":"web_fetch","tool_id":"web_fetch__9","parameters":{"url":"https://example.com"}}
+{"type":"result","timestamp":"2026-01-01T00:00:03Z","status":"error","error":{"type":"ApiError","message":"[API Error: 400 Bad Request]"},"stats":{"input_tokens":0,"output_tokens":0,"cached":0,"duration_ms":12}}
+"#,
+            expect![[r#"
+                  1 -- session_started model="m"
+                  2 t1 run_started
+                  3 t1 message_sent role="user" content="hi"
+                  4 t1 tool_call_started tool_name="web_fetch" tool_call_id="web_fetch__9" tool_input={"url":"https://example.com"}
+                  5 t1 tool_call_cancelled tool_name="web_fetch" tool_call_id="web_fetch__9"
+                  6 t1 token_usage_updated input_tokens=0 output_tokens=0
+                  7 t1 run_failed error_message="[API Error: 400 Bad Request]" provider_error.kind="api_error"
+            "#]],
+        );
+    }
+
+    #[test]
+    fn several_inits_are_several_turns_and_eof_closes_the_message() {
+        checked(
+            Format::Gemini,
+            r#"{"type":"init","timestamp":"2026-01-01T00:00:00Z","session_id":"s","model":"m"}
+{"type":"message","timestamp":"2026-01-01T00:00:00Z","role":"assistant","content":"Full answer."}
+{"type":"result","timestamp":"2026-01-01T00:00:01Z","status":"success"}
+{"type":"init","timestamp":"2026-01-01T00:01:00Z","session_id":"s","model":"m"}
+{"type":"message","timestamp":"2026-01-01T00:01:00Z","role":"user","content":"again"}
+{"type":"message","timestamp":"2026-01-01T00:01:01Z","role":"assistant","content":"Part","delta":true}
+{"type":"message","timestamp":"2026-01-01T00:01:01Z","role":"assistant","content":"ial","delta":true}
+{"type":"thought","timestamp":"2026-01-01T00:01:01Z"}
+{"type":"message","timestamp":"2026-01-01T00:01:01Z","role":"system","content":"x"}
+"#,
+            expect![[r#"
+                  1 -- session_started model="m"
+                  2 t1 run_started
+                  3 t1 message_received role="assistant" content="Full answer."
+                  4 t1 run_completed
+                  5 t2 run_started
+                  6 t2 message_sent role="user" content="again"
+                  7 t2 message_streamed role="assistant" delta="Part"
+                  8 t2 message_streamed role="assistant" delta="ial"
+                  9 t2 message_received role="assistant" content="Partial"
+                ! line 8: unknown_type: unknown type "thought"
+                ! line 9: unknown_type: unknown message role "system"
+            "#]],
+        );
+    }
+
+    #[test]
+    fn placeholder_lines_are_diagnostics() {
+        checked(
+            Format::Gemini,
+            r#"{"type":"init","timestamp":"<TIMESTAMP>","session_id":"test-session-id","model":"test-model"}
+{"type":"result","timestamp":"<TIMESTAMP>","status":"success","stats":{"duration_ms":<DURATION>}}
+"#,
+            expect![[r#"
+                  1 -- session_started model="test-model"
+                  2 t1 run_started
+                ! line 2: invalid_json: expected value at line 1 column 86; line starts "{\"type\":\"result\",\"timestamp\":\"<TIMESTAMP>\",\"status\":\"success"
+            "#]],
+        );
+    }
+
+    /// Checks the canonical conventions on a whole normalized input: a run starts with
+    /// `run_started`, ends at most once and has nothing after its terminal; every streamed
+    /// message or reasoning block is received; tool calls start before anything else about
+    /// them and end at most once; ids are unique and sequences increase.
+    pub(in crate::core::normalize) fn check_invariants(format: Format, input: &[u8]) {
+        use std::collections::{HashMap, HashSet};
+
+        use crate::core::event::EventType as T;
+
+        let out = crate::core::normalize::normalize(
+            Some(format),
+            crate::core::normalize::Config::new("s1"),
+            input,
+            crate::core::time::Timestamp::EPOCH,
+        );
+        let mut runs: HashMap<&str, (bool, bool)> = HashMap::new(); // (started, ended)
+        let mut streamed: HashSet<(bool, &str)> = HashSet::new();
+        let mut tools: HashMap<&str, bool> = HashMap::new(); // ended?
+        let mut ids = HashSet::new();
+        let mut last = 0;
+        for e in &out.events {
+            let what = format!("{format} {} {}", e.sequence(), e.kind());
+            assert!(ids.insert(e.id().clone()), "duplicate id: {what}");
+            assert!(e.sequence() > last, "sequence: {what}");
+            last = e.sequence();
+            if let Some(run) = e.run_id() {
+                let state = runs.entry(run).or_insert((false, false));
+                assert!(!state.1, "event after the terminal: {what}");
+                if e.kind() == T::RunStarted {
+                    assert!(!state.0, "second run_started: {what}");
+                    state.0 = true;
+                }
+                assert!(state.0, "run not started: {what}");
+                if e.kind().is_run_terminal() {
+                    state.1 = true;
+                }
+            } else {
+                assert!(
+                    matches!(
+                        e.kind(),
+                        T::SessionStarted | T::ErrorOccurred | T::ModeChanged | T::ModelChanged
+                    ),
+                    "turn-scoped event without a run: {what}"
+                );
+            }
+            let message = e.data_str("message_id").unwrap_or("");
+            match e.kind() {
+                T::MessageStreamed | T::ReasoningStreamed => {
+                    assert!(!message.is_empty(), "stream without message_id: {what}");
+                    streamed.insert((e.kind() == T::MessageStreamed, message));
+                }
+                T::MessageReceived => {
+                    streamed.remove(&(true, message));
+                }
+                T::ReasoningReceived => {
+                    streamed.remove(&(false, message));
+                }
+                _ => {}
+            }
+            if let Some(call) = e.data_str("tool_call_id") {
+                match e.kind() {
+                    T::ToolCallStarted => {
+                        assert!(tools.insert(call, false).is_none(), "restarted: {what}");
+                    }
+                    T::ToolCallUpdated => {
+                        assert_eq!(tools.get(call), Some(&false), "update: {what}");
+                    }
+                    T::ToolCallCompleted | T::ToolCallFailed | T::ToolCallCancelled => {
+                        assert_eq!(tools.insert(call, true), Some(false), "end: {what}");
+                    }
+                    _ => {}
+                }
+                if matches!(
+                    e.kind(),
+                    T::ToolCallStarted
+                        | T::ToolCallUpdated
+                        | T::ToolCallCompleted
+                        | T::ToolCallFailed
+                        | T::ToolCallCancelled
+                ) {
+                    assert_eq!(e.correlation_id(), Some(call), "correlation: {what}");
+                }
+            }
+        }
+        assert!(
+            streamed.is_empty(),
+            "{format}: dangling streams {streamed:?}"
+        );
+    }
+
+    #[test]
+    fn the_fixtures_keep_the_conventions() {
+        let fixtures: &[&[u8]] = &[
+            include_bytes!("../../../tests/data/gemini/gemini-cli__nonInteractiveCli.test.ts.snap"),
+            include_bytes!("../../../tests/data/gemini/gemini-cli__snap-extract__loop-detected-warning.jsonl"),
+            include_bytes!("../../../tests/data/gemini/gemini-cli__snap-extract__max-session-turns-error.jsonl"),
+            include_bytes!("../../../tests/data/gemini/gemini-cli__snap-extract__tool-use-stream.jsonl"),
+        ];
+        for input in fixtures {
+            check_invariants(Format::Gemini, input);
+        }
+    }
+
+    #[test]
+    fn snake_case_names() {
+        for (raw, want) in [
+            ("APIError", "api_error"),
+            ("ApiError", "api_error"),
+            ("FatalTurnLimitedError", "fatal_turn_limited_error"),
+            ("RESOURCE_EXHAUSTED", "resource_exhausted"),
+            ("rate limit", "rate_limit"),
+            ("already_snake", "already_snake"),
+            ("", "error"),
+            ("HTTP2Error", "http2_error"),
+        ] {
+            assert_eq!(snake_case(raw), want, "{raw}");
+        }
+    }
 }
