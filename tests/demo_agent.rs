@@ -400,17 +400,26 @@ fn check_canonical(stdout: &[u8], terminals: &[EventType]) -> Vec<Event> {
         .collect();
     assert_eq!(ends, terminals, "the run terminals");
     for run in &runs {
+        let discarded: HashSet<&str> = run
+            .iter()
+            .filter(|e| e.kind() == EventType::MessageReceived)
+            .filter(|e| e.data().get("discarded") == Some(&json!(true)))
+            .filter_map(|e| e.data_str("message_id"))
+            .collect();
         let of = |kind, key| -> String {
             run.iter()
                 .filter(|e| e.kind() == kind)
-                .filter(|e| e.data().get("discarded") != Some(&json!(true)))
+                .filter(|e| {
+                    !e.data_str("message_id")
+                        .is_some_and(|m| discarded.contains(m))
+                })
                 .filter_map(|e| e.data_str(key))
                 .collect()
         };
         assert_eq!(
             of(EventType::MessageStreamed, "delta"),
             of(EventType::MessageReceived, "content"),
-            "the chunks put together are the whole messages"
+            "the chunks put together are the whole messages (abandoned ones aside)"
         );
     }
     out.events
@@ -801,6 +810,13 @@ fn an_interrupt_stops_the_stream_and_ends_the_turn_cancelled() {
     );
     let cancelled = of_kind(&events, EventType::RunCancelled);
     assert_eq!(cancelled[0].data_str("reason"), Some("interrupted"));
+    let abandoned = of_kind(&events, EventType::MessageReceived);
+    assert_eq!(abandoned[0].data_str("message_id"), Some("msg_demo_1"));
+    assert_eq!(
+        abandoned[0].data().get("discarded"),
+        Some(&json!(true)),
+        "the interrupted message is closed as discarded"
+    );
 }
 
 #[test]

@@ -6,9 +6,9 @@
 //! It reads NDJSON on stdin (user messages, `control_request`s, `control_response`s to its own
 //! permission prompts) and writes NDJSON on stdout, one flushed line at a time. The prompt
 //! picks a scenario by keyword: `crash`, `fail`, `approve`/`approval`, `todo`, `tool`,
-//! `background`, `slow`, else a plain answer (see [`Scenario::of`]).
+//! `background`, `slow`, else a plain answer (see `Scenario::of`).
 //!
-//! Shape: one thread reads stdin and parses each line into an [`Input`] on a bounded channel;
+//! Shape: one thread reads stdin and parses each line into an `Input` on a bounded channel;
 //! the main thread plays the turns and is the only writer of stdout. Every pause between two
 //! streamed chunks is a wait on that channel, so an interrupt, an `initialize` or a new prompt
 //! is handled while a turn streams. A bad stdin line is reported on stderr and skipped; the
@@ -17,6 +17,10 @@
 //! Output is deterministic apart from the session id and the line uuids, which carry the
 //! process id: message, tool and request ids come from counters (`msg_demo_<n>`,
 //! `toolu_demo_<n>`, `req_demo_<n>`), and durations count the scheduled pauses.
+//!
+//! Known differences from the real CLI, all optional fields: keys after `type` come sorted;
+//! `user` lines carry no wall-clock `timestamp`; no `system/thinking_tokens`,
+//! `rate_limit_event` or `control_cancel_request` lines.
 
 use std::collections::VecDeque;
 use std::io::{self, BufRead, Write};
@@ -332,9 +336,9 @@ impl<W: Write> DemoAgent<W> {
                 self.wake_at = None;
                 self.play(None)
             } else {
+                // Idle: an interrupt gets its success response and nothing else.
                 match self.next_input(self.wake_at) {
                     None => continue,
-                    Some(Input::Interrupt { id }) => self.respond(&id, None),
                     Some(input) => self.handle(input),
                 }
             };
@@ -856,7 +860,8 @@ impl<W: Write> DemoAgent<W> {
         }
     }
 
-    /// Handles an input that does not stop a turn. Interrupts are the caller's.
+    /// Handles an input that does not stop a turn: prompts are queued, control requests
+    /// answered. An interrupt is only answered; inside a turn the caller handles it first.
     fn handle(&mut self, input: Input) -> Step {
         match input {
             Input::User(prompt) => {
