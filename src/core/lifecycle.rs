@@ -271,20 +271,22 @@ impl TurnProjector {
     /// The session ended: active turns are cancelled (synthetic terminals) and the lifecycle
     /// becomes `closed`.
     pub fn close(&mut self, now_ms: i64) {
-        for run_id in self
-            .active_turns()
-            .into_iter()
-            .map(str::to_owned)
-            .collect::<Vec<_>>()
-        {
-            self.synthesize(
-                &run_id,
-                EventType::RunCancelled,
-                json!({"reason": "session_closed"}),
-                now_ms,
-            );
-        }
+        self.end_active(
+            EventType::RunCancelled,
+            &json!({"reason": "session_closed"}),
+            now_ms,
+        );
         self.lifecycle = Lifecycle::Closed;
+    }
+
+    /// Ends every active turn with a synthetic terminal of `kind` carrying `data` (e.g. a
+    /// `run_failed` with the `provider_error` of a process that died). Returns how many.
+    pub fn end_active(&mut self, kind: EventType, data: &Value, now_ms: i64) -> usize {
+        let active: Vec<String> = self.active_turns().into_iter().map(str::to_owned).collect();
+        for run_id in &active {
+            self.synthesize(run_id, kind, data.clone(), now_ms);
+        }
+        active.len()
     }
 
     /// The earliest time at which [`TurnProjector::handle_timeout`] has something to do.
@@ -362,7 +364,10 @@ impl TurnProjector {
             }
             return Disposition::Applied;
         }
-        if event.kind() == EventType::MessageSent {
+        // A sub-agent's prompt (Claude's Task tool) is not the user's.
+        let user_message = event.kind() == EventType::MessageSent
+            && !event.data().contains_key("parent_tool_use_id");
+        if user_message {
             let duplicate = self
                 .active
                 .get(run_id)
@@ -383,7 +388,7 @@ impl TurnProjector {
                 cancel_deadline_ms: None,
             });
         turn.last_activity_ms = now_ms;
-        if event.kind() == EventType::MessageSent {
+        if user_message {
             turn.user_messages += 1;
         }
         self.started_ids.insert(run_id.to_owned());

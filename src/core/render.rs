@@ -1,6 +1,6 @@
 //! A compact, readable rendering of events, one per line, for goldens and the CLI.
 //!
-//! `  3 t1 tool_call_started tool_name="Bash" tool_call_id="toolu_01"`: the sequence, the
+//! `3 t1 tool_call_started tool_name="Bash" tool_call_id="toolu_01"`: the sequence, the
 //! run as `t1`, `t2`… in order of first appearance (`--` for none), the type, then the data
 //! fields that say the most, in a fixed order, strings quoted and cut to 60 characters.
 
@@ -46,7 +46,7 @@ pub fn render_events<'a>(events: impl IntoIterator<Item = &'a Event>) -> String 
             }
             None => "--".to_owned(),
         };
-        let _ = write!(out, "{:>3} {label} {}", e.sequence(), e.kind());
+        let _ = write!(out, "{} {label} {}", e.sequence(), e.kind());
         for key in SHOWN {
             if let Some(v) = e.data().get(*key) {
                 let _ = write!(out, " {key}={}", render_value(v));

@@ -360,6 +360,15 @@ pub struct Cursor {
 }
 
 impl Cursor {
+    /// A cursor that resumes after `after` in `epoch` (`None`: whatever the server has).
+    pub fn resume(after: u64, epoch: Option<String>) -> Cursor {
+        Cursor {
+            after,
+            epoch,
+            ..Cursor::default()
+        }
+    }
+
     /// The subscribe message that resumes from here.
     pub fn subscribe(&self, session: &str) -> ClientMsg {
         ClientMsg::Subscribe {

@@ -932,12 +932,12 @@ fn id_string(v: &Value) -> String {
 mod tests {
     use expect_test::expect;
 
-    use crate::core::normalize::gemini::tests::checked;
+    use crate::core::normalize::tests::check;
     use crate::core::normalize::Format;
 
     #[test]
     fn a_json_rpc_session_with_a_prompt_turn() {
-        checked(
+        check(
             Format::GeminiAcp,
             r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}
 {"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{},"agentInfo":{"name":"gemini-cli","version":"0.61.0"}}}
@@ -963,25 +963,25 @@ mod tests {
 {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn","usage":{"inputTokens":10,"outputTokens":5,"totalTokens":15,"cachedReadTokens":3}}}
 "#,
             expect![[r#"
-                  1 -- session_started model="gemini-2.5-pro"
-                  2 t1 run_started
-                  3 t1 message_sent role="user" content="list /tmp"
-                  4 t1 reasoning_streamed delta="I should "
-                  5 t1 reasoning_streamed delta="run ls."
-                  6 t1 reasoning_received content="I should run ls."
-                  7 t1 todo_updated items=[1 items]
-                  8 t1 tool_call_started tool_name="execute" tool_call_id="call-1" tool_input={"command":"ls /tmp"}
-                  9 t1 tool_approval_requested tool_name="execute" tool_call_id="call-1" tool_input={"command":"ls /tmp"} request_id="7"
-                 10 t1 tool_approval_granted request_id="7"
-                 11 t1 tool_call_updated tool_call_id="call-1" status="in_progress"
-                 12 t1 tool_call_updated tool_call_id="call-1"
-                 13 t1 tool_call_completed tool_name="execute" tool_call_id="call-1" content=[1 items] tool_input={"command":"ls /tmp"} tool_output="a\nb\n"
-                 14 t1 message_streamed role="assistant" delta="Two "
-                 15 t1 message_streamed role="assistant" delta="files."
-                 16 t1 message_received role="assistant" content="Two files."
-                 17 t1 mode_changed
-                 18 t1 token_usage_updated input_tokens=10 output_tokens=5
-                 19 t1 run_completed
+                1 -- session_started model="gemini-2.5-pro"
+                2 t1 run_started
+                3 t1 message_sent role="user" content="list /tmp"
+                4 t1 reasoning_streamed delta="I should "
+                5 t1 reasoning_streamed delta="run ls."
+                6 t1 reasoning_received content="I should run ls."
+                7 t1 todo_updated items=[1 items]
+                8 t1 tool_call_started tool_name="execute" tool_call_id="call-1" tool_input={"command":"ls /tmp"}
+                9 t1 tool_approval_requested tool_name="execute" tool_call_id="call-1" tool_input={"command":"ls /tmp"} request_id="7"
+                10 t1 tool_approval_granted request_id="7"
+                11 t1 tool_call_updated tool_call_id="call-1" status="in_progress"
+                12 t1 tool_call_updated tool_call_id="call-1"
+                13 t1 tool_call_completed tool_name="execute" tool_call_id="call-1" content=[1 items] tool_input={"command":"ls /tmp"} tool_output="a\nb\n"
+                14 t1 message_streamed role="assistant" delta="Two "
+                15 t1 message_streamed role="assistant" delta="files."
+                16 t1 message_received role="assistant" content="Two files."
+                17 t1 mode_changed
+                18 t1 token_usage_updated input_tokens=10 output_tokens=5
+                19 t1 run_completed
             "#]],
         );
     }
@@ -1009,7 +1009,7 @@ mod tests {
 
     #[test]
     fn the_fixtures_keep_the_conventions() {
-        use crate::core::normalize::gemini::tests::check_invariants;
+        use crate::core::normalize::tests::check_invariants;
         check_invariants(
             Format::GeminiAcp,
             include_bytes!(
@@ -1026,7 +1026,7 @@ mod tests {
 
     #[test]
     fn bare_updates_as_hapi_captures_them() {
-        checked(
+        check(
             Format::GeminiAcp,
             r#"{
   "model": "gemini-3-flash-preview",
@@ -1055,7 +1055,7 @@ mod tests {
 
     #[test]
     fn stop_reasons_end_the_turn() {
-        checked(
+        check(
             Format::GeminiAcp,
             r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Work"}}}}
 {"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call","toolCallId":"slow","title":"sleep 100","kind":"execute","status":"in_progress"}}}
@@ -1068,31 +1068,31 @@ mod tests {
 {"jsonrpc":"2.0","id":8,"error":{"code":-32000,"message":"Authentication required"}}
 "#,
             expect![[r#"
-                  1 -- session_started
-                  2 t1 run_started
-                  3 t1 message_streamed role="assistant" delta="Work"
-                  4 t1 message_received role="assistant" content="Work"
-                  5 t1 tool_call_started tool_name="execute" tool_call_id="slow" tool_input={}
-                  6 t1 tool_call_cancelled tool_name="execute" tool_call_id="slow"
-                  7 t1 run_cancelled reason="cancelled"
-                  8 t2 run_started
-                  9 t2 message_streamed role="assistant" delta="No."
-                 10 t2 message_received role="assistant" content="No."
-                 11 t2 run_failed error_message="the agent refused to continue" provider_error.kind="refusal"
-                 12 t3 run_started
-                 13 t3 run_completed
-                 14 t4 run_started
-                 15 t4 tool_call_started tool_name="read" tool_call_id="c" tool_input={}
-                 16 t4 tool_call_cancelled tool_name="read" tool_call_id="c"
-                 17 t4 run_failed error_message="Internal error: quota" provider_error.kind="internal_error"
-                 18 -- error_occurred error_message="Authentication required" provider_error.kind="authentication_failed"
+                1 -- session_started
+                2 t1 run_started
+                3 t1 message_streamed role="assistant" delta="Work"
+                4 t1 message_received role="assistant" content="Work"
+                5 t1 tool_call_started tool_name="execute" tool_call_id="slow" tool_input={}
+                6 t1 tool_call_cancelled tool_name="execute" tool_call_id="slow"
+                7 t1 run_cancelled reason="cancelled"
+                8 t2 run_started
+                9 t2 message_streamed role="assistant" delta="No."
+                10 t2 message_received role="assistant" content="No."
+                11 t2 run_failed error_message="the agent refused to continue" provider_error.kind="refusal"
+                12 t3 run_started
+                13 t3 run_completed
+                14 t4 run_started
+                15 t4 tool_call_started tool_name="read" tool_call_id="c" tool_input={}
+                16 t4 tool_call_cancelled tool_name="read" tool_call_id="c"
+                17 t4 run_failed error_message="Internal error: quota" provider_error.kind="internal_error"
+                18 -- error_occurred error_message="Authentication required" provider_error.kind="authentication_failed"
             "#]],
         );
     }
 
     #[test]
     fn tool_calls_announced_finished_unknown_or_failed() {
-        checked(
+        check(
             Format::GeminiAcp,
             r#"{"sessionUpdate":"tool_call","toolCallId":"a","title":"grep foo","status":"completed","rawInput":{"pattern":"foo"},"rawOutput":{"matches":2}}
 {"sessionUpdate":"tool_call","toolCallId":"b","title":"rm -rf /","kind":"execute","status":"failed","content":[{"type":"content","content":{"type":"text","text":"denied"}}]}
@@ -1105,13 +1105,13 @@ mod tests {
 {"hello":"world"}
 "#,
             expect![[r#"
-                  1 t1 run_started
-                  2 t1 tool_call_started tool_name="grep foo" tool_call_id="a" tool_input={"pattern":"foo"}
-                  3 t1 tool_call_completed tool_name="grep foo" tool_call_id="a" tool_input={"pattern":"foo"} tool_output={"matches":2}
-                  4 t1 tool_call_started tool_name="execute" tool_call_id="b" tool_input={}
-                  5 t1 tool_call_failed tool_name="execute" tool_call_id="b" content=[1 items] tool_input={} error="denied"
-                  6 t1 tool_call_started tool_name="late" tool_call_id="z" tool_input={}
-                  7 t1 tool_call_failed tool_name="late" tool_call_id="z" tool_input={} error="tool call failed"
+                1 t1 run_started
+                2 t1 tool_call_started tool_name="grep foo" tool_call_id="a" tool_input={"pattern":"foo"}
+                3 t1 tool_call_completed tool_name="grep foo" tool_call_id="a" tool_input={"pattern":"foo"} tool_output={"matches":2}
+                4 t1 tool_call_started tool_name="execute" tool_call_id="b" tool_input={}
+                5 t1 tool_call_failed tool_name="execute" tool_call_id="b" content=[1 items] tool_input={} error="denied"
+                6 t1 tool_call_started tool_name="late" tool_call_id="z" tool_input={}
+                7 t1 tool_call_failed tool_name="late" tool_call_id="z" tool_input={} error="tool call failed"
                 ! line 6: missing_field: missing field `toolCallId`
                 ! line 7: unknown_type: unknown sessionUpdate "teleport"
                 ! line 8: unknown_type: unknown method "session/unknown"
@@ -1122,7 +1122,7 @@ mod tests {
 
     #[test]
     fn a_replayed_history_infers_the_end_of_earlier_turns() {
-        checked(
+        check(
             Format::GeminiAcp,
             r#"{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"first "}}
 {"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"question"}}
@@ -1133,24 +1133,24 @@ mod tests {
 {"sessionUpdate":"agent_message_chunk","content":{"type":"image","data":"...","mimeType":"image/png"}}
 "#,
             expect![[r#"
-                  1 t1 run_started
-                  2 t1 message_sent role="user" content="first question"
-                  3 t1 message_streamed role="assistant" delta="answer one"
-                  4 t1 message_received role="assistant" content="answer one"
-                  5 t1 run_completed
-                  6 t2 run_started
-                  7 t2 message_sent role="user" content="second"
-                  8 t2 message_streamed role="assistant" delta="A"
-                  9 t2 message_received role="assistant" content="A"
-                 10 t2 message_streamed role="assistant" delta="B"
-                 11 t2 message_received role="assistant" content="B"
+                1 t1 run_started
+                2 t1 message_sent role="user" content="first question"
+                3 t1 message_streamed role="assistant" delta="answer one"
+                4 t1 message_received role="assistant" content="answer one"
+                5 t1 run_completed
+                6 t2 run_started
+                7 t2 message_sent role="user" content="second"
+                8 t2 message_streamed role="assistant" delta="A"
+                9 t2 message_received role="assistant" content="A"
+                10 t2 message_streamed role="assistant" delta="B"
+                11 t2 message_received role="assistant" content="B"
             "#]],
         );
     }
 
     #[test]
     fn a_logged_prompt_adopts_early_updates_and_skips_its_echo() {
-        checked(
+        check(
             Format::GeminiAcp,
             r#"{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"s","prompt":[{"type":"text","text":"hi"},{"type":"resource_link","uri":"file:///a","name":"a"}]}}
 {"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"hi"}}}}
@@ -1164,20 +1164,20 @@ mod tests {
 {"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"ok"}}}}
 "#,
             expect![[r#"
-                  1 t1 run_started
-                  2 t1 message_sent role="user" content="hi"
-                  3 -- session_started
-                  4 t1 message_streamed role="assistant" delta="hello"
-                  5 t1 message_received role="assistant" content="hello"
-                  6 t1 tool_approval_requested tool_name="edit" tool_call_id="w" tool_input={"path":"a"} request_id="9"
-                  7 t1 tool_approval_denied request_id="9"
-                  8 t1 tool_approval_requested tool_name="tool" tool_call_id="w2" tool_input={} request_id="10"
-                  9 t1 tool_approval_denied reason="cancelled" request_id="10"
-                 10 t1 run_failed error_message="boom" provider_error.kind="internal_error"
-                 11 t2 run_started
-                 12 t2 message_sent role="user" content="again"
-                 13 t2 message_streamed role="assistant" delta="ok"
-                 14 t2 message_received role="assistant" content="ok"
+                1 t1 run_started
+                2 t1 message_sent role="user" content="hi"
+                3 -- session_started
+                4 t1 message_streamed role="assistant" delta="hello"
+                5 t1 message_received role="assistant" content="hello"
+                6 t1 tool_approval_requested tool_name="edit" tool_call_id="w" tool_input={"path":"a"} request_id="9"
+                7 t1 tool_approval_denied request_id="9"
+                8 t1 tool_approval_requested tool_name="tool" tool_call_id="w2" tool_input={} request_id="10"
+                9 t1 tool_approval_denied reason="cancelled" request_id="10"
+                10 t1 run_failed error_message="boom" provider_error.kind="internal_error"
+                11 t2 run_started
+                12 t2 message_sent role="user" content="again"
+                13 t2 message_streamed role="assistant" delta="ok"
+                14 t2 message_received role="assistant" content="ok"
             "#]],
         );
     }

@@ -43,7 +43,7 @@ mod tests {
     use expect_test::expect;
 
     use crate::core::event::Provider;
-    use crate::core::normalize::claude::tests::check;
+    use crate::core::normalize::tests::check;
     use crate::core::normalize::{normalize, Config, Format};
     use crate::core::time::Timestamp;
 

@@ -1306,24 +1306,10 @@ pub(super) mod tests {
     use expect_test::{expect, Expect};
     use serde_json::Value;
 
-    use crate::core::normalize::tests::render;
     use crate::core::normalize::{normalize, Config, Format};
     use crate::core::time::Timestamp;
 
-    /// The shared `check`, with the left padding of each line removed.
-    ///
-    /// FIXME: the shared helper cannot pass as it stands: expect-test strips the common
-    /// indentation of the literal, which also eats the padding of `render_events`' right-
-    /// aligned sequence numbers whenever no line starts at column 0 (its own framing test
-    /// fails for that reason). Switch back to `normalize::tests::check` once it copes.
-    pub(in crate::core::normalize) fn check(format: Format, input: &str, expect: Expect) {
-        let text = render(Some(format), input.as_bytes());
-        let lines: String = text
-            .lines()
-            .map(|l| format!("{}\n", l.trim_start()))
-            .collect();
-        expect.assert_eq(&lines);
-    }
+    use crate::core::normalize::tests::check;
 
     /// Like `check`, but prints every event's whole `data` (minus the bulky
     /// `provider_error`), for the fields the compact rendering leaves out.

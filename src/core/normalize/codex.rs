@@ -842,22 +842,13 @@ impl TurnState {
 
 #[cfg(test)]
 mod tests {
-    use expect_test::{expect, Expect};
+    use expect_test::expect;
 
     use crate::core::normalize::tests::render;
     use crate::core::normalize::{normalize, Config, Format};
     use crate::core::time::Timestamp;
 
-    /// `check` with the sequence column's padding trimmed: expect-test strips the common
-    /// indentation of the literal, so a rendering whose every line starts with spaces (all
-    /// events, no diagnostics) never matches through the shared `check`.
-    fn check(format: Format, input: &str, expect: Expect) {
-        let text: String = render(Some(format), input.as_bytes())
-            .lines()
-            .map(|l| format!("{}\n", l.trim_start()))
-            .collect();
-        expect.assert_eq(&text);
-    }
+    use crate::core::normalize::tests::check;
 
     fn events(input: &str) -> Vec<crate::core::event::Event> {
         normalize(

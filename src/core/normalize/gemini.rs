@@ -426,38 +426,12 @@ pub(super) mod tests {
     use expect_test::expect;
 
     use super::snake_case;
-    use crate::core::normalize::tests::render;
+    use crate::core::normalize::tests::{check, check_invariants};
     use crate::core::normalize::Format;
-
-    /// `check`, plus the conventions every output must keep ([`check_invariants`]).
-    ///
-    /// The rendering is dedented like expect-test dedents its literal: `check` compares the
-    /// raw rendering, whose right-aligned sequence numbers (`  1 t1 …`) never match a
-    /// dedented literal unless some line starts at column 0 (a diagnostic, a 3-digit
-    /// sequence), so it fails outside `UPDATE_EXPECT=1`.
-    pub(in crate::core::normalize) fn checked(
-        format: Format,
-        input: &str,
-        expect: expect_test::Expect,
-    ) {
-        check_invariants(format, input.as_bytes());
-        let actual = render(Some(format), input.as_bytes());
-        let indent = actual
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| l.len() - l.trim_start().len())
-            .min()
-            .unwrap_or(0);
-        let dedented: String = actual
-            .lines()
-            .map(|l| format!("{}\n", l.get(indent..).unwrap_or("")))
-            .collect();
-        expect.assert_eq(&dedented);
-    }
 
     #[test]
     fn a_turn_with_streamed_text_and_a_tool() {
-        checked(
+        check(
             Format::Gemini,
             r#"{"type":"init","timestamp":"2026-11-29T21:31:07.000Z","session_id":"s-1","model":"gemini-2.5-flash"}
 {"type":"message","timestamp":"2026-11-29T21:31:07.100Z","role":"user","content":"run echo"}
@@ -469,18 +443,18 @@ pub(super) mod tests {
 {"type":"result","timestamp":"2026-11-29T21:31:09.500Z","status":"success","stats":{"total_tokens":120,"input_tokens":100,"output_tokens":20,"cached":40,"input":60,"duration_ms":2500,"tool_calls":1,"models":{"gemini-2.5-flash":{"total_tokens":120}}}}
 "#,
             expect![[r#"
-                  1 -- session_started model="gemini-2.5-flash"
-                  2 t1 run_started
-                  3 t1 message_sent role="user" content="run echo"
-                  4 t1 message_streamed role="assistant" delta="Let me "
-                  5 t1 message_streamed role="assistant" delta="run it."
-                  6 t1 message_received role="assistant" content="Let me run it."
-                  7 t1 tool_call_started tool_name="run_shell_command" tool_call_id="run_shell_command__run_shell_command_1795987868186_0" tool_input={"command":"echo hi"}
-                  8 t1 tool_call_completed tool_name="run_shell_command" tool_call_id="run_shell_command__run_shell_command_1795987868186_0" tool_input={"command":"echo hi"} tool_output="hi"
-                  9 t1 message_streamed role="assistant" delta="Done."
-                 10 t1 message_received role="assistant" content="Done."
-                 11 t1 token_usage_updated input_tokens=100 output_tokens=20
-                 12 t1 run_completed
+                1 -- session_started model="gemini-2.5-flash"
+                2 t1 run_started
+                3 t1 message_sent role="user" content="run echo"
+                4 t1 message_streamed role="assistant" delta="Let me "
+                5 t1 message_streamed role="assistant" delta="run it."
+                6 t1 message_received role="assistant" content="Let me run it."
+                7 t1 tool_call_started tool_name="run_shell_command" tool_call_id="run_shell_command__run_shell_command_1795987868186_0" tool_input={"command":"echo hi"}
+                8 t1 tool_call_completed tool_name="run_shell_command" tool_call_id="run_shell_command__run_shell_command_1795987868186_0" tool_input={"command":"echo hi"} tool_output="hi"
+                9 t1 message_streamed role="assistant" delta="Done."
+                10 t1 message_received role="assistant" content="Done."
+                11 t1 token_usage_updated input_tokens=100 output_tokens=20
+                12 t1 run_completed
             "#]],
         );
     }
@@ -514,7 +488,7 @@ pub(super) mod tests {
 
     #[test]
     fn tool_failures_and_unannounced_results() {
-        checked(
+        check(
             Format::Gemini,
             r#"{"type":"tool_use","timestamp":"2026-01-01T00:00:00Z","tool_name":"read_file","tool_id":"read_file__1","parameters":{"path":"/nope"}}
 {"type":"tool_result","timestamp":"2026-01-01T00:00:01Z","tool_id":"read_file__1","status":"error","error":{"type":"FILE_NOT_FOUND","message":"File not found: /nope"}}
@@ -523,13 +497,13 @@ pub(super) mod tests {
 {"type":"tool_result","timestamp":"2026-01-01T00:00:03Z"}
 "#,
             expect![[r#"
-                  1 t1 run_started
-                  2 t1 tool_call_started tool_name="read_file" tool_call_id="read_file__1" tool_input={"path":"/nope"}
-                  3 t1 tool_call_failed tool_name="read_file" tool_call_id="read_file__1" tool_input={"path":"/nope"} error="File not found: /nope"
-                  4 t1 tool_call_started tool_name="glob" tool_call_id="glob__abc" tool_input={}
-                  5 t1 tool_call_completed tool_name="glob" tool_call_id="glob__abc" tool_input={} tool_output="a.rs"
-                  6 t1 tool_call_started tool_name="unknown" tool_call_id="weird" tool_input={}
-                  7 t1 tool_call_completed tool_name="unknown" tool_call_id="weird" tool_input={} tool_output=""
+                1 t1 run_started
+                2 t1 tool_call_started tool_name="read_file" tool_call_id="read_file__1" tool_input={"path":"/nope"}
+                3 t1 tool_call_failed tool_name="read_file" tool_call_id="read_file__1" tool_input={"path":"/nope"} error="File not found: /nope"
+                4 t1 tool_call_started tool_name="glob" tool_call_id="glob__abc" tool_input={}
+                5 t1 tool_call_completed tool_name="glob" tool_call_id="glob__abc" tool_input={} tool_output="a.rs"
+                6 t1 tool_call_started tool_name="unknown" tool_call_id="weird" tool_input={}
+                7 t1 tool_call_completed tool_name="unknown" tool_call_id="weird" tool_input={} tool_output=""
                 ! line 5: missing_field: missing field `tool_id`
             "#]],
         );
@@ -537,7 +511,7 @@ pub(super) mod tests {
 
     #[test]
     fn warnings_and_errors_do_not_end_the_turn() {
-        checked(
+        check(
             Format::Gemini,
             r#"{"type":"init","timestamp":"2026-01-01T00:00:00Z","session_id":"s","model":"m"}
 {"type":"message","timestamp":"2026-01-01T00:00:00Z","role":"assistant","content":"loop","delta":true}
@@ -562,7 +536,7 @@ pub(super) mod tests {
 
     #[test]
     fn a_failed_result_fails_the_run() {
-        checked(
+        check(
             Format::Gemini,
             r#"{"type":"init","timestamp":"2026-01-01T00:00:00Z","session_id":"s","model":"m"}
 {"type":"message","timestamp":"2026-01-01T00:00:00Z","role":"user","content":"hi"}
@@ -583,7 +557,7 @@ pub(super) mod tests {
 
     #[test]
     fn several_inits_are_several_turns_and_eof_closes_the_message() {
-        checked(
+        check(
             Format::Gemini,
             r#"{"type":"init","timestamp":"2026-01-01T00:00:00Z","session_id":"s","model":"m"}
 {"type":"message","timestamp":"2026-01-01T00:00:00Z","role":"assistant","content":"Full answer."}
@@ -596,15 +570,15 @@ pub(super) mod tests {
 {"type":"message","timestamp":"2026-01-01T00:01:01Z","role":"system","content":"x"}
 "#,
             expect![[r#"
-                  1 -- session_started model="m"
-                  2 t1 run_started
-                  3 t1 message_received role="assistant" content="Full answer."
-                  4 t1 run_completed
-                  5 t2 run_started
-                  6 t2 message_sent role="user" content="again"
-                  7 t2 message_streamed role="assistant" delta="Part"
-                  8 t2 message_streamed role="assistant" delta="ial"
-                  9 t2 message_received role="assistant" content="Partial"
+                1 -- session_started model="m"
+                2 t1 run_started
+                3 t1 message_received role="assistant" content="Full answer."
+                4 t1 run_completed
+                5 t2 run_started
+                6 t2 message_sent role="user" content="again"
+                7 t2 message_streamed role="assistant" delta="Part"
+                8 t2 message_streamed role="assistant" delta="ial"
+                9 t2 message_received role="assistant" content="Partial"
                 ! line 8: unknown_type: unknown type "thought"
                 ! line 9: unknown_type: unknown message role "system"
             "#]],
@@ -613,106 +587,16 @@ pub(super) mod tests {
 
     #[test]
     fn placeholder_lines_are_diagnostics() {
-        checked(
+        check(
             Format::Gemini,
             r#"{"type":"init","timestamp":"<TIMESTAMP>","session_id":"test-session-id","model":"test-model"}
 {"type":"result","timestamp":"<TIMESTAMP>","status":"success","stats":{"duration_ms":<DURATION>}}
 "#,
             expect![[r#"
-                  1 -- session_started model="test-model"
-                  2 t1 run_started
+                1 -- session_started model="test-model"
+                2 t1 run_started
                 ! line 2: invalid_json: expected value at line 1 column 86; line starts "{\"type\":\"result\",\"timestamp\":\"<TIMESTAMP>\",\"status\":\"success"
             "#]],
-        );
-    }
-
-    /// Checks the canonical conventions on a whole normalized input: a run starts with
-    /// `run_started`, ends at most once and has nothing after its terminal; every streamed
-    /// message or reasoning block is received; tool calls start before anything else about
-    /// them and end at most once; ids are unique and sequences increase.
-    pub(in crate::core::normalize) fn check_invariants(format: Format, input: &[u8]) {
-        use std::collections::{HashMap, HashSet};
-
-        use crate::core::event::EventType as T;
-
-        let out = crate::core::normalize::normalize(
-            Some(format),
-            crate::core::normalize::Config::new("s1"),
-            input,
-            crate::core::time::Timestamp::EPOCH,
-        );
-        let mut runs: HashMap<&str, (bool, bool)> = HashMap::new(); // (started, ended)
-        let mut streamed: HashSet<(bool, &str)> = HashSet::new();
-        let mut tools: HashMap<&str, bool> = HashMap::new(); // ended?
-        let mut ids = HashSet::new();
-        let mut last = 0;
-        for e in &out.events {
-            let what = format!("{format} {} {}", e.sequence(), e.kind());
-            assert!(ids.insert(e.id().clone()), "duplicate id: {what}");
-            assert!(e.sequence() > last, "sequence: {what}");
-            last = e.sequence();
-            if let Some(run) = e.run_id() {
-                let state = runs.entry(run).or_insert((false, false));
-                assert!(!state.1, "event after the terminal: {what}");
-                if e.kind() == T::RunStarted {
-                    assert!(!state.0, "second run_started: {what}");
-                    state.0 = true;
-                }
-                assert!(state.0, "run not started: {what}");
-                if e.kind().is_run_terminal() {
-                    state.1 = true;
-                }
-            } else {
-                assert!(
-                    matches!(
-                        e.kind(),
-                        T::SessionStarted | T::ErrorOccurred | T::ModeChanged | T::ModelChanged
-                    ),
-                    "turn-scoped event without a run: {what}"
-                );
-            }
-            let message = e.data_str("message_id").unwrap_or("");
-            match e.kind() {
-                T::MessageStreamed | T::ReasoningStreamed => {
-                    assert!(!message.is_empty(), "stream without message_id: {what}");
-                    streamed.insert((e.kind() == T::MessageStreamed, message));
-                }
-                T::MessageReceived => {
-                    streamed.remove(&(true, message));
-                }
-                T::ReasoningReceived => {
-                    streamed.remove(&(false, message));
-                }
-                _ => {}
-            }
-            if let Some(call) = e.data_str("tool_call_id") {
-                match e.kind() {
-                    T::ToolCallStarted => {
-                        assert!(tools.insert(call, false).is_none(), "restarted: {what}");
-                    }
-                    T::ToolCallUpdated => {
-                        assert_eq!(tools.get(call), Some(&false), "update: {what}");
-                    }
-                    T::ToolCallCompleted | T::ToolCallFailed | T::ToolCallCancelled => {
-                        assert_eq!(tools.insert(call, true), Some(false), "end: {what}");
-                    }
-                    _ => {}
-                }
-                if matches!(
-                    e.kind(),
-                    T::ToolCallStarted
-                        | T::ToolCallUpdated
-                        | T::ToolCallCompleted
-                        | T::ToolCallFailed
-                        | T::ToolCallCancelled
-                ) {
-                    assert_eq!(e.correlation_id(), Some(call), "correlation: {what}");
-                }
-            }
-        }
-        assert!(
-            streamed.is_empty(),
-            "{format}: dangling streams {streamed:?}"
         );
     }
 

@@ -106,15 +106,25 @@ impl Format {
     pub fn detect(record: &Value) -> Option<Format> {
         let obj = record.as_object()?;
         let ty = obj.get("type").and_then(Value::as_str).unwrap_or("");
+        // JSON-RPC: ACP methods live under `session/`; Codex's app-server omits `jsonrpc`.
         if let Some(method) = obj.get("method").and_then(Value::as_str) {
-            return Some(if method.starts_with("session/") {
+            let acp = method.starts_with("session/") || method.starts_with("fs/");
+            return Some(if acp {
                 Format::GeminiAcp
             } else {
                 Format::CodexAppServer
             });
         }
-        if obj.contains_key("jsonrpc") || obj.contains_key("sessionUpdate") {
+        if obj.contains_key("sessionUpdate") {
             return Some(Format::GeminiAcp);
+        }
+        if obj.contains_key("id") && (obj.contains_key("result") || obj.contains_key("error")) {
+            let acp = obj.contains_key("jsonrpc");
+            return Some(if acp {
+                Format::GeminiAcp
+            } else {
+                Format::CodexAppServer
+            });
         }
         if ty.starts_with("thread.") || ty.starts_with("turn.") || ty.starts_with("item.") {
             return Some(Format::Codex);
@@ -779,7 +789,7 @@ impl Out<'_> {
 }
 
 /// One provider format's decoder: records in, events out through [`Out`].
-pub(crate) trait Decoder {
+pub(crate) trait Decoder: Send {
     /// One JSON object read from the stream.
     fn record(&mut self, record: &Value, out: &mut Out<'_>);
     /// The stream ended: close or discard what is still open (a turn with no terminal event

@@ -1012,12 +1012,12 @@ fn is_final(reason: Option<&str>, called_tool: bool) -> bool {
 mod tests {
     use expect_test::expect;
 
-    use crate::core::normalize::gemini::tests::checked;
+    use crate::core::normalize::tests::check;
     use crate::core::normalize::Format;
 
     #[test]
     fn the_fixtures_keep_the_conventions() {
-        use crate::core::normalize::gemini::tests::check_invariants;
+        use crate::core::normalize::tests::check_invariants;
         let fixtures: &[&[u8]] = &[
             include_bytes!("../../../tests/data/opencode/sandbox-agent__native__all-events.json"),
             include_bytes!(
@@ -1040,7 +1040,7 @@ mod tests {
 
     #[test]
     fn run_lines_steps_tools_and_usage() {
-        checked(
+        check(
             Format::Opencode,
             r#"{"type":"step_start","timestamp":1767036059338,"sessionID":"ses_a","part":{"id":"p1","messageID":"m1","type":"step-start"}}
 {"type":"reasoning","timestamp":1767036059400,"sessionID":"ses_a","part":{"id":"p2","messageID":"m1","type":"reasoning","text":"Think.","time":{"start":1,"end":2}}}
@@ -1056,15 +1056,15 @@ mod tests {
 {"type":"snapshot","timestamp":1767036064303,"sessionID":"ses_a"}
 "#,
             expect![[r#"
-                  1 -- session_started
-                  2 t1 run_started
-                  3 t1 reasoning_received content="Think."
-                  4 t1 tool_call_started tool_name="bash" tool_call_id="c1" tool_input={"command":"false"}
-                  5 t1 tool_call_failed tool_name="bash" tool_call_id="c1" tool_input={"command":"false"} error="exit 1"
-                  6 t1 token_usage_updated input_tokens=10 output_tokens=2 cost_usd=0.5
-                  7 t1 message_received role="assistant" content="It failed."
-                  8 t1 token_usage_updated input_tokens=11 output_tokens=3 cost_usd=0.75
-                  9 t1 run_completed
+                1 -- session_started
+                2 t1 run_started
+                3 t1 reasoning_received content="Think."
+                4 t1 tool_call_started tool_name="bash" tool_call_id="c1" tool_input={"command":"false"}
+                5 t1 tool_call_failed tool_name="bash" tool_call_id="c1" tool_input={"command":"false"} error="exit 1"
+                6 t1 token_usage_updated input_tokens=10 output_tokens=2 cost_usd=0.5
+                7 t1 message_received role="assistant" content="It failed."
+                8 t1 token_usage_updated input_tokens=11 output_tokens=3 cost_usd=0.75
+                9 t1 run_completed
                 ! line 11: missing_field: missing field `part`
                 ! line 12: unknown_type: unknown type "snapshot"
             "#]],
@@ -1073,7 +1073,7 @@ mod tests {
 
     #[test]
     fn run_line_errors_fail_cancel_or_report() {
-        checked(
+        check(
             Format::Opencode,
             r#"{"type":"error","timestamp":1,"sessionID":"s","error":{"name":"ProviderAuthError","data":{"providerID":"anthropic","message":"bad key"}}}
 {"type":"step_start","timestamp":2,"sessionID":"s","part":{"id":"a","type":"step-start"}}
@@ -1100,7 +1100,7 @@ mod tests {
 
     #[test]
     fn serve_1_18_deltas_reasoning_and_permissions() {
-        checked(
+        check(
             Format::Opencode,
             r#"data: {"type":"server.connected","properties":{}}
 
@@ -1152,22 +1152,22 @@ data: {"type":"session.next.thing","properties":{"sessionID":"ses_1"}}
 
 "#,
             expect![[r#"
-                  1 -- session_started
-                  2 t1 run_started
-                  3 t1 message_sent role="user" content="fix it"
-                  4 t1 model_changed model="fake-model"
-                  5 t1 reasoning_streamed delta="hmm"
-                  6 t1 reasoning_received content="hmm"
-                  7 t1 message_streamed role="assistant" delta="Do"
-                  8 t1 message_streamed role="assistant" delta="ne"
-                  9 t1 message_received role="assistant" content="Done"
-                 10 t1 tool_approval_requested tool_name="bash" tool_call_id="call_1" tool_input={"command":"rm x"} request_id="per_1"
-                 11 t1 tool_approval_denied request_id="per_1"
-                 12 t1 tool_approval_requested tool_name="edit" tool_call_id="call_2" tool_input={"filePath":"a.rs"} request_id="per_2"
-                 13 t1 tool_approval_granted request_id="per_2"
-                 14 t1 todo_updated items=[2 items]
-                 15 t1 token_usage_updated input_tokens=3 output_tokens=4 cost_usd=0.0
-                 16 t1 run_completed
+                1 -- session_started
+                2 t1 run_started
+                3 t1 message_sent role="user" content="fix it"
+                4 t1 model_changed model="fake-model"
+                5 t1 reasoning_streamed delta="hmm"
+                6 t1 reasoning_received content="hmm"
+                7 t1 message_streamed role="assistant" delta="Do"
+                8 t1 message_streamed role="assistant" delta="ne"
+                9 t1 message_received role="assistant" content="Done"
+                10 t1 tool_approval_requested tool_name="bash" tool_call_id="call_1" tool_input={"command":"rm x"} request_id="per_1"
+                11 t1 tool_approval_denied request_id="per_1"
+                12 t1 tool_approval_requested tool_name="edit" tool_call_id="call_2" tool_input={"filePath":"a.rs"} request_id="per_2"
+                13 t1 tool_approval_granted request_id="per_2"
+                14 t1 todo_updated items=[2 items]
+                15 t1 token_usage_updated input_tokens=3 output_tokens=4 cost_usd=0.0
+                16 t1 run_completed
                 ! line 24: unknown_type: unknown event type "session.next.thing"
             "#]],
         );
@@ -1175,7 +1175,7 @@ data: {"type":"session.next.thing","properties":{"sessionID":"ses_1"}}
 
     #[test]
     fn serve_errors_retries_children_and_abandoned_parts() {
-        checked(
+        check(
             Format::Opencode,
             r#"[
   {"type": "session.created", "properties": {"info": {"id": "ses_child", "parentID": "ses_main", "version": "1.1.49"}}},
@@ -1198,30 +1198,30 @@ data: {"type":"session.next.thing","properties":{"sessionID":"ses_1"}}
 ]
 "#,
             expect![[r#"
-                  1 -- session_started
-                  2 -- error_occurred error_message="overloaded" provider_error.kind="api_error"
-                  3 t1 run_started
-                  4 t1 error_occurred error_message="Rate limited" provider_error.kind="retry"
-                  5 t1 message_streamed role="assistant" delta="Half"
-                  6 t1 tool_call_started tool_name="read" tool_call_id="t1" tool_input={"filePath":"a"}
-                  7 t1 context_compacted
-                  8 t1 message_received role="assistant" content=""
-                  9 t1 tool_call_cancelled tool_name="read" tool_call_id="t1"
-                 10 t1 run_failed error_message="Too many requests" provider_error.kind="rate_limit"
-                 11 t2 run_started
-                 12 t2 reasoning_streamed delta="Cut"
-                 13 t2 reasoning_received content=""
-                 14 t2 run_cancelled error_message="The operation was aborted." reason="aborted"
-                 15 t3 run_started
-                 16 t3 message_streamed role="assistant" delta="Never"
-                 17 t3 message_received role="assistant" content=""
+                1 -- session_started
+                2 -- error_occurred error_message="overloaded" provider_error.kind="api_error"
+                3 t1 run_started
+                4 t1 error_occurred error_message="Rate limited" provider_error.kind="retry"
+                5 t1 message_streamed role="assistant" delta="Half"
+                6 t1 tool_call_started tool_name="read" tool_call_id="t1" tool_input={"filePath":"a"}
+                7 t1 context_compacted
+                8 t1 message_received role="assistant" content=""
+                9 t1 tool_call_cancelled tool_name="read" tool_call_id="t1"
+                10 t1 run_failed error_message="Too many requests" provider_error.kind="rate_limit"
+                11 t2 run_started
+                12 t2 reasoning_streamed delta="Cut"
+                13 t2 reasoning_received content=""
+                14 t2 run_cancelled error_message="The operation was aborted." reason="aborted"
+                15 t3 run_started
+                16 t3 message_streamed role="assistant" delta="Never"
+                17 t3 message_received role="assistant" content=""
             "#]],
         );
     }
 
     #[test]
     fn history_hydrates_finished_messages() {
-        checked(
+        check(
             Format::Opencode,
             r#"[
   {"info": {"id": "msg_1", "sessionID": "ses_h", "role": "user", "time": {"created": 1770361012812}},
@@ -1243,17 +1243,17 @@ data: {"type":"session.next.thing","properties":{"sessionID":"ses_1"}}
 ]
 "#,
             expect![[r#"
-                  1 -- session_started
-                  2 t1 run_started
-                  3 t1 message_sent role="user" content="do it"
-                  4 t1 model_changed model="m"
-                  5 t1 tool_call_started tool_name="edit" tool_call_id="c" tool_input={"filePath":"a"}
-                  6 t1 tool_call_completed tool_name="edit" tool_call_id="c" tool_input={"filePath":"a"} tool_output="ok"
-                  7 t1 token_usage_updated input_tokens=1 output_tokens=2 cost_usd=0.01
-                  8 t1 message_received role="assistant" content="partial"
-                  9 t1 run_cancelled error_message="aborted" reason="aborted"
-                 10 t2 run_started
-                 11 t2 run_failed error_message="bad request" provider_error.kind="api_error"
+                1 -- session_started
+                2 t1 run_started
+                3 t1 message_sent role="user" content="do it"
+                4 t1 model_changed model="m"
+                5 t1 tool_call_started tool_name="edit" tool_call_id="c" tool_input={"filePath":"a"}
+                6 t1 tool_call_completed tool_name="edit" tool_call_id="c" tool_input={"filePath":"a"} tool_output="ok"
+                7 t1 token_usage_updated input_tokens=1 output_tokens=2 cost_usd=0.01
+                8 t1 message_received role="assistant" content="partial"
+                9 t1 run_cancelled error_message="aborted" reason="aborted"
+                10 t2 run_started
+                11 t2 run_failed error_message="bad request" provider_error.kind="api_error"
                 ! line 6: missing_field: missing field `info.role`
             "#]],
         );

@@ -6,10 +6,101 @@ use proptest::prelude::*;
 use super::*;
 use crate::core::render::{render_diagnostics, render_events};
 
-/// Normalizes `input` as `format` for session `s1` at the epoch and compares the rendering
-/// (events, then diagnostics) with `expect`.
+/// Normalizes `input` as `format` for session `s1` at the epoch, checks the conventions every
+/// output keeps ([`check_invariants`]) and compares the rendering (events, then diagnostics)
+/// with `expect`.
 pub(crate) fn check(format: Format, input: &str, expect: Expect) {
+    check_invariants(format, input.as_bytes());
     expect.assert_eq(&render(Some(format), input.as_bytes()));
+}
+/// Checks the canonical conventions on a whole normalized input: a run starts with
+/// `run_started`, ends at most once and has nothing after its terminal; every streamed
+/// message or reasoning block is received; tool calls start before anything else about
+/// them and end at most once; ids are unique and sequences increase.
+pub(crate) fn check_invariants(format: Format, input: &[u8]) {
+    use std::collections::{HashMap, HashSet};
+
+    use crate::core::event::EventType as T;
+
+    let out = crate::core::normalize::normalize(
+        Some(format),
+        crate::core::normalize::Config::new("s1"),
+        input,
+        crate::core::time::Timestamp::EPOCH,
+    );
+    let mut runs: HashMap<&str, (bool, bool)> = HashMap::new(); // (started, ended)
+    let mut streamed: HashSet<(bool, &str)> = HashSet::new();
+    let mut tools: HashMap<&str, bool> = HashMap::new(); // ended?
+    let mut ids = HashSet::new();
+    let mut last = 0;
+    for e in &out.events {
+        let what = format!("{format} {} {}", e.sequence(), e.kind());
+        assert!(ids.insert(e.id().clone()), "duplicate id: {what}");
+        assert!(e.sequence() > last, "sequence: {what}");
+        last = e.sequence();
+        if let Some(run) = e.run_id() {
+            let state = runs.entry(run).or_insert((false, false));
+            assert!(!state.1, "event after the terminal: {what}");
+            if e.kind() == T::RunStarted {
+                assert!(!state.0, "second run_started: {what}");
+                state.0 = true;
+            }
+            assert!(state.0, "run not started: {what}");
+            if e.kind().is_run_terminal() {
+                state.1 = true;
+            }
+        } else {
+            assert!(
+                matches!(
+                    e.kind(),
+                    T::SessionStarted | T::ErrorOccurred | T::ModeChanged | T::ModelChanged
+                ),
+                "turn-scoped event without a run: {what}"
+            );
+        }
+        let message = e.data_str("message_id").unwrap_or("");
+        match e.kind() {
+            T::MessageStreamed | T::ReasoningStreamed => {
+                assert!(!message.is_empty(), "stream without message_id: {what}");
+                streamed.insert((e.kind() == T::MessageStreamed, message));
+            }
+            T::MessageReceived => {
+                streamed.remove(&(true, message));
+            }
+            T::ReasoningReceived => {
+                streamed.remove(&(false, message));
+            }
+            _ => {}
+        }
+        if let Some(call) = e.data_str("tool_call_id") {
+            match e.kind() {
+                T::ToolCallStarted => {
+                    assert!(tools.insert(call, false).is_none(), "restarted: {what}");
+                }
+                T::ToolCallUpdated => {
+                    assert_eq!(tools.get(call), Some(&false), "update: {what}");
+                }
+                T::ToolCallCompleted | T::ToolCallFailed | T::ToolCallCancelled => {
+                    assert_eq!(tools.insert(call, true), Some(false), "end: {what}");
+                }
+                _ => {}
+            }
+            if matches!(
+                e.kind(),
+                T::ToolCallStarted
+                    | T::ToolCallUpdated
+                    | T::ToolCallCompleted
+                    | T::ToolCallFailed
+                    | T::ToolCallCancelled
+            ) {
+                assert_eq!(e.correlation_id(), Some(call), "correlation: {what}");
+            }
+        }
+    }
+    assert!(
+        streamed.is_empty(),
+        "{format}: dangling streams {streamed:?}"
+    );
 }
 
 pub(crate) fn render(format: Option<Format>, input: &[u8]) -> String {
@@ -37,8 +128,8 @@ fn jsonl_sse_and_documents_frame_the_same_records() {
 fn unreadable_lines_become_numbered_diagnostics() {
     let input = b"{\"type\":\"run_start\"}\n{\"type\":\"init\",\"timestamp\":<TIMESTAMP>}\n\xff\xfe\n[1,2]\n{\"type\":\"warp\"}\n{\"no_type\":1}\n{\"type\":\"done\"}";
     expect![[r#"
-          1 t1 run_started
-          2 t1 run_completed
+        1 t1 run_started
+        2 t1 run_completed
         ! line 2: invalid_json: expected value at line 1 column 28; line starts "{\"type\":\"init\",\"timestamp\":<TIMESTAMP>}"
         ! line 3: invalid_utf8: invalid UTF-8 at byte 0
         ! line 4: not_an_object: expected a JSON object, got an array
@@ -91,6 +182,14 @@ fn detection_picks_the_format_from_the_first_object() {
         ),
         (
             r#"{"jsonrpc":"2.0","method":"session/update","params":{}}"#,
+            Format::GeminiAcp,
+        ),
+        (
+            r#"{"id":0,"result":{"thread":{"id":"t"}}}"#,
+            Format::CodexAppServer,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}"#,
             Format::GeminiAcp,
         ),
         (
