@@ -64,6 +64,12 @@ enum Command {
         #[arg(long)]
         no_follow: bool,
     },
+    /// Run the built-in demo agent (Claude Code stream-json on stdin/stdout).
+    #[command(hide = true)]
+    DemoAgent {
+        #[arg(long, default_value_t = 15)]
+        delay_ms: u64,
+    },
 }
 
 #[derive(clap::Args)]
@@ -193,6 +199,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             report(&out);
             Ok(ExitCode::SUCCESS)
         }
+        Command::DemoAgent { delay_ms } => Ok(crate::companion::demo_agent::run(delay_ms)),
     }
 }
 

@@ -6,11 +6,13 @@
 //! * [`adapter`]: how each agent CLI is started and spoken to.
 //! * [`server`]: HTTP routes, auth, static files; [`ws`]: the WebSocket protocol.
 //! * [`tail`]: the `agentwire tail` terminal client.
+//! * [`demo_agent`]: `agentwire demo-agent`, a fake agent speaking Claude Code's stream-json.
 //!
 //! This is the only place that reads the clock and draws random numbers; the core gets both
 //! as arguments.
 
 pub mod adapter;
+pub mod demo_agent;
 pub mod host;
 pub mod server;
 pub mod store;
