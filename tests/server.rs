@@ -63,9 +63,10 @@ async fn a_demo_turn_streams_live_over_the_websocket_with_contiguous_sequences()
 #[tokio::test]
 async fn resuming_from_every_cursor_and_after_drops_mid_turn_yields_the_same_log() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    // Slow enough that the turn outlives many connections.
+    let server = Server::start_with_delay(&dir.path().join("a.db"), 0, 10, &[]);
     let session = server.create_demo_session();
-    let turn = server.start_turn(&session, "a slow answer with a tool");
+    let turn = server.start_turn(&session, "a slow answer");
     // A client that drops its connection every few events while the turn streams.
     let mut c = Collector::new();
     let mut drops = 0;

@@ -431,10 +431,10 @@ impl TurnProjector {
 
     fn apply_session_event(&mut self, kind: EventType) {
         match kind {
-            EventType::SessionStarted | EventType::SessionCreated | EventType::SessionResumed => {
-                if self.lifecycle == Lifecycle::Initializing {
-                    self.lifecycle = Lifecycle::Idle;
-                }
+            EventType::SessionStarted | EventType::SessionCreated | EventType::SessionResumed
+                if self.lifecycle == Lifecycle::Initializing =>
+            {
+                self.lifecycle = Lifecycle::Idle;
             }
             EventType::SessionFailed => {
                 self.errored = true;

@@ -516,7 +516,7 @@ mod tests {
         let events = vec![event(1, "a"), event(2, &big), event(3, "b"), event(4, "c")];
         let frames = encode_events("s1", "e1", &events, MIN_MAX_FRAME);
         assert!(
-            frames.iter().all(|f| f.len() <= MIN_MAX_FRAME),
+            frames.iter().all(|f| f.text.len() <= MIN_MAX_FRAME),
             "a frame is over the limit"
         );
         let mut cursor = Cursor::default();

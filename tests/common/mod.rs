@@ -31,7 +31,13 @@ pub struct Server {
 
 impl Server {
     /// Starts a server on port 0 (or `port`) with the store at `db`.
+    /// Starts a server on port 0 (or `port`) with the store at `db`; the demo agent pauses
+    /// 2 ms between chunks.
     pub fn start(db: &Path, port: u16, extra: &[&str]) -> Server {
+        Server::start_with_delay(db, port, 2, extra)
+    }
+
+    pub fn start_with_delay(db: &Path, port: u16, delay_ms: u64, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_agentwire"))
             .args([
                 "serve",
@@ -42,7 +48,12 @@ impl Server {
             ])
             .arg("--db")
             .arg(db)
-            .args(["--demo-delay-ms", "2", "--heartbeat-ms", "500"])
+            .args([
+                "--demo-delay-ms",
+                &delay_ms.to_string(),
+                "--heartbeat-ms",
+                "500",
+            ])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -1,7 +1,7 @@
 //! Provider output in, canonical [`Event`]s out: one streaming, sans-IO normalizer per format.
 //!
 //! [`Normalizer`] owns the framing that every provider shares and hands each *record* (one
-//! JSON object) to the decoder of its format, which emits events through [`Out`]:
+//! JSON object) to the decoder of its format, which emits events through `Out`:
 //!
 //! * JSON Lines, one object per line, `\r\n` tolerated;
 //! * Server-Sent Events (`data:` lines, dispatched on a blank line; `event:`/`id:`/comments
