@@ -225,7 +225,9 @@ impl fmt::Display for EventId {
     }
 }
 
-/// FNV-1a over length-prefixed parts, 128-bit. Stable across Rust versions, unlike std's hasher.
+/// FNV-1a over length-prefixed parts, 128-bit, then a final avalanche so that inputs that
+/// differ in one byte give ids that differ everywhere. Stable across Rust versions, unlike
+/// std's hasher.
 pub(crate) fn fnv1a128(parts: &[&str]) -> u128 {
     const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
     const PRIME: u128 = 0x0000000001000000000000000000013b;
@@ -240,7 +242,16 @@ pub(crate) fn fnv1a128(parts: &[&str]) -> u128 {
         eat(&(part.len() as u64).to_le_bytes());
         eat(part.as_bytes());
     }
-    h
+    // SplitMix64's finalizer on each half, each half seeded by the other.
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+        z ^ (z >> 31)
+    };
+    let (hi, lo) = ((h >> 64) as u64, h as u64);
+    let lo = mix(lo ^ mix(hi));
+    let hi = mix(hi ^ lo);
+    (u128::from(hi) << 64) | u128::from(lo)
 }
 
 /// Why an event could not be built or read.
