@@ -52,6 +52,14 @@ fn normalization(c: &mut Criterion) {
         (Format::Opencode, "opencode"),
     ] {
         let input = corpus(dir);
+        let events = normalize(Some(format), Config::new("s1"), &input, Timestamp::EPOCH)
+            .events
+            .len();
+        // Criterion reports bytes/s; events/s = this count / the measured time.
+        eprintln!(
+            "normalize/{format}: {} bytes -> {events} events per iteration",
+            input.len()
+        );
         g.throughput(Throughput::Bytes(input.len() as u64));
         g.bench_with_input(BenchmarkId::from_parameter(format), &input, |b, input| {
             b.iter(|| {
