@@ -608,3 +608,59 @@ async fn tail_prints_the_log_as_json_lines() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown_session"));
 }
+
+#[tokio::test]
+async fn tail_follows_live_across_a_killed_server_and_a_restart() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let mut server = Server::start_with_delay(&db, 0, 10, &[]);
+    let port = server.addr.port();
+    let session = server.create_demo_session();
+    server.start_turn(&session, "slow please");
+    let mut tail = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+        .args([
+            "tail",
+            &session,
+            "--url",
+            &format!("ws://127.0.0.1:{port}/ws"),
+            "--token",
+            TOKEN,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Event>();
+    let stdout = tail.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx
+                .send(serde_json::from_str(&line).expect("tail prints events"))
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let mut printed = Vec::new();
+    while printed.len() < 10 {
+        printed.push(rx.recv_timeout(DEADLINE).expect("tail prints live events"));
+    }
+    server.kill();
+    let server = Server::start(&db, port, &[]);
+    while !printed.iter().any(|e| e.kind() == EventType::SessionFailed) {
+        printed.push(
+            rx.recv_timeout(DEADLINE)
+                .expect("tail resumes after the restart"),
+        );
+    }
+    let _ = tail.kill();
+    let _ = tail.wait();
+    assert_eq!(
+        printed,
+        server.events(&session),
+        "tail printed the whole log, once each"
+    );
+}
