@@ -664,3 +664,32 @@ async fn tail_follows_live_across_a_killed_server_and_a_restart() {
         "tail printed the whole log, once each"
     );
 }
+
+#[tokio::test]
+async fn an_autonomous_wake_up_is_its_own_turn_and_the_session_returns_to_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    let session = server.create_demo_session();
+    let turn = server.start_turn(&session, "start a background task");
+    let events = server.wait_events(&session, "two turns to end", |e| {
+        e.iter()
+            .filter(|e| e.kind() == EventType::RunCompleted)
+            .count()
+            == 2
+    });
+    let runs: Vec<&str> = events
+        .iter()
+        .filter(|e| e.kind() == EventType::RunStarted)
+        .filter_map(Event::run_id)
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0], turn);
+    assert_ne!(runs[1], turn, "the wake-up has its own turn id");
+    let sent = events
+        .iter()
+        .filter(|e| e.kind() == EventType::MessageSent)
+        .count();
+    assert_eq!(sent, 1, "nobody prompted the autonomous turn");
+    // The foreground turn is over, so a new prompt is accepted.
+    server.start_turn(&session, "hello again");
+}

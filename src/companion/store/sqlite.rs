@@ -84,8 +84,50 @@ pub struct SqliteStore {
     requests: Option<mpsc::Sender<Request>>,
     writer: Option<JoinHandle<()>>,
     readers: Arc<Readers>,
+    recent: Arc<RecentTail>,
     committed: broadcast::Sender<Committed>,
     commits: Arc<AtomicU64>,
+}
+
+/// Events kept in memory per session, newest last.
+const RECENT: usize = 512;
+
+/// The latest committed events of each session, in memory. Followers woken by a commit read
+/// the tail from here instead of each querying SQLite: with a hundred subscribers on one
+/// session, one commit would otherwise cost a hundred reads. Only the writer adds to it, after
+/// COMMIT and before subscribers are told, in commit order, so each session's entries are a
+/// contiguous run of its log; a read it cannot answer whole goes to SQLite.
+#[derive(Default)]
+struct RecentTail {
+    sessions: std::sync::Mutex<HashMap<String, std::collections::VecDeque<Event>>>,
+}
+
+impl RecentTail {
+    fn extend(&self, session_id: &str, events: Vec<Event>) {
+        let mut sessions = self.sessions.lock().expect("recent tail lock");
+        let tail = sessions.entry(session_id.to_owned()).or_default();
+        tail.extend(events);
+        let excess = tail.len().saturating_sub(RECENT);
+        tail.drain(..excess);
+    }
+
+    /// The events after `after` (at most `limit`), if memory holds the next one.
+    fn read(&self, session_id: &str, query: &EventQuery) -> Option<Vec<Event>> {
+        let plain = query.before.is_none()
+            && query.since.is_none()
+            && query.run_id.is_none()
+            && query.kind.is_none();
+        let after = query.after.filter(|_| plain)?;
+        let sessions = self.sessions.lock().expect("recent tail lock");
+        let tail = sessions.get(session_id)?;
+        let first = tail.front()?.sequence();
+        if after + 1 < first || after >= tail.back()?.sequence() {
+            return None;
+        }
+        let skip = (after + 1 - first) as usize;
+        let take = query.limit.unwrap_or(usize::MAX);
+        Some(tail.iter().skip(skip).take(take).cloned().collect())
+    }
 }
 
 impl SqliteStore {
@@ -114,9 +156,11 @@ impl SqliteStore {
         let (requests, rx) = mpsc::channel(QUEUE);
         let (committed, _) = broadcast::channel(BROADCAST);
         let commits = Arc::new(AtomicU64::new(0));
+        let recent = Arc::new(RecentTail::default());
         let writer = Writer {
             conn,
             latest: HashMap::new(),
+            recent: recent.clone(),
             committed: committed.clone(),
             commits: commits.clone(),
         };
@@ -129,6 +173,7 @@ impl SqliteStore {
             requests: Some(requests),
             writer: Some(writer),
             readers: Arc::new(Readers::new(path.to_owned())),
+            recent,
             committed,
             commits,
         })
@@ -258,6 +303,7 @@ struct Writer {
     /// Committed latest sequence per known session. Sessions are never deleted, so an entry
     /// also means "this session exists".
     latest: HashMap<String, u64>,
+    recent: Arc<RecentTail>,
     committed: broadcast::Sender<Committed>,
     commits: Arc<AtomicU64>,
 }
@@ -282,6 +328,8 @@ impl Writer {
         // Latest sequences written by this group, merged into the cache after COMMIT.
         let mut pending: HashMap<String, u64> = HashMap::new();
         let mut touched: Vec<String> = Vec::new();
+        // Events this group stored, per session in commit order, for the recent tail.
+        let mut fresh: Vec<(String, Vec<Event>)> = Vec::new();
         let latest = &self.latest;
         let outcome = (|| -> rusqlite::Result<Vec<Result<Done, StoreError>>> {
             let mut tx = self
@@ -301,6 +349,18 @@ impl Writer {
                 match result {
                     Ok(done) => {
                         sp.commit()?;
+                        if let (Done::Appended(appended), Some((session, _))) =
+                            (&done, writes.first())
+                        {
+                            let new: Vec<Event> = appended
+                                .iter()
+                                .filter(|a| !a.duplicate)
+                                .map(|a| a.event.clone())
+                                .collect();
+                            if !new.is_empty() {
+                                fresh.push((session.clone(), new));
+                            }
+                        }
                         for (session, seq) in writes {
                             let new_events = match pending.get(&session).or(latest.get(&session)) {
                                 Some(&before) => seq > before,
@@ -328,6 +388,9 @@ impl Writer {
                 self.commits.fetch_add(1, Ordering::Relaxed);
                 self.latest
                     .extend(pending.iter().map(|(k, v)| (k.clone(), *v)));
+                for (session_id, events) in fresh {
+                    self.recent.extend(&session_id, events);
+                }
                 for (reply, result) in replies.into_iter().zip(results) {
                     // A caller that stopped waiting still had its request committed.
                     let _ = reply.send(result);
@@ -756,6 +819,9 @@ impl Store for SqliteStore {
         session_id: &str,
         query: &EventQuery,
     ) -> Result<Vec<Event>, StoreError> {
+        if let Some(events) = self.recent.read(session_id, query) {
+            return Ok(events);
+        }
         let (session_id, query) = (session_id.to_owned(), query.clone());
         self.readers
             .run(move |conn| read_events(conn, &session_id, &query))
