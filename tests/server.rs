@@ -693,3 +693,23 @@ async fn an_autonomous_wake_up_is_its_own_turn_and_the_session_returns_to_idle()
     // The foreground turn is over, so a new prompt is accepted.
     server.start_turn(&session, "hello again");
 }
+
+#[tokio::test]
+async fn unreadable_provider_output_is_recorded_and_the_turn_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    let session = server.create_demo_session();
+    let turn = server.start_turn(&session, "print some garbage");
+    let events = server.wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let reasons: Vec<&str> = events
+        .iter()
+        .filter(|e| e.kind() == EventType::ErrorOccurred)
+        .map(|e| e.data_str("reason").unwrap())
+        .collect();
+    assert_eq!(reasons, ["invalid_json", "invalid_utf8", "line_too_long"]);
+    let terminal = events.iter().find(|e| e.kind().is_run_terminal()).unwrap();
+    assert_eq!(terminal.kind(), EventType::RunCompleted);
+    assert!(events
+        .iter()
+        .any(|e| e.data_str("content") == Some("After some noise, a readable answer.")));
+}

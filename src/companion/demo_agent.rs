@@ -6,7 +6,7 @@
 //! It reads NDJSON on stdin (user messages, `control_request`s, `control_response`s to its own
 //! permission prompts) and writes NDJSON on stdout, one flushed line at a time. The prompt
 //! picks a scenario by keyword: `crash`, `fail`, `approve`/`approval`, `todo`, `tool`,
-//! `background`, `slow`, else a plain answer (see `Scenario::of`).
+//! `background`, `slow`, `garbage`, else a plain answer (see `Scenario::of`).
 //!
 //! Shape: one thread reads stdin and parses each line into an `Input` on a bounded channel;
 //! the main thread plays the turns and is the only writer of stdout. Every pause between two
@@ -210,6 +210,8 @@ enum Scenario {
     Background,
     /// A long answer, to have time to interrupt it.
     Slow,
+    /// Unreadable output (not JSON, binary bytes, a 5 MiB line) before a plain answer.
+    Garbage,
     Answer,
 }
 
@@ -232,6 +234,8 @@ impl Scenario {
             Scenario::Background
         } else if p.contains("slow") {
             Scenario::Slow
+        } else if p.contains("garbage") {
+            Scenario::Garbage
         } else {
             Scenario::Answer
         }
@@ -381,6 +385,17 @@ impl<W: Write> DemoAgent<W> {
                     vec![Block::Thinking(think), Block::Text(text.clone())],
                     "end_turn",
                 )?;
+                Ok(Finish::Completed { text })
+            }
+            Scenario::Garbage => {
+                self.raw(b"this is not JSON\n")?;
+                self.raw(b"\xff\xfe\x00binary\n")?;
+                let mut long = b"{\"type\":\"assistant\",\"padding\":\"".to_vec();
+                long.resize(5 << 20, b'x');
+                long.extend_from_slice(b"\"}\n");
+                self.raw(&long)?;
+                let text = "After some noise, a readable answer.".to_owned();
+                self.message(vec![Block::Text(text.clone())], "end_turn")?;
                 Ok(Finish::Completed { text })
             }
             Scenario::Slow => {
@@ -928,6 +943,15 @@ impl<W: Write> DemoAgent<W> {
             .out
             .write_all(text.as_bytes())
             .and_then(|()| self.out.flush());
+        written.map_err(|e| {
+            eprintln!("agentwire demo-agent: writing stdout: {e}");
+            Halt::Exit(1)
+        })
+    }
+
+    /// Writes bytes as they are, for output no JSON encoder would produce.
+    fn raw(&mut self, bytes: &[u8]) -> Step {
+        let written = self.out.write_all(bytes).and_then(|()| self.out.flush());
         written.map_err(|e| {
             eprintln!("agentwire demo-agent: writing stdout: {e}");
             Halt::Exit(1)

@@ -624,8 +624,23 @@ impl SessionTask {
             batch.extend(std::iter::from_fn(|| self.projector.poll_event()));
         }
         batch.extend(std::iter::from_fn(|| self.projector.poll_event()));
+        // Output the normalizer could not read is recorded in the log, not only on stderr.
         while let Some(d) = self.normalizer.poll_diagnostic() {
-            eprintln!("agentwire: session {}: provider output {d}", self.id);
+            let message = format!("unreadable provider output: {d}");
+            let error = ProviderError::new(self.adapter.provider(), "unreadable_output", message);
+            let mut data = error.to_data();
+            data.insert("severity".into(), json!("warning"));
+            data.insert("line".into(), json!(d.line));
+            data.insert("reason".into(), json!(d.kind.as_str()));
+            let at = Timestamp::from_unix_millis(now_ms);
+            batch.push(host_event(
+                &self.id,
+                self.adapter.provider(),
+                None,
+                EventType::ErrorOccurred,
+                data,
+                at,
+            ));
         }
         while let Some(v) = self.projector.poll_violation() {
             eprintln!(
