@@ -3,6 +3,7 @@
 //! An adapter knows nothing of sessions, stores or sockets: it builds the child's command
 //! line and encodes prompts, interrupts and approval answers as the bytes the CLI expects.
 //! Reading the CLI's output is the core normalizer's job ([`Adapter::format`]).
+//! [`AGENT_CLIS`] lists the CLIs it can look for, where, and how to install them.
 
 use std::path::{Path, PathBuf};
 
@@ -38,6 +39,35 @@ pub struct ClaudeStdio {
 }
 
 impl ClaudeStdio {
+    /// The real Claude Code CLI at `program`, in stream-json mode both ways with partial
+    /// messages, asking permission on stdio; resuming the CLI's own session `resume` if given.
+    /// The CLI inherits the companion's environment (`ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`,
+    /// `HOME`, …). Its stdin must stay open until the turn's `result`: at EOF before the first
+    /// turn it exits without output.
+    pub fn claude(program: PathBuf, resume: Option<&str>) -> ClaudeStdio {
+        let mut args: Vec<String> = [
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--include-partial-messages",
+            "--permission-prompt-tool",
+            "stdio",
+        ]
+        .map(String::from)
+        .into();
+        if let Some(id) = resume {
+            args.extend(["--resume".to_owned(), id.to_owned()]);
+        }
+        ClaudeStdio {
+            provider: Provider::Claude,
+            program,
+            args,
+        }
+    }
+
     /// The built-in demo agent: this very binary, run as `agentwire demo-agent`.
     pub fn demo(program: PathBuf, delay_ms: u64) -> ClaudeStdio {
         ClaudeStdio {
@@ -50,6 +80,99 @@ impl ClaudeStdio {
             ],
         }
     }
+}
+
+/// An agent CLI the companion can look for, and how to install it.
+#[derive(Clone, Copy, Debug)]
+pub struct AgentCli {
+    /// The provider name in the API (`"claude"`).
+    pub provider: &'static str,
+    /// What users call it.
+    pub title: &'static str,
+    /// The executable's name.
+    pub program: &'static str,
+    /// Its npm package.
+    pub package: &'static str,
+    /// Whether this companion has an adapter for it yet.
+    pub hosted: bool,
+}
+
+/// Every agent CLI the companion knows of.
+pub const AGENT_CLIS: &[AgentCli] = &[
+    AgentCli {
+        provider: "claude",
+        title: "Claude Code",
+        program: "claude",
+        package: "@anthropic-ai/claude-code",
+        hosted: true,
+    },
+    AgentCli {
+        provider: "codex",
+        title: "Codex",
+        program: "codex",
+        package: "@openai/codex",
+        hosted: false,
+    },
+    AgentCli {
+        provider: "gemini",
+        title: "Gemini CLI",
+        program: "gemini",
+        package: "@google/gemini-cli",
+        hosted: false,
+    },
+    AgentCli {
+        provider: "opencode",
+        title: "OpenCode",
+        program: "opencode",
+        package: "opencode-ai",
+        hosted: false,
+    },
+    AgentCli {
+        provider: "amp",
+        title: "Amp",
+        program: "amp",
+        package: "@sourcegraph/amp",
+        hosted: false,
+    },
+];
+
+impl AgentCli {
+    pub fn by_provider(provider: &str) -> Option<&'static AgentCli> {
+        AGENT_CLIS.iter().find(|c| c.provider == provider)
+    }
+
+    /// The executable: in `cli_dir` first (where `scripts/install-clis` puts the pinned
+    /// versions), then on `PATH`.
+    pub fn find(&self, cli_dir: &Path) -> Option<PathBuf> {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::iter::once(cli_dir.to_owned())
+            .chain(std::env::split_paths(&path))
+            .map(|dir| dir.join(self.program))
+            .find(|candidate| is_executable(candidate))
+    }
+
+    /// The message of a `cli_not_found` error.
+    pub fn not_found(&self, cli_dir: &Path) -> String {
+        format!(
+            "{} (`{}`) was not found in {} or on PATH; install it with `scripts/install-clis` \
+             (pinned versions into .agentwire/clis) or `npm install -g {}`",
+            self.title,
+            self.program,
+            cli_dir.display(),
+            self.package
+        )
+    }
+}
+
+#[cfg(unix)]
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(not(unix))]
+fn is_executable(path: &Path) -> bool {
+    path.is_file()
 }
 
 fn line(value: Value) -> Vec<u8> {
