@@ -1166,11 +1166,11 @@ mod tests {
 {"method":"item/agentMessage/delta","params":{"threadId":"thr_1","turnId":"turn_1","itemId":"m1","delta":"Hal"}}
 "#,
             expect![[r#"
-                  1 t1 run_started
-                  2 t1 reasoning_streamed delta="hmm"
-                  3 t1 message_streamed role="assistant" delta="Hal"
-                  4 t1 reasoning_received content=""
-                  5 t1 message_received role="assistant" content=""
+                1 t1 run_started
+                2 t1 reasoning_streamed delta="hmm"
+                3 t1 message_streamed role="assistant" delta="Hal"
+                4 t1 reasoning_received content="" discarded=true
+                5 t1 message_received role="assistant" content="" discarded=true
             "#]],
         );
     }
