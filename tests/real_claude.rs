@@ -400,3 +400,36 @@ fn a_midstream_error_is_retried_and_the_abandoned_partial_is_discarded() {
     rig.assert_only_messages_traffic();
     rig.keep_transcript(&session, "midstream");
 }
+
+#[test]
+fn a_background_task_wakes_the_agent_into_an_autonomous_turn() {
+    let rig = Rig::start();
+    let session = rig.create_session();
+    let (turn, _) = rig.turn(&session, "background");
+    // The task ends about a second later; Claude Code then starts a turn of its own.
+    let events = rig
+        .server
+        .wait_events(&session, "the autonomous turn", |e| {
+            e.iter().any(|e| {
+                e.kind() == EventType::RunCompleted && e.run_id().is_some_and(|r| r != turn)
+            })
+        });
+    assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
+    let woken = events
+        .iter()
+        .find(|e| e.kind() == EventType::RunStarted && e.run_id() != Some(turn.as_str()))
+        .and_then(Event::run_id)
+        .unwrap();
+    assert!(of_run(&events, woken, EventType::MessageSent).is_empty());
+    let texts: Vec<_> = of_run(&events, woken, EventType::MessageReceived)
+        .iter()
+        .filter_map(|e| e.data_str("content"))
+        .collect();
+    assert_eq!(texts, ["The background task finished."]);
+    assert_eq!(terminal(&events, woken).kind(), EventType::RunCompleted);
+    // The session takes prompts again afterwards.
+    let (next, events) = rig.turn(&session, "hello");
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    rig.assert_only_messages_traffic();
+    rig.keep_transcript(&session, "background");
+}

@@ -1269,6 +1269,21 @@ mod tests {
     }
 
     #[test]
+    fn merged_user_messages_are_read_from_their_last_prompt() {
+        // Claude Code merges a failed turn's prompt with the next one into one user message.
+        let body = anthropic_request(
+            json!([{"role": "user", "content": [
+                {"type": "text", "text": "<system-reminder>ctx</system-reminder>"},
+                {"type": "text", "text": "http401"},
+                {"type": "text", "text": "hello"},
+                {"type": "text", "text": "<system-reminder>more</system-reminder>"}]}]),
+            &[],
+        );
+        let c = Conversation::read(&Api::Anthropic, &body);
+        assert_eq!(c.last_turn(), (vec![], "hello"));
+    }
+
+    #[test]
     fn each_api_names_its_tools_and_tool_outputs() {
         let responses = json!({"model": "gpt", "tools": [{"type": "function", "name": "exec_command"}],
             "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "tool"}]},
