@@ -2,146 +2,42 @@
 //! serve`, talking to `agentwire fake-model` on 127.0.0.1: the model is the only fake part.
 //!
 //! The server's environment is cleared down to `PATH` plus what the CLI needs to run offline
-//! (../shared/reference/providers.md §8), so nothing of the caller's own settings or
-//! credentials reaches the CLI. Each test's session traffic is recorded with `--record-dir`;
-//! `RECORD_TRANSCRIPTS=1` copies it to tests/data/claude/agentwire-fake__<name>.jsonl (see the
-//! README there).
+//! (tests/common/real.rs), so nothing of the caller's own settings or credentials reaches the
+//! CLI. `RECORD_TRANSCRIPTS=1` keeps each test's session traffic as
+//! tests/data/claude/agentwire-fake__<name>.jsonl (see the README there).
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
 use agentwire::core::event::{Event, EventType};
+use common::real::{of_run, terminal, Rig};
 use common::*;
 use serde_json::{json, Value};
 
-fn cli_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(".agentwire/clis/node_modules/.bin")
+/// Every request reached the Messages API, besides the CLI's preconnect `HEAD /`.
+fn assert_only_messages_traffic(rig: &Rig) {
+    let traffic = rig.traffic();
+    assert!(!traffic.is_empty(), "the CLI reached the fake model");
+    for (method, path) in &traffic {
+        let messages = method == "POST" && path.starts_with("/v1/messages");
+        let preconnect = method == "HEAD" && path == "/";
+        assert!(messages || preconnect, "unexpected request {method} {path}");
+    }
+    assert!(rig.fake.requests().iter().any(|r| r["method"] == "POST"
+        && r["headers"]["user-agent"]
+            .as_str()
+            .is_some_and(|ua| ua.starts_with("claude-cli/2.1.197"))));
 }
 
-/// A fake model, a server hosting the real CLI against it, and the session's working dir.
-struct Rig {
-    fake: FakeModel,
-    server: Server,
-    cwd: tempfile::TempDir,
-    record: tempfile::TempDir,
-    _home: tempfile::TempDir,
-    _db: tempfile::TempDir,
-}
-
-impl Rig {
-    fn start() -> Rig {
-        assert!(
-            cli_dir().join("claude").exists(),
-            "the pinned Claude Code CLI is missing from {}: run scripts/install-clis",
-            cli_dir().display()
-        );
-        let fake = FakeModel::start();
-        let home = tempfile::tempdir().unwrap();
-        let db = tempfile::tempdir().unwrap();
-        let record = tempfile::tempdir().unwrap();
-        let url = fake.url();
-        let home_path = home.path().to_str().unwrap();
-        let cli_dir = cli_dir();
-        let server = Server::start_with_env(
-            &db.path().join("a.db"),
-            &[
-                "--cli-dir",
-                cli_dir.to_str().unwrap(),
-                "--record-dir",
-                record.path().to_str().unwrap(),
-            ],
-            &[
-                ("HOME", home_path),
-                ("TERM", "dumb"),
-                ("ANTHROPIC_BASE_URL", &url),
-                ("ANTHROPIC_API_KEY", "sk-ant-dummy"),
-                ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
-                ("DISABLE_AUTOUPDATER", "1"),
-                ("DISABLE_TELEMETRY", "1"),
-                ("DISABLE_ERROR_REPORTING", "1"),
-                ("CLAUDE_CODE_MAX_RETRIES", "1"),
-            ],
-        );
-        Rig {
-            fake,
-            server,
-            cwd: tempfile::tempdir().unwrap(),
-            record,
-            _home: home,
-            _db: db,
-        }
-    }
-
-    fn create_session(&self) -> String {
-        let (status, body) = self.server.api(
-            "POST",
-            "/api/sessions",
-            Some(json!({"provider": "claude", "cwd": self.cwd.path()})),
-        );
-        assert_eq!(status, 201, "{body}");
-        body["id"].as_str().unwrap().to_owned()
-    }
-
-    /// Starts a turn and waits for its terminal; returns the turn id and the session's events.
-    fn turn(&self, session: &str, prompt: &str) -> (String, Vec<Event>) {
-        let turn = self.server.start_turn(session, prompt);
-        let events = self
-            .server
-            .wait_events(session, "the turn to end", |e| ended(e, &turn));
-        (turn, events)
-    }
-
-    /// Every request reached the Messages API, besides the CLI's preconnect `HEAD /`.
-    fn assert_only_messages_traffic(&self) {
-        let requests = self.fake.requests();
-        assert!(!requests.is_empty(), "the CLI reached the fake model");
-        for r in &requests {
-            let (method, path) = (r["method"].as_str().unwrap(), r["path"].as_str().unwrap());
-            let messages = method == "POST" && path.starts_with("/v1/messages");
-            let preconnect = method == "HEAD" && path == "/";
-            assert!(messages || preconnect, "unexpected request {method} {path}");
-        }
-        assert!(requests.iter().any(|r| r["method"] == "POST"
-            && r["headers"]["user-agent"]
-                .as_str()
-                .is_some_and(|ua| ua.starts_with("claude-cli/2.1.197"))));
-    }
-
-    /// With `RECORD_TRANSCRIPTS=1`, keeps the session's raw traffic as a transcript.
-    fn keep_transcript(&self, session: &str, name: &str) {
-        if std::env::var_os("RECORD_TRANSCRIPTS").is_none() {
-            return;
-        }
-        let from = self.record.path().join(format!("{session}.jsonl"));
-        let to = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join(format!("tests/data/claude/agentwire-fake__{name}.jsonl"));
-        std::fs::copy(&from, &to).unwrap();
-    }
-}
-
-fn of_run<'a>(events: &'a [Event], run: &str, kind: EventType) -> Vec<&'a Event> {
-    events
-        .iter()
-        .filter(|e| e.run_id() == Some(run) && e.kind() == kind)
-        .collect()
-}
-
-fn terminal<'a>(events: &'a [Event], run: &str) -> &'a Event {
-    let terminals: Vec<_> = events
-        .iter()
-        .filter(|e| e.run_id() == Some(run) && e.kind().is_run_terminal())
-        .collect();
-    assert_eq!(terminals.len(), 1, "exactly one terminal for {run}");
-    terminals[0]
+fn posts(rig: &Rig) -> usize {
+    rig.traffic().iter().filter(|(m, _)| m == "POST").count()
 }
 
 #[test]
 fn plain_turns_stream_the_models_text_and_complete_with_distinct_run_ids() {
-    let rig = Rig::start();
+    let rig = Rig::claude();
     let (status, info) = rig.server.api("GET", "/api/info", None);
     assert_eq!(status, 200);
-    assert_eq!(info["providers"], json!(["demo", "claude"]));
+    assert_eq!(info["providers"], json!(["demo", "claude", "codex"]));
     let session = rig.create_session();
     let (first, events) = rig.turn(&session, "hello");
     assert_eq!(terminal(&events, &first).kind(), EventType::RunCompleted);
@@ -172,20 +68,14 @@ fn plain_turns_stream_the_models_text_and_complete_with_distinct_run_ids() {
         .server
         .api("GET", &format!("/api/sessions/{session}"), None);
     assert!(body["session"]["provider_session_id"].is_string(), "{body}");
-    rig.assert_only_messages_traffic();
-    let posts = rig
-        .fake
-        .requests()
-        .iter()
-        .filter(|r| r["method"] == "POST")
-        .count();
-    assert_eq!(posts, 2, "one model request per turn");
-    rig.keep_transcript(&session, "plain");
+    assert_only_messages_traffic(&rig);
+    assert_eq!(posts(&rig), 2, "one model request per turn");
+    rig.keep_transcript(&session, "claude", "plain");
 }
 
 #[test]
 fn a_tool_call_waits_for_approval_and_runs_once_allowed() {
-    let rig = Rig::start();
+    let rig = Rig::claude();
     let session = rig.create_session();
     // `touch` is not read-only, so Claude Code asks before running it.
     let turn = rig.server.start_turn(
@@ -262,13 +152,13 @@ fn a_tool_call_waits_for_approval_and_runs_once_allowed() {
     assert_eq!(of_run(&events, &turn, EventType::ToolCallFailed).len(), 1);
     assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
     assert!(!rig.cwd.path().join("denied.txt").exists());
-    rig.assert_only_messages_traffic();
-    rig.keep_transcript(&session, "tool");
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "tool");
 }
 
 #[test]
 fn interrupting_a_slow_turn_cancels_it_and_the_session_goes_on() {
-    let rig = Rig::start();
+    let rig = Rig::claude();
     let session = rig.create_session();
     let turn = rig.server.start_turn(&session, "slow");
     rig.server
@@ -291,13 +181,13 @@ fn interrupting_a_slow_turn_cancels_it_and_the_session_goes_on() {
     );
     let (next, events) = rig.turn(&session, "hello after the interrupt");
     assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
-    rig.assert_only_messages_traffic();
-    rig.keep_transcript(&session, "interrupted");
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "interrupted");
 }
 
 #[test]
 fn an_http_401_fails_the_turn_with_a_provider_error() {
-    let rig = Rig::start();
+    let rig = Rig::claude();
     let session = rig.create_session();
     let (turn, events) = rig.turn(&session, "http401");
     let end = terminal(&events, &turn);
@@ -311,18 +201,16 @@ fn an_http_401_fails_the_turn_with_a_provider_error() {
     );
     // The retry the CLI made is reported as a warning first.
     assert!(!of_run(&events, &turn, EventType::ErrorOccurred).is_empty());
-    let posts = rig
-        .fake
-        .requests()
-        .iter()
-        .filter(|r| r["method"] == "POST")
-        .count();
-    assert_eq!(posts, 2, "CLAUDE_CODE_MAX_RETRIES=1: one try and one retry");
+    assert_eq!(
+        posts(&rig),
+        2,
+        "CLAUDE_CODE_MAX_RETRIES=1: one try and one retry"
+    );
     // The session survives a failed turn.
     let (next, events) = rig.turn(&session, "hello");
     assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
-    rig.assert_only_messages_traffic();
-    rig.keep_transcript(&session, "http401");
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "http401");
 }
 
 #[test]
@@ -353,7 +241,7 @@ fn a_provider_whose_cli_is_missing_fails_with_cli_not_found() {
 
 #[test]
 fn thinking_and_two_parallel_tool_calls_complete_in_one_turn() {
-    let rig = Rig::start();
+    let rig = Rig::claude();
     let session = rig.create_session();
     // `echo` is read-only: Claude Code runs it without asking.
     let (turn, events) = rig.turn(&session, "think");
@@ -369,13 +257,13 @@ fn thinking_and_two_parallel_tool_calls_complete_in_one_turn() {
     let last = of_run(&events, &turn, EventType::MessageReceived);
     let said = last.last().unwrap().data_str("content").unwrap();
     assert!(said.starts_with("The tool said: "), "{said}");
-    rig.assert_only_messages_traffic();
-    rig.keep_transcript(&session, "think");
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "think");
 }
 
 #[test]
 fn a_midstream_error_is_retried_and_the_abandoned_partial_is_discarded() {
-    let rig = Rig::start();
+    let rig = Rig::claude();
     let session = rig.create_session();
     let (turn, events) = rig.turn(&session, "midstream");
     assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
@@ -397,13 +285,13 @@ fn a_midstream_error_is_retried_and_the_abandoned_partial_is_discarded() {
         "the CLI streams first, then retries"
     );
     assert!(streams.len() >= 2, "{streams:?}");
-    rig.assert_only_messages_traffic();
-    rig.keep_transcript(&session, "midstream");
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "midstream");
 }
 
 #[test]
 fn a_background_task_wakes_the_agent_into_an_autonomous_turn() {
-    let rig = Rig::start();
+    let rig = Rig::claude();
     let session = rig.create_session();
     let (turn, _) = rig.turn(&session, "background");
     // The task ends about a second later; Claude Code then starts a turn of its own.
@@ -430,6 +318,6 @@ fn a_background_task_wakes_the_agent_into_an_autonomous_turn() {
     // The session takes prompts again afterwards.
     let (next, events) = rig.turn(&session, "hello");
     assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
-    rig.assert_only_messages_traffic();
-    rig.keep_transcript(&session, "background");
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "background");
 }

@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 
-use super::adapter::{Adapter, AgentCli, ClaudeStdio, AGENT_CLIS};
+use super::adapter::{Adapter, AgentCli, ClaudeStdio, CodexAppServer, AGENT_CLIS};
 use super::store::{SessionRecord, SessionState, Store, StoreError};
 use super::{now, random_hex, random_id};
 use crate::core::dedup::UserEchoFilter;
@@ -165,6 +165,12 @@ impl Hub {
         };
         match provider {
             "claude" => Ok(Box::new(ClaudeStdio::claude(program, None))),
+            // Ask before anything but known read-only commands, as Claude Code does.
+            "codex" => Ok(Box::new(CodexAppServer::new(
+                program,
+                "untrusted",
+                "workspace-write",
+            ))),
             other => unreachable!("{other} is marked hosted but has no adapter"),
         }
     }
@@ -302,7 +308,7 @@ impl Hub {
             .lock()
             .expect("sessions lock")
             .insert(id.clone(), tx);
-        let task = SessionTask::new(self.clone(), &id, adapter, &self.config);
+        let task = SessionTask::new(self.clone(), &id, adapter, &self.config, cwd);
         tokio::spawn(task.run(child, rx));
         Ok(self.store.get_session(&id).await?.unwrap_or(record))
     }
@@ -442,10 +448,19 @@ struct SessionTask {
     interrupts: u64,
     provider_session_seen: bool,
     recorder: Option<Recorder>,
+    cwd: PathBuf,
+    /// Stdout split into lines for [`Adapter::observe`].
+    lines: LineSplitter,
 }
 
 impl SessionTask {
-    fn new(hub: Arc<Hub>, id: &str, adapter: Box<dyn Adapter>, config: &HubConfig) -> SessionTask {
+    fn new(
+        hub: Arc<Hub>,
+        id: &str,
+        adapter: Box<dyn Adapter>,
+        config: &HubConfig,
+        cwd: PathBuf,
+    ) -> SessionTask {
         let mut normalizer_config = Config::new(id);
         normalizer_config.source = random_hex(8);
         let mut lifecycle = LifecycleConfig::new(id, adapter.provider());
@@ -460,6 +475,8 @@ impl SessionTask {
             .and_then(|dir| Recorder::open(&dir.join(format!("{id}.jsonl"))));
         SessionTask {
             recorder,
+            cwd,
+            lines: LineSplitter::default(),
             normalizer: Normalizer::new(Some(adapter.format()), normalizer_config),
             projector,
             echo: UserEchoFilter::default(),
@@ -484,6 +501,8 @@ impl SessionTask {
         let mut stdout_open = true;
         let mut stderr_open = true;
         let mut closing: Option<oneshot::Sender<()>> = None;
+        let hello = self.adapter.start(&self.cwd);
+        self.send(&mut stdin, &hello).await;
         loop {
             let deadline = self.projector.poll_timeout();
             tokio::select! {
@@ -502,6 +521,11 @@ impl SessionTask {
                         }
                         self.normalizer.handle_bytes(&out_buf[..n], now());
                         self.flush().await;
+                        let mut replies = Vec::new();
+                        for line in self.lines.push(&out_buf[..n]) {
+                            replies.extend(self.adapter.observe(&line));
+                        }
+                        self.send(&mut stdin, &replies).await;
                     }
                 },
                 read = stderr.read(&mut err_buf), if stderr_open => match read {
@@ -642,6 +666,18 @@ impl SessionTask {
                 let _ = reply.send(Ok(()));
             }
             Command::Close(reply) => drop(reply.send(())),
+        }
+    }
+
+    /// Writes protocol bytes the adapter asked for; a failure is only logged (the process
+    /// ending is what ends the session).
+    async fn send(&mut self, stdin: &mut Option<ChildStdin>, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.record_stdin(bytes);
+        if let Err(e) = write_all(stdin, bytes).await {
+            eprintln!("agentwire: session {}: {e}", self.id);
         }
     }
 
@@ -798,6 +834,39 @@ impl SessionTask {
     }
 }
 
+/// Splits a byte stream into lines (without the newline). A line longer than the limit is
+/// dropped whole, so that a runaway line cannot grow memory without bound.
+#[derive(Default)]
+struct LineSplitter {
+    partial: Vec<u8>,
+    /// Inside an over-long line: skip to its end.
+    skipping: bool,
+}
+
+impl LineSplitter {
+    const MAX_LINE: usize = 16 << 20;
+
+    fn push(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
+        let mut lines = Vec::new();
+        let mut rest = bytes;
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            if !std::mem::take(&mut self.skipping) {
+                self.partial.extend_from_slice(&rest[..end]);
+                lines.push(std::mem::take(&mut self.partial));
+            }
+            rest = &rest[end + 1..];
+        }
+        if !self.skipping {
+            self.partial.extend_from_slice(rest);
+            if self.partial.len() > Self::MAX_LINE {
+                self.partial = Vec::new();
+                self.skipping = true;
+            }
+        }
+        lines
+    }
+}
+
 /// `--record-dir`: the agent's stdout lines and the lines the companion wrote to its stdin,
 /// in the order the companion saw them, as one JSON Lines file per session. A debugging and
 /// transcript-capture aid: it writes synchronously, and a write error stops the recording.
@@ -864,5 +933,24 @@ async fn sleep_until_ms(deadline_ms: Option<i64>) {
             tokio::time::sleep(Duration::from_millis(wait)).await;
         }
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LineSplitter;
+
+    #[test]
+    fn lines_are_split_across_chunks_and_runaway_lines_dropped() {
+        let mut l = LineSplitter::default();
+        assert!(l.push(b"{\"a\":").is_empty());
+        assert_eq!(
+            l.push(b"1}\n{}\npart"),
+            [b"{\"a\":1}".to_vec(), b"{}".to_vec()]
+        );
+        assert_eq!(l.push(b"ial\n"), [b"partial".to_vec()]);
+        let huge = vec![b'x'; LineSplitter::MAX_LINE + 1];
+        assert!(l.push(&huge).is_empty());
+        assert_eq!(l.push(b"still the same line\nnext\n"), [b"next".to_vec()]);
     }
 }

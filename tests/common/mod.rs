@@ -3,6 +3,8 @@
 //! Nothing here sleeps to wait: every wait is on a condition with a deadline.
 #![allow(dead_code)]
 
+pub mod real;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

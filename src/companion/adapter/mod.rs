@@ -2,84 +2,58 @@
 //!
 //! An adapter knows nothing of sessions, stores or sockets: it builds the child's command
 //! line and encodes prompts, interrupts and approval answers as the bytes the CLI expects.
-//! Reading the CLI's output is the core normalizer's job ([`Adapter::format`]).
-//! [`AGENT_CLIS`] lists the CLIs it can look for, where, and how to install them.
+//! Reading the CLI's output is the core normalizer's job ([`Adapter::format`]); an adapter
+//! whose protocol needs bookkeeping (a handshake, ids the CLI hands out) also sees each
+//! stdout line through [`Adapter::observe`] and may answer it. [`AGENT_CLIS`] lists the CLIs
+//! the companion can look for, where, and how to install them.
+//!
+//! * [`ClaudeStdio`]: Claude Code's stream-json (the real CLI and the demo agent).
+//! * [`CodexAppServer`]: `codex app-server`, JSON-RPC over stdio.
+
+mod claude;
+mod codex;
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::process::Command;
+
+pub use claude::ClaudeStdio;
+pub use codex::CodexAppServer;
 
 use crate::core::event::Provider;
 use crate::core::normalize::Format;
 use crate::core::wire::Decision;
 
-/// What the companion needs to host one kind of agent process.
+/// What the companion needs to host one kind of agent process. The host calls [`start`]
+/// once after spawning, [`observe`] with every complete stdout line, and writes whatever
+/// bytes each method returns to the child's stdin, in order.
+///
+/// [`start`]: Adapter::start
+/// [`observe`]: Adapter::observe
 pub trait Adapter: Send + Sync {
     fn provider(&self) -> Provider;
     /// The format of the child's stdout.
     fn format(&self) -> Format;
     /// The command that starts the agent in `cwd`.
     fn command(&self, cwd: &Path) -> Command;
-    /// The stdin bytes that submit a prompt.
-    fn prompt(&self, text: &str) -> Vec<u8>;
+    /// The stdin bytes to write once the process runs (a handshake); none by default.
+    fn start(&mut self, _cwd: &Path) -> Vec<u8> {
+        Vec::new()
+    }
+    /// Sees one stdout line (without its newline) and returns the stdin bytes it calls for
+    /// (answers to the protocol, prompts that waited for it); none by default.
+    fn observe(&mut self, _line: &[u8]) -> Vec<u8> {
+        Vec::new()
+    }
+    /// The stdin bytes that submit a prompt (possibly none yet, if the protocol must first
+    /// finish its handshake: [`Adapter::observe`] sends it then).
+    fn prompt(&mut self, text: &str) -> Vec<u8>;
     /// The stdin bytes that interrupt the current turn; `request_id` is unique per session.
-    fn interrupt(&self, request_id: &str) -> Vec<u8>;
+    fn interrupt(&mut self, request_id: &str) -> Vec<u8>;
     /// The stdin bytes that answer an approval request; `request` is the data of its
     /// `tool_approval_requested` event.
-    fn answer(&self, request_id: &str, decision: Decision, request: &Value) -> Vec<u8>;
-}
-
-/// Claude Code's stream-json protocol on stdin/stdout, spoken by the real `claude` CLI and by
-/// the built-in demo agent.
-pub struct ClaudeStdio {
-    provider: Provider,
-    program: PathBuf,
-    args: Vec<String>,
-}
-
-impl ClaudeStdio {
-    /// The real Claude Code CLI at `program`, in stream-json mode both ways with partial
-    /// messages, asking permission on stdio; resuming the CLI's own session `resume` if given.
-    /// The CLI inherits the companion's environment (`ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`,
-    /// `HOME`, …). Its stdin must stay open until the turn's `result`: at EOF before the first
-    /// turn it exits without output.
-    pub fn claude(program: PathBuf, resume: Option<&str>) -> ClaudeStdio {
-        let mut args: Vec<String> = [
-            "-p",
-            "--input-format",
-            "stream-json",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--include-partial-messages",
-            "--permission-prompt-tool",
-            "stdio",
-        ]
-        .map(String::from)
-        .into();
-        if let Some(id) = resume {
-            args.extend(["--resume".to_owned(), id.to_owned()]);
-        }
-        ClaudeStdio {
-            provider: Provider::Claude,
-            program,
-            args,
-        }
-    }
-
-    /// The built-in demo agent: this very binary, run as `agentwire demo-agent`.
-    pub fn demo(program: PathBuf, delay_ms: u64) -> ClaudeStdio {
-        ClaudeStdio {
-            provider: Provider::Demo,
-            program,
-            args: vec![
-                "demo-agent".into(),
-                "--delay-ms".into(),
-                delay_ms.to_string(),
-            ],
-        }
-    }
+    fn answer(&mut self, request_id: &str, decision: Decision, request: &Value) -> Vec<u8>;
 }
 
 /// An agent CLI the companion can look for, and how to install it.
@@ -111,7 +85,7 @@ pub const AGENT_CLIS: &[AgentCli] = &[
         title: "Codex",
         program: "codex",
         package: "@openai/codex",
-        hosted: false,
+        hosted: true,
     },
     AgentCli {
         provider: "gemini",
@@ -175,55 +149,9 @@ fn is_executable(path: &Path) -> bool {
     path.is_file()
 }
 
-fn line(value: Value) -> Vec<u8> {
+/// One JSON value as an NDJSON line.
+pub(crate) fn line(value: Value) -> Vec<u8> {
     let mut bytes = serde_json::to_vec(&value).expect("JSON values serialize");
     bytes.push(b'\n');
     bytes
-}
-
-impl Adapter for ClaudeStdio {
-    fn provider(&self) -> Provider {
-        self.provider
-    }
-
-    fn format(&self) -> Format {
-        Format::Claude
-    }
-
-    fn command(&self, cwd: &Path) -> Command {
-        let mut cmd = Command::new(&self.program);
-        cmd.args(&self.args).current_dir(cwd);
-        cmd
-    }
-
-    fn prompt(&self, text: &str) -> Vec<u8> {
-        line(json!({
-            "type": "user",
-            "message": {"role": "user", "content": [{"type": "text", "text": text}]},
-        }))
-    }
-
-    fn interrupt(&self, request_id: &str) -> Vec<u8> {
-        line(json!({
-            "type": "control_request",
-            "request_id": request_id,
-            "request": {"subtype": "interrupt"},
-        }))
-    }
-
-    fn answer(&self, request_id: &str, decision: Decision, request: &Value) -> Vec<u8> {
-        let response = match decision {
-            Decision::Allow => json!({
-                "behavior": "allow",
-                "updatedInput": request.get("tool_input").cloned().unwrap_or(json!({})),
-            }),
-            Decision::Deny => {
-                json!({"behavior": "deny", "message": "The user denied this tool use."})
-            }
-        };
-        line(json!({
-            "type": "control_response",
-            "response": {"subtype": "success", "request_id": request_id, "response": response},
-        }))
-    }
 }

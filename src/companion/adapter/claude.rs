@@ -1,0 +1,112 @@
+//! Claude Code's stream-json protocol on stdin/stdout, spoken by the real `claude` CLI and by
+//! the built-in demo agent: user messages and `control_request`s in, NDJSON out, permission
+//! prompts as `can_use_tool` control requests answered with `control_response`s.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use tokio::process::Command;
+
+use super::{line, Adapter};
+use crate::core::event::Provider;
+use crate::core::normalize::Format;
+use crate::core::wire::Decision;
+
+/// Claude Code's stream-json protocol on stdin/stdout, spoken by the real `claude` CLI and by
+/// the built-in demo agent.
+pub struct ClaudeStdio {
+    provider: Provider,
+    program: PathBuf,
+    args: Vec<String>,
+}
+
+impl ClaudeStdio {
+    /// The real Claude Code CLI at `program`, in stream-json mode both ways with partial
+    /// messages, asking permission on stdio; resuming the CLI's own session `resume` if given.
+    /// The CLI inherits the companion's environment (`ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`,
+    /// `HOME`, …). Its stdin must stay open until the turn's `result`: at EOF before the first
+    /// turn it exits without output.
+    pub fn claude(program: PathBuf, resume: Option<&str>) -> ClaudeStdio {
+        let mut args: Vec<String> = [
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--include-partial-messages",
+            "--permission-prompt-tool",
+            "stdio",
+        ]
+        .map(String::from)
+        .into();
+        if let Some(id) = resume {
+            args.extend(["--resume".to_owned(), id.to_owned()]);
+        }
+        ClaudeStdio {
+            provider: Provider::Claude,
+            program,
+            args,
+        }
+    }
+
+    /// The built-in demo agent: this very binary, run as `agentwire demo-agent`.
+    pub fn demo(program: PathBuf, delay_ms: u64) -> ClaudeStdio {
+        ClaudeStdio {
+            provider: Provider::Demo,
+            program,
+            args: vec![
+                "demo-agent".into(),
+                "--delay-ms".into(),
+                delay_ms.to_string(),
+            ],
+        }
+    }
+}
+
+impl Adapter for ClaudeStdio {
+    fn provider(&self) -> Provider {
+        self.provider
+    }
+
+    fn format(&self) -> Format {
+        Format::Claude
+    }
+
+    fn command(&self, cwd: &Path) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args).current_dir(cwd);
+        cmd
+    }
+
+    fn prompt(&mut self, text: &str) -> Vec<u8> {
+        line(json!({
+            "type": "user",
+            "message": {"role": "user", "content": [{"type": "text", "text": text}]},
+        }))
+    }
+
+    fn interrupt(&mut self, request_id: &str) -> Vec<u8> {
+        line(json!({
+            "type": "control_request",
+            "request_id": request_id,
+            "request": {"subtype": "interrupt"},
+        }))
+    }
+
+    fn answer(&mut self, request_id: &str, decision: Decision, request: &Value) -> Vec<u8> {
+        let response = match decision {
+            Decision::Allow => json!({
+                "behavior": "allow",
+                "updatedInput": request.get("tool_input").cloned().unwrap_or(json!({})),
+            }),
+            Decision::Deny => {
+                json!({"behavior": "deny", "message": "The user denied this tool use."})
+            }
+        };
+        line(json!({
+            "type": "control_response",
+            "response": {"subtype": "success", "request_id": request_id, "response": response},
+        }))
+    }
+}
