@@ -70,6 +70,12 @@ enum Command {
         #[arg(long, default_value_t = 15)]
         delay_ms: u64,
     },
+    /// Run the scripted fake model server (loopback only) that the real-CLI tests use.
+    #[command(hide = true)]
+    FakeModel {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: std::net::SocketAddr,
+    },
 }
 
 #[derive(clap::Args)]
@@ -101,6 +107,13 @@ struct ServeArgs {
     /// Milliseconds an autonomous turn may stay silent before the watchdog fails it.
     #[arg(long, default_value_t = 600_000)]
     idle_limit_ms: i64,
+    /// Where to look for agent CLIs before PATH (`scripts/install-clis` installs there).
+    #[arg(long, env = "AGENTWIRE_CLI_DIR", default_value = crate::companion::host::DEFAULT_CLI_DIR)]
+    cli_dir: PathBuf,
+    /// Write each session's agent traffic (stdout lines and the stdin lines sent to it) to
+    /// DIR/<session id>.jsonl, e.g. to capture transcripts.
+    #[arg(long)]
+    record_dir: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -200,6 +213,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::DemoAgent { delay_ms } => Ok(crate::companion::demo_agent::run(delay_ms)),
+        Command::FakeModel { addr } => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            runtime.block_on(crate::companion::fake_model::run(addr))?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -226,6 +244,9 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         hub_config.demo_delay_ms = args.demo_delay_ms;
         hub_config.cancel_grace_ms = args.cancel_grace_ms;
         hub_config.autonomous_idle_limit_ms = args.idle_limit_ms;
+        hub_config.cli_dir = std::path::absolute(&args.cli_dir)
+            .with_context(|| format!("resolving {}", args.cli_dir.display()))?;
+        hub_config.record_dir = args.record_dir;
         let hub = host::Hub::new(store, hub_config);
         let recovered = hub.recover().await.context("recovering sessions")?;
         if recovered > 0 {

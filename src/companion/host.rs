@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 
-use super::adapter::{Adapter, ClaudeStdio};
+use super::adapter::{Adapter, AgentCli, ClaudeStdio, CodexAppServer, AGENT_CLIS};
 use super::store::{SessionRecord, SessionState, Store, StoreError};
 use super::{now, random_hex, random_id};
 use crate::core::dedup::UserEchoFilter;
@@ -79,6 +79,10 @@ pub struct HubConfig {
     pub stderr_keep_bytes: usize,
     pub cancel_grace_ms: i64,
     pub autonomous_idle_limit_ms: i64,
+    /// Where agent CLIs are looked for before `PATH` (`scripts/install-clis` installs there).
+    pub cli_dir: PathBuf,
+    /// When set, each session's agent traffic is written to `<dir>/<session id>.jsonl`.
+    pub record_dir: Option<PathBuf>,
 }
 
 impl HubConfig {
@@ -90,13 +94,23 @@ impl HubConfig {
             stderr_keep_bytes: 256 << 10,
             cancel_grace_ms: 2_000,
             autonomous_idle_limit_ms: 10 * 60_000,
+            cli_dir: PathBuf::from(DEFAULT_CLI_DIR),
+            record_dir: None,
         }
     }
 }
 
-/// The providers this companion can host, by name.
-pub fn providers() -> Vec<&'static str> {
-    vec!["demo"]
+/// Where `scripts/install-clis` installs the pinned agent CLIs, relative to the repository.
+pub const DEFAULT_CLI_DIR: &str = ".agentwire/clis/node_modules/.bin";
+
+/// The providers a companion looking for CLIs in `cli_dir` can host: the demo agent, and each
+/// CLI that has an adapter and is installed.
+pub fn providers(cli_dir: &std::path::Path) -> Vec<&'static str> {
+    let found = AGENT_CLIS
+        .iter()
+        .filter(|cli| cli.hosted && cli.find(cli_dir).is_some())
+        .map(|cli| cli.provider);
+    std::iter::once("demo").chain(found).collect()
 }
 
 enum Command {
@@ -126,19 +140,38 @@ impl Hub {
         &self.store
     }
 
+    /// The providers this hub can host now (see [`providers`]).
+    pub fn providers(&self) -> Vec<&'static str> {
+        providers(&self.config.cli_dir)
+    }
+
     fn adapter(&self, provider: &str) -> Result<Box<dyn Adapter>, CommandError> {
-        match provider {
-            "demo" => Ok(Box::new(ClaudeStdio::demo(
+        if provider == "demo" {
+            return Ok(Box::new(ClaudeStdio::demo(
                 self.config.program.clone(),
                 self.config.demo_delay_ms,
+            )));
+        }
+        let Some(cli) = AgentCli::by_provider(provider).filter(|c| c.hosted) else {
+            let message = format!(
+                "unknown provider {provider:?}; this server offers {:?}",
+                self.providers()
+            );
+            return Err(CommandError::new("unknown_provider", message));
+        };
+        let Some(program) = cli.find(&self.config.cli_dir) else {
+            let message = cli.not_found(&self.config.cli_dir);
+            return Err(CommandError::new("cli_not_found", message));
+        };
+        match provider {
+            "claude" => Ok(Box::new(ClaudeStdio::claude(program, None))),
+            // Ask before anything but known read-only commands, as Claude Code does.
+            "codex" => Ok(Box::new(CodexAppServer::new(
+                program,
+                "untrusted",
+                "workspace-write",
             ))),
-            other => Err(CommandError::new(
-                "unknown_provider",
-                format!(
-                    "unknown provider {other:?}; this server offers {:?}",
-                    providers()
-                ),
-            )),
+            other => unreachable!("{other} is marked hosted but has no adapter"),
         }
     }
 
@@ -275,7 +308,7 @@ impl Hub {
             .lock()
             .expect("sessions lock")
             .insert(id.clone(), tx);
-        let task = SessionTask::new(self.clone(), &id, adapter, &self.config);
+        let task = SessionTask::new(self.clone(), &id, adapter, &self.config, cwd);
         tokio::spawn(task.run(child, rx));
         Ok(self.store.get_session(&id).await?.unwrap_or(record))
     }
@@ -414,10 +447,20 @@ struct SessionTask {
     stderr_limits: StderrLimits,
     interrupts: u64,
     provider_session_seen: bool,
+    recorder: Option<Recorder>,
+    cwd: PathBuf,
+    /// Stdout split into lines for [`Adapter::observe`].
+    lines: LineSplitter,
 }
 
 impl SessionTask {
-    fn new(hub: Arc<Hub>, id: &str, adapter: Box<dyn Adapter>, config: &HubConfig) -> SessionTask {
+    fn new(
+        hub: Arc<Hub>,
+        id: &str,
+        adapter: Box<dyn Adapter>,
+        config: &HubConfig,
+        cwd: PathBuf,
+    ) -> SessionTask {
         let mut normalizer_config = Config::new(id);
         normalizer_config.source = random_hex(8);
         let mut lifecycle = LifecycleConfig::new(id, adapter.provider());
@@ -426,7 +469,14 @@ impl SessionTask {
         lifecycle.autonomous_idle_limit_ms = config.autonomous_idle_limit_ms;
         let mut projector = TurnProjector::new(lifecycle);
         projector.mark_connected();
+        let recorder = config
+            .record_dir
+            .as_ref()
+            .and_then(|dir| Recorder::open(&dir.join(format!("{id}.jsonl"))));
         SessionTask {
+            recorder,
+            cwd,
+            lines: LineSplitter::default(),
             normalizer: Normalizer::new(Some(adapter.format()), normalizer_config),
             projector,
             echo: UserEchoFilter::default(),
@@ -451,18 +501,31 @@ impl SessionTask {
         let mut stdout_open = true;
         let mut stderr_open = true;
         let mut closing: Option<oneshot::Sender<()>> = None;
+        let hello = self.adapter.start(&self.cwd);
+        self.send(&mut stdin, &hello).await;
         loop {
             let deadline = self.projector.poll_timeout();
             tokio::select! {
                 read = stdout.read(&mut out_buf), if stdout_open => match read {
                     Ok(0) | Err(_) => {
                         stdout_open = false;
+                        if let Some(r) = &mut self.recorder {
+                            r.stdout_eof();
+                        }
                         self.normalizer.handle_eof(now());
                         self.flush().await;
                     }
                     Ok(n) => {
+                        if let Some(r) = &mut self.recorder {
+                            r.stdout(&out_buf[..n]);
+                        }
                         self.normalizer.handle_bytes(&out_buf[..n], now());
                         self.flush().await;
+                        let mut replies = Vec::new();
+                        for line in self.lines.push(&out_buf[..n]) {
+                            replies.extend(self.adapter.observe(&line));
+                        }
+                        self.send(&mut stdin, &replies).await;
                     }
                 },
                 read = stderr.read(&mut err_buf), if stderr_open => match read {
@@ -524,7 +587,9 @@ impl SessionTask {
                     let _ = reply.send(Err(CommandError::new(e.code(), e.to_string())));
                     return;
                 }
-                if let Err(e) = write_all(stdin, &self.adapter.prompt(&prompt)).await {
+                let bytes = self.adapter.prompt(&prompt);
+                self.record_stdin(&bytes);
+                if let Err(e) = write_all(stdin, &bytes).await {
                     // The prompt never reached the agent: the turn ends at once.
                     let error =
                         ProviderError::new(self.adapter.provider(), "stdin_closed", e.clone());
@@ -560,7 +625,9 @@ impl SessionTask {
                 }
                 self.interrupts += 1;
                 let request_id = format!("interrupt_{}", self.interrupts);
-                let result = write_all(stdin, &self.adapter.interrupt(&request_id)).await;
+                let bytes = self.adapter.interrupt(&request_id);
+                self.record_stdin(&bytes);
+                let result = write_all(stdin, &bytes).await;
                 let _ = reply.send(result.map_err(|e| CommandError::new("not_connected", e)));
             }
             Command::Answer(request_id, decision, reply) => {
@@ -569,9 +636,9 @@ impl SessionTask {
                     let _ = reply.send(Err(CommandError::new("unknown_request", msg)));
                     return;
                 };
-                if let Err(e) =
-                    write_all(stdin, &self.adapter.answer(&request_id, decision, &request)).await
-                {
+                let bytes = self.adapter.answer(&request_id, decision, &request);
+                self.record_stdin(&bytes);
+                if let Err(e) = write_all(stdin, &bytes).await {
                     self.approvals.insert(request_id, request);
                     let _ = reply.send(Err(CommandError::new("not_connected", e)));
                     return;
@@ -599,6 +666,24 @@ impl SessionTask {
                 let _ = reply.send(Ok(()));
             }
             Command::Close(reply) => drop(reply.send(())),
+        }
+    }
+
+    /// Writes protocol bytes the adapter asked for; a failure is only logged (the process
+    /// ending is what ends the session).
+    async fn send(&mut self, stdin: &mut Option<ChildStdin>, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.record_stdin(bytes);
+        if let Err(e) = write_all(stdin, bytes).await {
+            eprintln!("agentwire: session {}: {e}", self.id);
+        }
+    }
+
+    fn record_stdin(&mut self, bytes: &[u8]) {
+        if let Some(r) = &mut self.recorder {
+            r.write(bytes);
         }
     }
 
@@ -764,6 +849,86 @@ impl SessionTask {
     }
 }
 
+/// Splits a byte stream into lines (without the newline). A line longer than the limit is
+/// dropped whole, so that a runaway line cannot grow memory without bound.
+#[derive(Default)]
+struct LineSplitter {
+    partial: Vec<u8>,
+    /// Inside an over-long line: skip to its end.
+    skipping: bool,
+}
+
+impl LineSplitter {
+    const MAX_LINE: usize = 16 << 20;
+
+    fn push(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
+        let mut lines = Vec::new();
+        let mut rest = bytes;
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            if !std::mem::take(&mut self.skipping) {
+                self.partial.extend_from_slice(&rest[..end]);
+                lines.push(std::mem::take(&mut self.partial));
+            }
+            rest = &rest[end + 1..];
+        }
+        if !self.skipping {
+            self.partial.extend_from_slice(rest);
+            if self.partial.len() > Self::MAX_LINE {
+                self.partial = Vec::new();
+                self.skipping = true;
+            }
+        }
+        lines
+    }
+}
+
+/// `--record-dir`: the agent's stdout lines and the lines the companion wrote to its stdin,
+/// in the order the companion saw them, as one JSON Lines file per session. A debugging and
+/// transcript-capture aid: it writes synchronously, and a write error stops the recording.
+struct Recorder {
+    file: std::fs::File,
+    /// Stdout bytes after the last newline, held so that a stdin line never splits one.
+    partial: Vec<u8>,
+}
+
+impl Recorder {
+    fn open(path: &std::path::Path) -> Option<Recorder> {
+        match std::fs::File::create(path) {
+            Ok(file) => Some(Recorder {
+                file,
+                partial: Vec::new(),
+            }),
+            Err(e) => {
+                eprintln!("agentwire: not recording to {}: {e}", path.display());
+                None
+            }
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        if let Err(e) = self.file.write_all(bytes) {
+            eprintln!("agentwire: recording failed: {e}");
+        }
+    }
+
+    fn stdout(&mut self, bytes: &[u8]) {
+        self.partial.extend_from_slice(bytes);
+        if let Some(end) = self.partial.iter().rposition(|&b| b == b'\n') {
+            let lines: Vec<u8> = self.partial.drain(..=end).collect();
+            self.write(&lines);
+        }
+    }
+
+    fn stdout_eof(&mut self) {
+        if !self.partial.is_empty() {
+            let mut rest = std::mem::take(&mut self.partial);
+            rest.push(b'\n');
+            self.write(&rest);
+        }
+    }
+}
+
 async fn write_all(stdin: &mut Option<ChildStdin>, bytes: &[u8]) -> Result<(), String> {
     let Some(pipe) = stdin else {
         return Err("the agent's stdin is closed".to_owned());
@@ -783,5 +948,24 @@ async fn sleep_until_ms(deadline_ms: Option<i64>) {
             tokio::time::sleep(Duration::from_millis(wait)).await;
         }
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LineSplitter;
+
+    #[test]
+    fn lines_are_split_across_chunks_and_runaway_lines_dropped() {
+        let mut l = LineSplitter::default();
+        assert!(l.push(b"{\"a\":").is_empty());
+        assert_eq!(
+            l.push(b"1}\n{}\npart"),
+            [b"{\"a\":1}".to_vec(), b"{}".to_vec()]
+        );
+        assert_eq!(l.push(b"ial\n"), [b"partial".to_vec()]);
+        let huge = vec![b'x'; LineSplitter::MAX_LINE + 1];
+        assert!(l.push(&huge).is_empty());
+        assert_eq!(l.push(b"still the same line\nnext\n"), [b"next".to_vec()]);
     }
 }

@@ -7,12 +7,15 @@
 //! * [`server`]: HTTP routes, auth, static files; [`ws`]: the WebSocket protocol.
 //! * [`tail`]: the `agentwire tail` terminal client.
 //! * [`demo_agent`]: `agentwire demo-agent`, a fake agent speaking Claude Code's stream-json.
+//! * [`fake_model`]: `agentwire fake-model`, a scripted model API server for running the real
+//!   CLIs offline in tests.
 //!
 //! This is the only place that reads the clock and draws random numbers; the core gets both
 //! as arguments.
 
 pub mod adapter;
 pub mod demo_agent;
+pub mod fake_model;
 pub mod host;
 pub mod server;
 pub mod store;

@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use super::host::{providers, CommandError, Hub};
+use super::host::{CommandError, Hub};
 use super::store::{EventQuery, StoreError};
 use super::ws::{self, ConnectionLimits, Follower, Page};
 use crate::core::event::EventType;
@@ -208,7 +208,7 @@ async fn info(State(state): State<AppState>) -> Json<Value> {
         "version": env!("CARGO_PKG_VERSION"),
         "epoch": state.hub.store().epoch(),
         "protocols": wire::PROTOCOL_VERSIONS,
-        "providers": providers(),
+        "providers": state.hub.providers(),
     }))
 }
 

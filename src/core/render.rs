@@ -20,6 +20,7 @@ const SHOWN: &[&str] = &[
     "role",
     "content",
     "delta",
+    "discarded",
     "tool_input",
     "tool_output",
     "error",

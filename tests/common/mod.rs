@@ -3,6 +3,8 @@
 //! Nothing here sleeps to wait: every wait is on a condition with a deadline.
 #![allow(dead_code)]
 
+pub mod real;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -38,7 +40,30 @@ impl Server {
     }
 
     pub fn start_with_delay(db: &Path, port: u16, delay_ms: u64, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+        Server::spawn(db, port, delay_ms, extra, None)
+    }
+
+    /// Starts a server whose environment is exactly `PATH` (this one's, unless `env` sets
+    /// it) plus `env`: nothing of the caller's credentials or settings leaks into the agents.
+    pub fn start_with_env(db: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::spawn(db, 0, 2, extra, Some(env))
+    }
+
+    fn spawn(
+        db: &Path,
+        port: u16,
+        delay_ms: u64,
+        extra: &[&str],
+        env: Option<&[(&str, &str)]>,
+    ) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agentwire"));
+        if let Some(env) = env {
+            command
+                .env_clear()
+                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                .envs(env.iter().copied());
+        }
+        let mut child = command
             .args([
                 "serve",
                 "--addr",
@@ -212,6 +237,53 @@ pub fn assert_contiguous(events: &[Event]) {
     let before = ids.len();
     ids.dedup();
     assert_eq!(ids.len(), before, "an event id appears twice");
+}
+
+/// A running `agentwire fake-model` (the scripted model API server).
+pub struct FakeModel {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl FakeModel {
+    pub fn start() -> FakeModel {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+            .args(["fake-model", "--addr", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("agentwire fake-model starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("the fake model prints its address");
+        let addr = line
+            .trim()
+            .strip_prefix("fake-model: listening http://")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .unwrap();
+        FakeModel { child, addr }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request the fake model received, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        let (status, body) = http(self.addr, "GET", "/_requests", None, &[]);
+        assert_eq!(status, 200, "{body}");
+        body.as_array().cloned().unwrap_or_default()
+    }
+}
+
+impl Drop for FakeModel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// A one-shot HTTP/1.1 request; returns the status and the body parsed as JSON (or a string).

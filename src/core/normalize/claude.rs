@@ -46,8 +46,10 @@
 //!   `message_sent {content}`, except that marker, which only marks the turn interrupted.
 //!   A result for a call the stream never showed is emitted without `tool_name`/`tool_input`
 //!   (no `tool_call_started` is invented).
-//! * `result`: the usage (`usage` + `total_cost_usd` as `cost_usd` + `modelUsage` as
-//!   `model_usage`) → `token_usage_updated`, then exactly one terminal:
+//! * `result`: the usage → `token_usage_updated` (`usage` is the turn's; `total_cost_usd`
+//!   and `modelUsage` count since the process started, so they become `session_cost_usd` and
+//!   `model_usage`, and `cost_usd` is the turn's share: the growth of the total since the
+//!   session's previous result), then exactly one terminal:
 //!   `success` without `is_error` → `run_completed {result, stop_reason, duration_ms,
 //!   duration_api_ms, num_turns, permission_denials}`; `success` with `is_error` (a failed API
 //!   call) → `run_failed`, kind from the synthetic line's `error`, else from
@@ -103,6 +105,8 @@ pub(crate) struct Claude {
     model: Option<String>,
     /// The open run, if any.
     run: Option<String>,
+    /// The `total_cost_usd` of the provider session's last `result`.
+    session_cost: Option<f64>,
     turn: Turn,
 }
 
@@ -175,6 +179,7 @@ impl Claude {
             permission_mode: None,
             model: None,
             run: None,
+            session_cost: None,
             turn: Turn::default(),
         }
     }
@@ -279,6 +284,7 @@ impl Claude {
             }
             emit(out, None, EventType::SessionStarted, data, None, None);
             self.session = session;
+            self.session_cost = None;
             self.permission_mode = mode;
             self.model = model;
             self.ensure_run(out);
@@ -767,7 +773,17 @@ impl Claude {
         let is_error = rec.get("is_error").and_then(Value::as_bool) == Some(true);
         let run = self.run.clone();
         let run = run.as_deref();
-        if let Some(data) = usage(rec) {
+        if let Some(mut data) = usage(rec) {
+            // `total_cost_usd` counts since the process started; the turn's cost is the growth.
+            if let Some(total) = rec.get("total_cost_usd").and_then(Value::as_f64) {
+                let turn = match self.session_cost {
+                    Some(before) if total >= before => round_usd(total - before),
+                    _ => round_usd(total),
+                };
+                data.insert("cost_usd".into(), json!(turn));
+                data.insert("session_cost_usd".into(), json!(total));
+                self.session_cost = Some(total);
+            }
             emit(out, run, EventType::TokenUsageUpdated, data, None, None);
         }
         let mut api_error = self.turn.api_error.take();
@@ -1214,6 +1230,11 @@ fn usage(rec: &Map<String, Value>) -> Option<Map<String, Value>> {
     Some(data)
 }
 
+/// Dollars rounded to 1e-9, so that a difference of two totals reads as it was meant.
+fn round_usd(x: f64) -> f64 {
+    (x * 1e9).round() / 1e9
+}
+
 /// The result's own fields, for `data.details` of a failed or cancelled run.
 fn details(rec: &Map<String, Value>) -> Map<String, Value> {
     let mut d = Map::new();
@@ -1389,18 +1410,18 @@ pub(super) mod tests {
         check_data(
             &input,
             expect![[r#"
-            1 -- session_started {"cwd":"/w","model":"claude-opus-4-8","permission_mode":"default","provider_session_id":"sess-1","slash_commands":["compact"],"tools":["Bash","Read","TodoWrite","Task"],"version":"2.1.197"}
-            2 t1 run_started {}
-            3 t1 message_sent {"content":"Read both files","role":"user"}
-            4 t1 message_received {"content":"Reading them.","message_id":"msg_1","role":"assistant"}
-            5 t1 tool_call_started {"tool_call_id":"tu_a","tool_input":{"file_path":"a"},"tool_name":"Read"}
-            6 t1 tool_call_started {"tool_call_id":"tu_b","tool_input":{"file_path":"b"},"tool_name":"Read"}
-            7 t1 tool_call_completed {"details":{"tool_use_result":{"file":{"filePath":"b","numLines":2},"type":"text"}},"tool_call_id":"tu_b","tool_input":{"file_path":"b"},"tool_name":"Read","tool_output":"B1\nB2"}
-            8 t1 tool_call_failed {"details":{"tool_use_result":"Error: File does not exist."},"error":"File does not exist.","tool_call_id":"tu_a","tool_input":{"file_path":"a"},"tool_name":"Read"}
-            9 t1 message_received {"content":"b has two lines; a is missing.","message_id":"msg_2","role":"assistant"}
-            10 t1 token_usage_updated {"cache_creation_input_tokens":25067,"cache_read_input_tokens":17254,"cost_usd":0.25,"input_tokens":18,"output_tokens":424}
-            11 t1 run_completed {"duration_api_ms":2325,"duration_ms":2360,"num_turns":2,"result":"b has two lines; a is missing.","stop_reason":"end_turn"}
-        "#]],
+                1 -- session_started {"cwd":"/w","model":"claude-opus-4-8","permission_mode":"default","provider_session_id":"sess-1","slash_commands":["compact"],"tools":["Bash","Read","TodoWrite","Task"],"version":"2.1.197"}
+                2 t1 run_started {}
+                3 t1 message_sent {"content":"Read both files","role":"user"}
+                4 t1 message_received {"content":"Reading them.","message_id":"msg_1","role":"assistant"}
+                5 t1 tool_call_started {"tool_call_id":"tu_a","tool_input":{"file_path":"a"},"tool_name":"Read"}
+                6 t1 tool_call_started {"tool_call_id":"tu_b","tool_input":{"file_path":"b"},"tool_name":"Read"}
+                7 t1 tool_call_completed {"details":{"tool_use_result":{"file":{"filePath":"b","numLines":2},"type":"text"}},"tool_call_id":"tu_b","tool_input":{"file_path":"b"},"tool_name":"Read","tool_output":"B1\nB2"}
+                8 t1 tool_call_failed {"details":{"tool_use_result":"Error: File does not exist."},"error":"File does not exist.","tool_call_id":"tu_a","tool_input":{"file_path":"a"},"tool_name":"Read"}
+                9 t1 message_received {"content":"b has two lines; a is missing.","message_id":"msg_2","role":"assistant"}
+                10 t1 token_usage_updated {"cache_creation_input_tokens":25067,"cache_read_input_tokens":17254,"cost_usd":0.25,"input_tokens":18,"output_tokens":424,"session_cost_usd":0.25}
+                11 t1 run_completed {"duration_api_ms":2325,"duration_ms":2360,"num_turns":2,"result":"b has two lines; a is missing.","stop_reason":"end_turn"}
+            "#]],
         );
     }
 
@@ -1474,22 +1495,22 @@ pub(super) mod tests {
         check_data(
             &input,
             expect![[r#"
-            1 -- session_started {"cwd":"/w","model":"claude-opus-4-8","permission_mode":"default","provider_session_id":"sess-1","slash_commands":["compact"],"tools":["Bash","Read","TodoWrite","Task"],"version":"2.1.197"}
-            2 t1 run_started {}
-            3 t1 reasoning_streamed {"delta":"Let me ","message_id":"msg_1"}
-            4 t1 reasoning_streamed {"delta":"think.","message_id":"msg_1"}
-            5 t1 reasoning_received {"content":"Let me think.","message_id":"msg_1"}
-            6 t1 message_streamed {"delta":"I will ","message_id":"msg_1"}
-            7 t1 message_streamed {"delta":"run it.","message_id":"msg_1"}
-            8 t1 message_received {"content":"I will run it.","message_id":"msg_1","role":"assistant"}
-            9 t1 tool_call_started {"tool_call_id":"tu_1","tool_input":{"command":"echo hi"},"tool_name":"Bash"}
-            10 t1 tool_call_completed {"details":{"tool_use_result":{"interrupted":false,"isImage":false,"stderr":"","stdout":"hi"}},"tool_call_id":"tu_1","tool_input":{"command":"echo hi"},"tool_name":"Bash","tool_output":"hi"}
-            11 t1 message_streamed {"delta":"It said hi.","message_id":"msg_2"}
-            12 t1 message_streamed {"delta":"\n\nDone.","message_id":"msg_2"}
-            13 t1 message_received {"content":"It said hi.\n\nDone.","message_id":"msg_2","role":"assistant"}
-            14 t1 token_usage_updated {"cost_usd":0.00051,"input_tokens":42,"output_tokens":40}
-            15 t1 run_completed {"duration_ms":293,"num_turns":2,"result":"It said hi.\n\nDone.","stop_reason":"end_turn"}
-        "#]],
+                1 -- session_started {"cwd":"/w","model":"claude-opus-4-8","permission_mode":"default","provider_session_id":"sess-1","slash_commands":["compact"],"tools":["Bash","Read","TodoWrite","Task"],"version":"2.1.197"}
+                2 t1 run_started {}
+                3 t1 reasoning_streamed {"delta":"Let me ","message_id":"msg_1"}
+                4 t1 reasoning_streamed {"delta":"think.","message_id":"msg_1"}
+                5 t1 reasoning_received {"content":"Let me think.","message_id":"msg_1"}
+                6 t1 message_streamed {"delta":"I will ","message_id":"msg_1"}
+                7 t1 message_streamed {"delta":"run it.","message_id":"msg_1"}
+                8 t1 message_received {"content":"I will run it.","message_id":"msg_1","role":"assistant"}
+                9 t1 tool_call_started {"tool_call_id":"tu_1","tool_input":{"command":"echo hi"},"tool_name":"Bash"}
+                10 t1 tool_call_completed {"details":{"tool_use_result":{"interrupted":false,"isImage":false,"stderr":"","stdout":"hi"}},"tool_call_id":"tu_1","tool_input":{"command":"echo hi"},"tool_name":"Bash","tool_output":"hi"}
+                11 t1 message_streamed {"delta":"It said hi.","message_id":"msg_2"}
+                12 t1 message_streamed {"delta":"\n\nDone.","message_id":"msg_2"}
+                13 t1 message_received {"content":"It said hi.\n\nDone.","message_id":"msg_2","role":"assistant"}
+                14 t1 token_usage_updated {"cost_usd":0.00051,"input_tokens":42,"output_tokens":40,"session_cost_usd":0.00051}
+                15 t1 run_completed {"duration_ms":293,"num_turns":2,"result":"It said hi.\n\nDone.","stop_reason":"end_turn"}
+            "#]],
         );
     }
 
@@ -1547,6 +1568,38 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn a_long_lived_process_reports_cumulative_cost_and_each_turn_gets_its_share() {
+        // Real 2.1.197 output (stream-json input, two turns in one process): `usage` is the
+        // turn's, `total_cost_usd` and `modelUsage` count since the process started.
+        let input = [
+            r#"{"type":"system","subtype":"init","session_id":"sess-1","model":"claude-opus-4-8"}"#,
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"a","session_id":"sess-1","total_cost_usd":0.000285,"usage":{"input_tokens":42,"output_tokens":3},"modelUsage":{"m":{"inputTokens":42,"costUSD":0.000285}}}"#,
+            r#"{"type":"system","subtype":"init","session_id":"sess-1","model":"claude-opus-4-8"}"#,
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"b","session_id":"sess-1","total_cost_usd":0.00057,"usage":{"input_tokens":42,"output_tokens":3},"modelUsage":{"m":{"inputTokens":84,"costUSD":0.00057}}}"#,
+            // A new session starts counting again.
+            r#"{"type":"system","subtype":"init","session_id":"sess-2","model":"claude-opus-4-8"}"#,
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"c","session_id":"sess-2","total_cost_usd":0.0001,"usage":{"input_tokens":1,"output_tokens":1}}"#,
+        ]
+        .join("\n");
+        check_data(
+            &input,
+            expect![[r#"
+                1 -- session_started {"model":"claude-opus-4-8","provider_session_id":"sess-1"}
+                2 t1 run_started {}
+                3 t1 token_usage_updated {"cost_usd":0.000285,"input_tokens":42,"model_usage":{"m":{"costUSD":0.000285,"inputTokens":42}},"output_tokens":3,"session_cost_usd":0.000285}
+                4 t1 run_completed {"result":"a"}
+                5 t2 run_started {}
+                6 t2 token_usage_updated {"cost_usd":0.000285,"input_tokens":42,"model_usage":{"m":{"costUSD":0.00057,"inputTokens":84}},"output_tokens":3,"session_cost_usd":0.00057}
+                7 t2 run_completed {"result":"b"}
+                8 -- session_started {"model":"claude-opus-4-8","provider_session_id":"sess-2"}
+                9 t3 run_started {}
+                10 t3 token_usage_updated {"cost_usd":0.0001,"input_tokens":1,"output_tokens":1,"session_cost_usd":0.0001}
+                11 t3 run_completed {"result":"c"}
+            "#]],
+        );
+    }
+
+    #[test]
     fn an_api_failure_is_a_success_result_with_is_error() {
         let input = [
             INIT,
@@ -1563,30 +1616,30 @@ pub(super) mod tests {
             Format::Claude,
             &input,
             expect![[r#"
-              1 -- session_started model="claude-opus-4-8"
-              2 t1 run_started
-              3 t1 error_occurred error_message="API error (authentication_failed, status 401); retrying, att"… provider_error.kind="authentication_failed"
-              4 t1 token_usage_updated input_tokens=0 output_tokens=0 cost_usd=0
-              5 t1 run_failed error_message="Failed to authenticate. API Error: 401 invalid x-api-key" provider_error.kind="authentication_failed"
-              6 t2 run_started
-              7 t2 run_failed error_message="API error (status 529)" provider_error.kind="overloaded"
-              8 t3 run_started
-              9 t3 error_occurred error_message="API Error: 429 rate limited" provider_error.kind="rate_limit"
-        "#]],
+                1 -- session_started model="claude-opus-4-8"
+                2 t1 run_started
+                3 t1 error_occurred error_message="API error (authentication_failed, status 401); retrying, att"… provider_error.kind="authentication_failed"
+                4 t1 token_usage_updated input_tokens=0 output_tokens=0 cost_usd=0.0
+                5 t1 run_failed error_message="Failed to authenticate. API Error: 401 invalid x-api-key" provider_error.kind="authentication_failed"
+                6 t2 run_started
+                7 t2 run_failed error_message="API error (status 529)" provider_error.kind="overloaded"
+                8 t3 run_started
+                9 t3 error_occurred error_message="API Error: 429 rate limited" provider_error.kind="rate_limit"
+            "#]],
         );
         check_data(
             &input,
             expect![[r#"
-            1 -- session_started {"cwd":"/w","model":"claude-opus-4-8","permission_mode":"default","provider_session_id":"sess-1","slash_commands":["compact"],"tools":["Bash","Read","TodoWrite","Task"],"version":"2.1.197"}
-            2 t1 run_started {}
-            3 t1 error_occurred {"attempt":1,"error_message":"API error (authentication_failed, status 401); retrying, attempt 1 of 1","error_status":401,"max_retries":1,"provider_error.kind":"authentication_failed","retry_delay_ms":500,"severity":"warning"}
-            4 t1 token_usage_updated {"cost_usd":0,"input_tokens":0,"output_tokens":0}
-            5 t1 run_failed {"details":{"api_error_status":401,"duration_ms":1200,"is_error":true,"num_turns":1,"result":"Failed to authenticate. API Error: 401 invalid x-api-key","subtype":"success","terminal_reason":"api_error"},"error_message":"Failed to authenticate. API Error: 401 invalid x-api-key","provider_error.kind":"authentication_failed"}
-            6 t2 run_started {}
-            7 t2 run_failed {"details":{"api_error_status":529,"is_error":true,"result":"","subtype":"success"},"error_message":"API error (status 529)","provider_error.kind":"overloaded"}
-            8 t3 run_started {}
-            9 t3 error_occurred {"api_error_status":429,"error_message":"API Error: 429 rate limited","provider_error.kind":"rate_limit","severity":"error"}
-        "#]],
+                1 -- session_started {"cwd":"/w","model":"claude-opus-4-8","permission_mode":"default","provider_session_id":"sess-1","slash_commands":["compact"],"tools":["Bash","Read","TodoWrite","Task"],"version":"2.1.197"}
+                2 t1 run_started {}
+                3 t1 error_occurred {"attempt":1,"error_message":"API error (authentication_failed, status 401); retrying, attempt 1 of 1","error_status":401,"max_retries":1,"provider_error.kind":"authentication_failed","retry_delay_ms":500,"severity":"warning"}
+                4 t1 token_usage_updated {"cost_usd":0.0,"input_tokens":0,"output_tokens":0,"session_cost_usd":0.0}
+                5 t1 run_failed {"details":{"api_error_status":401,"duration_ms":1200,"is_error":true,"num_turns":1,"result":"Failed to authenticate. API Error: 401 invalid x-api-key","subtype":"success","terminal_reason":"api_error"},"error_message":"Failed to authenticate. API Error: 401 invalid x-api-key","provider_error.kind":"authentication_failed"}
+                6 t2 run_started {}
+                7 t2 run_failed {"details":{"api_error_status":529,"is_error":true,"result":"","subtype":"success"},"error_message":"API error (status 529)","provider_error.kind":"overloaded"}
+                8 t3 run_started {}
+                9 t3 error_occurred {"api_error_status":429,"error_message":"API Error: 429 rate limited","provider_error.kind":"rate_limit","severity":"error"}
+            "#]],
         );
     }
 
@@ -1632,7 +1685,7 @@ pub(super) mod tests {
                 8 t1 run_cancelled reason="interrupted"
                 9 t2 run_started
                 10 t2 message_streamed delta="Once upon"
-                11 t2 message_received role="assistant" content=""
+                11 t2 message_received role="assistant" content="" discarded=true
                 12 t2 run_cancelled reason="interrupted"
                 13 t3 run_started
                 14 t3 run_failed error_message="Permission denied: cannot write to /root/secret.txt; second" provider_error.kind="error_during_execution"

@@ -1067,12 +1067,12 @@ mod tests {
                 4 t1 message_streamed role="assistant" delta=" it"
                 5 t1 message_received role="assistant" content="1. Do it"
                 6 t1 message_streamed role="assistant" delta="half"
-                7 t1 message_received role="assistant" content=""
+                7 t1 message_received role="assistant" content="" discarded=true
                 8 t1 tool_call_cancelled tool_name="shell" tool_call_id="item_1" tool_input={"command":"sleep 99"} reason="turn failed"
                 9 t1 run_failed error_message="aborted" provider_error.kind="turn_failed"
                 10 t2 run_started
                 11 t2 message_streamed role="assistant" delta="cut off"
-                12 t2 message_received role="assistant" content=""
+                12 t2 message_received role="assistant" content="" discarded=true
             "#]],
         );
         let ev = events(r#"{"type":"item.plan.delta","item_id":"item_4","delta":"cut off"}"#);

@@ -183,13 +183,27 @@ fn snake_case(s: &str) -> String {
 }
 
 /// The ProviderError kind of a `codexErrorInfo` (`"unauthorized"` or
-/// `{"httpConnectionFailed": {...}}`), or `default`.
+/// `{"httpConnectionFailed": {"httpStatusCode": 401}}`), or `default`. An HTTP status that
+/// says whose fault it is (401/403, 402, 429) wins over the variant name: Codex 0.171.0
+/// reports a 401 from the model API as `httpConnectionFailed {httpStatusCode: 401}`.
 fn error_kind(info: Option<&Value>, default: &str) -> String {
-    let name = match info {
-        Some(Value::String(s)) => Some(s.as_str()),
-        Some(Value::Object(m)) => m.keys().next().map(String::as_str),
-        _ => None,
+    let (name, status) = match info {
+        Some(Value::String(s)) => (Some(s.as_str()), None),
+        Some(Value::Object(m)) => match m.iter().next() {
+            Some((name, inner)) => (
+                Some(name.as_str()),
+                inner.get("httpStatusCode").and_then(Value::as_u64),
+            ),
+            None => (None, None),
+        },
+        _ => (None, None),
     };
+    match status {
+        Some(401 | 403) => return "authentication_failed".to_owned(),
+        Some(402) => return "billing_error".to_owned(),
+        Some(429) => return "rate_limit".to_owned(),
+        _ => {}
+    }
     match name {
         Some("unauthorized") => "authentication_failed".to_owned(),
         Some(n) if !n.is_empty() => snake_case(n),
@@ -1029,6 +1043,8 @@ mod tests {
 {"method":"turn/started","params":{"threadId":"thr_1","turn":{"id":"turn_3"}}}
 {"method":"turn/completed","params":{"threadId":"thr_1","turn":{"id":"turn_3","status":"failed","error":{"message":"boom","codexErrorInfo":{"httpConnectionFailed":{"httpStatusCode":500}}}}}}
 {"method":"model/rerouted","params":{"threadId":"thr_1","turnId":"turn_3","fromModel":"a","toModel":"b","reason":"highRiskCyberActivity"}}
+{"method":"turn/started","params":{"threadId":"thr_1","turn":{"id":"turn_4"}}}
+{"method":"turn/completed","params":{"threadId":"thr_1","turn":{"id":"turn_4","status":"failed","error":{"message":"unexpected status 401 Unauthorized: invalid x-api-key","codexErrorInfo":{"httpConnectionFailed":{"httpStatusCode":401}},"additionalDetails":null}}}}
 "#,
             expect![[r#"
                 1 t1 run_started
@@ -1041,6 +1057,8 @@ mod tests {
                 8 t3 run_started
                 9 t3 run_failed error_message="boom" provider_error.kind="http_connection_failed"
                 10 -- model_changed reason="highRiskCyberActivity" model="b"
+                11 t4 run_started
+                12 t4 run_failed error_message="unexpected status 401 Unauthorized: invalid x-api-key" provider_error.kind="authentication_failed"
             "#]],
         );
         let out = run(
@@ -1166,11 +1184,11 @@ mod tests {
 {"method":"item/agentMessage/delta","params":{"threadId":"thr_1","turnId":"turn_1","itemId":"m1","delta":"Hal"}}
 "#,
             expect![[r#"
-                  1 t1 run_started
-                  2 t1 reasoning_streamed delta="hmm"
-                  3 t1 message_streamed role="assistant" delta="Hal"
-                  4 t1 reasoning_received content=""
-                  5 t1 message_received role="assistant" content=""
+                1 t1 run_started
+                2 t1 reasoning_streamed delta="hmm"
+                3 t1 message_streamed role="assistant" delta="Hal"
+                4 t1 reasoning_received content="" discarded=true
+                5 t1 message_received role="assistant" content="" discarded=true
             "#]],
         );
     }

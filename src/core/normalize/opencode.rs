@@ -1205,16 +1205,16 @@ data: {"type":"session.next.thing","properties":{"sessionID":"ses_1"}}
                 5 t1 message_streamed role="assistant" delta="Half"
                 6 t1 tool_call_started tool_name="read" tool_call_id="t1" tool_input={"filePath":"a"}
                 7 t1 context_compacted
-                8 t1 message_received role="assistant" content=""
+                8 t1 message_received role="assistant" content="" discarded=true
                 9 t1 tool_call_cancelled tool_name="read" tool_call_id="t1"
                 10 t1 run_failed error_message="Too many requests" provider_error.kind="rate_limit"
                 11 t2 run_started
                 12 t2 reasoning_streamed delta="Cut"
-                13 t2 reasoning_received content=""
+                13 t2 reasoning_received content="" discarded=true
                 14 t2 run_cancelled error_message="The operation was aborted." reason="aborted"
                 15 t3 run_started
                 16 t3 message_streamed role="assistant" delta="Never"
-                17 t3 message_received role="assistant" content=""
+                17 t3 message_received role="assistant" content="" discarded=true
             "#]],
         );
     }

@@ -1,33 +1,16 @@
-//! Provider adapters: how to start an agent CLI and speak to it on stdin. One per protocol.
-//!
-//! An adapter knows nothing of sessions, stores or sockets: it builds the child's command
-//! line and encodes prompts, interrupts and approval answers as the bytes the CLI expects.
-//! Reading the CLI's output is the core normalizer's job ([`Adapter::format`]).
+//! Claude Code's stream-json protocol on stdin/stdout, spoken by the real `claude` CLI and by
+//! the built-in demo agent: user messages and `control_request`s in, NDJSON out, permission
+//! prompts as `can_use_tool` control requests answered with `control_response`s.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use tokio::process::Command;
 
+use super::{line, Adapter};
 use crate::core::event::Provider;
 use crate::core::normalize::Format;
 use crate::core::wire::Decision;
-
-/// What the companion needs to host one kind of agent process.
-pub trait Adapter: Send + Sync {
-    fn provider(&self) -> Provider;
-    /// The format of the child's stdout.
-    fn format(&self) -> Format;
-    /// The command that starts the agent in `cwd`.
-    fn command(&self, cwd: &Path) -> Command;
-    /// The stdin bytes that submit a prompt.
-    fn prompt(&self, text: &str) -> Vec<u8>;
-    /// The stdin bytes that interrupt the current turn; `request_id` is unique per session.
-    fn interrupt(&self, request_id: &str) -> Vec<u8>;
-    /// The stdin bytes that answer an approval request; `request` is the data of its
-    /// `tool_approval_requested` event.
-    fn answer(&self, request_id: &str, decision: Decision, request: &Value) -> Vec<u8>;
-}
 
 /// Claude Code's stream-json protocol on stdin/stdout, spoken by the real `claude` CLI and by
 /// the built-in demo agent.
@@ -38,6 +21,35 @@ pub struct ClaudeStdio {
 }
 
 impl ClaudeStdio {
+    /// The real Claude Code CLI at `program`, in stream-json mode both ways with partial
+    /// messages, asking permission on stdio; resuming the CLI's own session `resume` if given.
+    /// The CLI inherits the companion's environment (`ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`,
+    /// `HOME`, …). Its stdin must stay open until the turn's `result`: at EOF before the first
+    /// turn it exits without output.
+    pub fn claude(program: PathBuf, resume: Option<&str>) -> ClaudeStdio {
+        let mut args: Vec<String> = [
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--include-partial-messages",
+            "--permission-prompt-tool",
+            "stdio",
+        ]
+        .map(String::from)
+        .into();
+        if let Some(id) = resume {
+            args.extend(["--resume".to_owned(), id.to_owned()]);
+        }
+        ClaudeStdio {
+            provider: Provider::Claude,
+            program,
+            args,
+        }
+    }
+
     /// The built-in demo agent: this very binary, run as `agentwire demo-agent`.
     pub fn demo(program: PathBuf, delay_ms: u64) -> ClaudeStdio {
         ClaudeStdio {
@@ -50,12 +62,6 @@ impl ClaudeStdio {
             ],
         }
     }
-}
-
-fn line(value: Value) -> Vec<u8> {
-    let mut bytes = serde_json::to_vec(&value).expect("JSON values serialize");
-    bytes.push(b'\n');
-    bytes
 }
 
 impl Adapter for ClaudeStdio {
@@ -73,14 +79,14 @@ impl Adapter for ClaudeStdio {
         cmd
     }
 
-    fn prompt(&self, text: &str) -> Vec<u8> {
+    fn prompt(&mut self, text: &str) -> Vec<u8> {
         line(json!({
             "type": "user",
             "message": {"role": "user", "content": [{"type": "text", "text": text}]},
         }))
     }
 
-    fn interrupt(&self, request_id: &str) -> Vec<u8> {
+    fn interrupt(&mut self, request_id: &str) -> Vec<u8> {
         line(json!({
             "type": "control_request",
             "request_id": request_id,
@@ -88,7 +94,7 @@ impl Adapter for ClaudeStdio {
         }))
     }
 
-    fn answer(&self, request_id: &str, decision: Decision, request: &Value) -> Vec<u8> {
+    fn answer(&mut self, request_id: &str, decision: Decision, request: &Value) -> Vec<u8> {
         let response = match decision {
             Decision::Allow => json!({
                 "behavior": "allow",

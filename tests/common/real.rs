@@ -1,0 +1,212 @@
+//! Test support for the real agent CLIs (pinned by `scripts/install-clis`): a fake model, a
+//! real `agentwire serve` hosting the CLI against it with an environment cleared down to
+//! `PATH` plus what the CLI needs to run offline (../shared/reference/providers.md §8), a
+//! working directory, and the session traffic recorded with `--record-dir`.
+
+use std::path::{Path, PathBuf};
+
+use agentwire::core::event::{Event, EventType};
+use serde_json::json;
+
+use super::{ended, FakeModel, Server};
+
+pub fn cli_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(".agentwire/clis/node_modules/.bin")
+}
+
+/// A fake model, a server hosting one real CLI against it, and the session's working dir.
+pub struct Rig {
+    pub fake: FakeModel,
+    pub server: Server,
+    pub cwd: tempfile::TempDir,
+    pub provider: &'static str,
+    record: tempfile::TempDir,
+    _home: tempfile::TempDir,
+    _db: tempfile::TempDir,
+}
+
+impl Rig {
+    /// Claude Code, pointed at the fake with `ANTHROPIC_BASE_URL`.
+    pub fn claude() -> Rig {
+        Rig::start("claude", |url, _home| {
+            vec![
+                ("ANTHROPIC_BASE_URL".into(), url.to_owned()),
+                ("ANTHROPIC_API_KEY".into(), "sk-ant-dummy".into()),
+                (
+                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(),
+                    "1".into(),
+                ),
+                ("DISABLE_AUTOUPDATER".into(), "1".into()),
+                ("DISABLE_TELEMETRY".into(), "1".into()),
+                ("DISABLE_ERROR_REPORTING".into(), "1".into()),
+                ("CLAUDE_CODE_MAX_RETRIES".into(), "1".into()),
+            ]
+        })
+    }
+
+    /// Codex, pointed at the fake by a model provider in `$CODEX_HOME/config.toml`.
+    pub fn codex() -> Rig {
+        Rig::start("codex", |url, home| {
+            let codex_home = home.join(".codex");
+            std::fs::create_dir_all(&codex_home).unwrap();
+            let config = format!(
+                r#"model = "gpt-5.5"
+model_provider = "fake"
+check_for_update_on_startup = false
+[model_providers.fake]
+name = "Fake local"
+base_url = "{url}/v1"
+wire_api = "responses"
+env_key = "FAKE_API_KEY"
+request_max_retries = 1
+stream_max_retries = 1
+[analytics]
+enabled = false
+[features]
+plugins = false
+remote_plugin = false
+in_app_updates = false
+"#
+            );
+            std::fs::write(codex_home.join("config.toml"), config).unwrap();
+            vec![
+                ("CODEX_HOME".into(), codex_home.display().to_string()),
+                ("FAKE_API_KEY".into(), "dummy".into()),
+            ]
+        })
+    }
+
+    fn start(
+        provider: &'static str,
+        env: impl FnOnce(&str, &Path) -> Vec<(String, String)>,
+    ) -> Rig {
+        assert!(
+            cli_dir().join(provider).exists(),
+            "the pinned {provider} CLI is missing from {}: run scripts/install-clis",
+            cli_dir().display()
+        );
+        let fake = FakeModel::start();
+        let home = tempfile::tempdir().unwrap();
+        let db = tempfile::tempdir().unwrap();
+        let record = tempfile::tempdir().unwrap();
+        let mut vars = vec![
+            ("HOME".to_owned(), home.path().display().to_string()),
+            ("TERM".to_owned(), "dumb".to_owned()),
+        ];
+        vars.extend(env(&fake.url(), home.path()));
+        let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let cli_dir = cli_dir();
+        let server = Server::start_with_env(
+            &db.path().join("a.db"),
+            &[
+                "--cli-dir",
+                cli_dir.to_str().unwrap(),
+                "--record-dir",
+                record.path().to_str().unwrap(),
+            ],
+            &vars,
+        );
+        Rig {
+            fake,
+            server,
+            cwd: tempfile::tempdir().unwrap(),
+            provider,
+            record,
+            _home: home,
+            _db: db,
+        }
+    }
+
+    pub fn create_session(&self) -> String {
+        let (status, body) = self.server.api(
+            "POST",
+            "/api/sessions",
+            Some(json!({"provider": self.provider, "cwd": self.cwd.path()})),
+        );
+        assert_eq!(status, 201, "{body}");
+        body["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Starts a turn and waits for its terminal; returns the turn id and the session's events.
+    pub fn turn(&self, session: &str, prompt: &str) -> (String, Vec<Event>) {
+        let turn = self.server.start_turn(session, prompt);
+        let events = self
+            .server
+            .wait_events(session, "the turn to end", |e| ended(e, &turn));
+        (turn, events)
+    }
+
+    /// Waits for an approval request in `turn`, answers it, and returns the turn's end.
+    pub fn approve(&self, session: &str, turn: &str, decision: &str) -> Vec<Event> {
+        let events = self
+            .server
+            .wait_events(session, "an approval request", |e| {
+                e.iter().any(|e| {
+                    e.kind() == EventType::ToolApprovalRequested && e.run_id() == Some(turn)
+                }) || ended(e, turn)
+            });
+        let request = of_run(&events, turn, EventType::ToolApprovalRequested);
+        assert_eq!(request.len(), 1, "one approval request");
+        let request_id = request[0].data_str("request_id").unwrap();
+        let (status, body) = self.server.api(
+            "POST",
+            &format!("/api/sessions/{session}/approvals/{request_id}"),
+            Some(json!({ "decision": decision })),
+        );
+        assert_eq!(status, 204, "{body}");
+        self.server
+            .wait_events(session, "the turn to end", |e| ended(e, turn))
+    }
+
+    /// The (method, path) of every request the fake model received.
+    pub fn traffic(&self) -> Vec<(String, String)> {
+        self.fake
+            .requests()
+            .iter()
+            .map(|r| {
+                (
+                    r["method"].as_str().unwrap().to_owned(),
+                    r["path"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// With `RECORD_TRANSCRIPTS=1`, keeps the session's raw traffic as
+    /// tests/data/<format>/agentwire-fake__<name>.jsonl.
+    pub fn keep_transcript(&self, session: &str, format: &str, name: &str) {
+        if std::env::var_os("RECORD_TRANSCRIPTS").is_none() {
+            return;
+        }
+        let from = self.record.path().join(format!("{session}.jsonl"));
+        let to = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("tests/data/{format}/agentwire-fake__{name}.jsonl"));
+        std::fs::copy(&from, &to).unwrap();
+    }
+}
+
+pub fn of_run<'a>(events: &'a [Event], run: &str, kind: EventType) -> Vec<&'a Event> {
+    events
+        .iter()
+        .filter(|e| e.run_id() == Some(run) && e.kind() == kind)
+        .collect()
+}
+
+/// The one terminal of `run`.
+pub fn terminal<'a>(events: &'a [Event], run: &str) -> &'a Event {
+    let terminals: Vec<_> = events
+        .iter()
+        .filter(|e| e.run_id() == Some(run) && e.kind().is_run_terminal())
+        .collect();
+    assert_eq!(terminals.len(), 1, "exactly one terminal for {run}");
+    terminals[0]
+}
+
+/// The `content` of the turn's whole (not discarded) received messages.
+pub fn texts<'a>(events: &'a [Event], run: &str) -> Vec<&'a str> {
+    of_run(events, run, EventType::MessageReceived)
+        .iter()
+        .filter(|e| e.data().get("discarded").is_none())
+        .filter_map(|e| e.data_str("content"))
+        .collect()
+}

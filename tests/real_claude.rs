@@ -1,0 +1,323 @@
+//! The real Claude Code CLI (pinned by `scripts/install-clis`), hosted by a real `agentwire
+//! serve`, talking to `agentwire fake-model` on 127.0.0.1: the model is the only fake part.
+//!
+//! The server's environment is cleared down to `PATH` plus what the CLI needs to run offline
+//! (tests/common/real.rs), so nothing of the caller's own settings or credentials reaches the
+//! CLI. `RECORD_TRANSCRIPTS=1` keeps each test's session traffic as
+//! tests/data/claude/agentwire-fake__<name>.jsonl (see the README there).
+
+mod common;
+
+use agentwire::core::event::{Event, EventType};
+use common::real::{of_run, terminal, Rig};
+use common::*;
+use serde_json::{json, Value};
+
+/// Every request reached the Messages API, besides the CLI's preconnect `HEAD /`.
+fn assert_only_messages_traffic(rig: &Rig) {
+    let traffic = rig.traffic();
+    assert!(!traffic.is_empty(), "the CLI reached the fake model");
+    for (method, path) in &traffic {
+        let messages = method == "POST" && path.starts_with("/v1/messages");
+        let preconnect = method == "HEAD" && path == "/";
+        assert!(messages || preconnect, "unexpected request {method} {path}");
+    }
+    assert!(rig.fake.requests().iter().any(|r| r["method"] == "POST"
+        && r["headers"]["user-agent"]
+            .as_str()
+            .is_some_and(|ua| ua.starts_with("claude-cli/2.1.197"))));
+}
+
+fn posts(rig: &Rig) -> usize {
+    rig.traffic().iter().filter(|(m, _)| m == "POST").count()
+}
+
+#[test]
+fn plain_turns_stream_the_models_text_and_complete_with_distinct_run_ids() {
+    let rig = Rig::claude();
+    let (status, info) = rig.server.api("GET", "/api/info", None);
+    assert_eq!(status, 200);
+    assert_eq!(info["providers"], json!(["demo", "claude", "codex"]));
+    let session = rig.create_session();
+    let (first, events) = rig.turn(&session, "hello");
+    assert_eq!(terminal(&events, &first).kind(), EventType::RunCompleted);
+    let sent = of_run(&events, &first, EventType::MessageSent);
+    assert_eq!(sent.len(), 1, "exactly one user message for the turn");
+    assert_eq!(sent[0].data_str("content"), Some("hello"));
+    let received = of_run(&events, &first, EventType::MessageReceived);
+    assert_eq!(received.len(), 1);
+    assert_eq!(
+        received[0].data_str("content"),
+        Some("Hello from the fake model.")
+    );
+    let streamed: String = of_run(&events, &first, EventType::MessageStreamed)
+        .iter()
+        .filter_map(|e| e.data_str("delta"))
+        .collect();
+    assert_eq!(streamed, "Hello from the fake model.");
+    assert!(events.iter().any(|e| e.kind() == EventType::SessionStarted));
+
+    let (second, events) = rig.turn(&session, "and again");
+    assert_ne!(first, second);
+    assert_eq!(terminal(&events, &second).kind(), EventType::RunCompleted);
+    assert_eq!(of_run(&events, &second, EventType::MessageSent).len(), 1);
+    assert_eq!(of_run(&events, &second, EventType::RunStarted).len(), 1);
+    assert_contiguous(&events);
+    // The CLI's own session id is kept as the resume handle.
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    assert!(body["session"]["provider_session_id"].is_string(), "{body}");
+    assert_only_messages_traffic(&rig);
+    assert_eq!(posts(&rig), 2, "one model request per turn");
+    rig.keep_transcript(&session, "claude", "plain");
+}
+
+#[test]
+fn a_tool_call_waits_for_approval_and_runs_once_allowed() {
+    let rig = Rig::claude();
+    let session = rig.create_session();
+    // `touch` is not read-only, so Claude Code asks before running it.
+    let turn = rig.server.start_turn(
+        &session,
+        "tool\n$ touch approved.txt && echo hello-from-tool",
+    );
+    let events = rig
+        .server
+        .wait_events(&session, "an approval request", |e| {
+            e.iter()
+                .any(|e| e.kind() == EventType::ToolApprovalRequested)
+        });
+    let request = events
+        .iter()
+        .find(|e| e.kind() == EventType::ToolApprovalRequested)
+        .unwrap();
+    assert_eq!(request.run_id(), Some(turn.as_str()));
+    assert_eq!(request.data_str("tool_name"), Some("Bash"));
+    assert!(!rig.cwd.path().join("approved.txt").exists());
+    let request_id = request.data_str("request_id").unwrap();
+    let (status, body) = rig.server.api(
+        "POST",
+        &format!("/api/sessions/{session}/approvals/{request_id}"),
+        Some(json!({"decision": "allow"})),
+    );
+    assert_eq!(status, 204, "{body}");
+    let events = rig
+        .server
+        .wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
+    assert_eq!(
+        of_run(&events, &turn, EventType::ToolApprovalGranted).len(),
+        1
+    );
+    let done = of_run(&events, &turn, EventType::ToolCallCompleted);
+    assert_eq!(done.len(), 1);
+    assert!(done[0].data()["tool_output"]
+        .as_str()
+        .is_some_and(|o| o.contains("hello-from-tool")));
+    let texts: Vec<_> = of_run(&events, &turn, EventType::MessageReceived)
+        .iter()
+        .filter_map(|e| e.data_str("content"))
+        .collect();
+    assert_eq!(
+        texts,
+        ["Running a command.", "The tool said: hello-from-tool"]
+    );
+    assert!(rig.cwd.path().join("approved.txt").exists());
+
+    // Denied: the tool does not run, the model hears why, the turn still ends.
+    let turn = rig
+        .server
+        .start_turn(&session, "tool\n$ touch denied.txt && echo nope");
+    let events = rig.server.wait_events(&session, "a second request", |e| {
+        e.iter().any(|e| {
+            e.kind() == EventType::ToolApprovalRequested && e.run_id() == Some(turn.as_str())
+        })
+    });
+    let request = of_run(&events, &turn, EventType::ToolApprovalRequested)[0];
+    let request_id = request.data_str("request_id").unwrap();
+    let (status, _) = rig.server.api(
+        "POST",
+        &format!("/api/sessions/{session}/approvals/{request_id}"),
+        Some(json!({"decision": "deny"})),
+    );
+    assert_eq!(status, 204);
+    let events = rig
+        .server
+        .wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    assert_eq!(
+        of_run(&events, &turn, EventType::ToolApprovalDenied).len(),
+        1
+    );
+    assert_eq!(of_run(&events, &turn, EventType::ToolCallFailed).len(), 1);
+    assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
+    assert!(!rig.cwd.path().join("denied.txt").exists());
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "tool");
+}
+
+#[test]
+fn interrupting_a_slow_turn_cancels_it_and_the_session_goes_on() {
+    let rig = Rig::claude();
+    let session = rig.create_session();
+    let turn = rig.server.start_turn(&session, "slow");
+    rig.server
+        .wait_events(&session, "the answer to stream", |e| {
+            e.iter().any(|e| e.kind() == EventType::MessageStreamed)
+        });
+    let (status, body) =
+        rig.server
+            .api("POST", &format!("/api/sessions/{session}/interrupt"), None);
+    assert_eq!(status, 204, "{body}");
+    let events = rig
+        .server
+        .wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let end = terminal(&events, &turn);
+    assert_eq!(end.kind(), EventType::RunCancelled, "{}", end.to_json());
+    let streamed = of_run(&events, &turn, EventType::MessageStreamed).len();
+    assert!(
+        streamed < 50,
+        "the interrupt stopped the stream ({streamed} deltas)"
+    );
+    let (next, events) = rig.turn(&session, "hello after the interrupt");
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "interrupted");
+}
+
+#[test]
+fn an_http_401_fails_the_turn_with_a_provider_error() {
+    let rig = Rig::claude();
+    let session = rig.create_session();
+    let (turn, events) = rig.turn(&session, "http401");
+    let end = terminal(&events, &turn);
+    assert_eq!(end.kind(), EventType::RunFailed);
+    let error: &Value = &end.data()["provider_error"];
+    let kind = error["kind"].as_str().unwrap();
+    assert!(
+        ["authentication_failed", "api_error"].contains(&kind),
+        "{}",
+        end.to_json()
+    );
+    // The retry the CLI made is reported as a warning first.
+    assert!(!of_run(&events, &turn, EventType::ErrorOccurred).is_empty());
+    assert_eq!(
+        posts(&rig),
+        2,
+        "CLAUDE_CODE_MAX_RETRIES=1: one try and one retry"
+    );
+    // The session survives a failed turn.
+    let (next, events) = rig.turn(&session, "hello");
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "http401");
+}
+
+#[test]
+fn a_provider_whose_cli_is_missing_fails_with_cli_not_found() {
+    let db = tempfile::tempdir().unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let empty_path = empty.path().to_str().unwrap();
+    let server = Server::start_with_env(
+        &db.path().join("a.db"),
+        &["--cli-dir", empty_path],
+        &[("PATH", empty_path), ("HOME", empty_path)],
+    );
+    let (_, info) = server.api("GET", "/api/info", None);
+    assert_eq!(info["providers"], json!(["demo"]));
+    let (status, body) = server.api(
+        "POST",
+        "/api/sessions",
+        Some(json!({"provider": "claude", "cwd": empty.path()})),
+    );
+    assert_eq!(status, 424, "{body}");
+    assert_eq!(body["error"]["code"], "cli_not_found");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("scripts/install-clis") && message.contains("@anthropic-ai/claude-code"),
+        "{message}"
+    );
+}
+
+#[test]
+fn thinking_and_two_parallel_tool_calls_complete_in_one_turn() {
+    let rig = Rig::claude();
+    let session = rig.create_session();
+    // `echo` is read-only: Claude Code runs it without asking.
+    let (turn, events) = rig.turn(&session, "think");
+    assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
+    assert!(!of_run(&events, &turn, EventType::ReasoningReceived).is_empty());
+    assert_eq!(of_run(&events, &turn, EventType::ToolCallStarted).len(), 2);
+    let mut outputs: Vec<_> = of_run(&events, &turn, EventType::ToolCallCompleted)
+        .iter()
+        .filter_map(|e| e.data_str("tool_output"))
+        .collect();
+    outputs.sort_unstable();
+    assert_eq!(outputs, ["one", "two"]);
+    let last = of_run(&events, &turn, EventType::MessageReceived);
+    let said = last.last().unwrap().data_str("content").unwrap();
+    assert!(said.starts_with("The tool said: "), "{said}");
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "think");
+}
+
+#[test]
+fn a_midstream_error_is_retried_and_the_abandoned_partial_is_discarded() {
+    let rig = Rig::claude();
+    let session = rig.create_session();
+    let (turn, events) = rig.turn(&session, "midstream");
+    assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
+    let whole: Vec<_> = of_run(&events, &turn, EventType::MessageReceived)
+        .iter()
+        .filter(|e| e.data().get("discarded").is_none())
+        .filter_map(|e| e.data_str("content"))
+        .collect();
+    assert_eq!(whole, ["This answer breaks off midway."]);
+    let requests = rig.fake.requests();
+    let streams: Vec<_> = requests
+        .iter()
+        .filter(|r| r["method"] == "POST")
+        .map(|r| r["body"]["stream"].as_bool())
+        .collect();
+    assert_eq!(
+        streams.first(),
+        Some(&Some(true)),
+        "the CLI streams first, then retries"
+    );
+    assert!(streams.len() >= 2, "{streams:?}");
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "midstream");
+}
+
+#[test]
+fn a_background_task_wakes_the_agent_into_an_autonomous_turn() {
+    let rig = Rig::claude();
+    let session = rig.create_session();
+    let (turn, _) = rig.turn(&session, "background");
+    // The task ends about a second later; Claude Code then starts a turn of its own.
+    let events = rig
+        .server
+        .wait_events(&session, "the autonomous turn", |e| {
+            e.iter().any(|e| {
+                e.kind() == EventType::RunCompleted && e.run_id().is_some_and(|r| r != turn)
+            })
+        });
+    assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
+    let woken = events
+        .iter()
+        .find(|e| e.kind() == EventType::RunStarted && e.run_id() != Some(turn.as_str()))
+        .and_then(Event::run_id)
+        .unwrap();
+    assert!(of_run(&events, woken, EventType::MessageSent).is_empty());
+    let texts: Vec<_> = of_run(&events, woken, EventType::MessageReceived)
+        .iter()
+        .filter_map(|e| e.data_str("content"))
+        .collect();
+    assert_eq!(texts, ["The background task finished."]);
+    assert_eq!(terminal(&events, woken).kind(), EventType::RunCompleted);
+    // The session takes prompts again afterwards.
+    let (next, events) = rig.turn(&session, "hello");
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "background");
+}
