@@ -713,3 +713,53 @@ async fn unreadable_provider_output_is_recorded_and_the_turn_goes_on() {
         .iter()
         .any(|e| e.data_str("content") == Some("After some noise, a readable answer.")));
 }
+
+#[tokio::test]
+async fn a_client_flooding_commands_without_reading_does_not_starve_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    let session = server.create_demo_session();
+    // The flooder sends thousands of commands and never reads a reply.
+    let (mut flooder, _) = hello(&server.ws_url()).await;
+    let flood = tokio::spawn(async move {
+        for i in 0..5_000 {
+            let msg = if i % 2 == 0 {
+                ClientMsg::Ping {
+                    id: Some(i.to_string()),
+                }
+            } else {
+                ClientMsg::Interrupt {
+                    id: i.to_string(),
+                    session: "ses_nope".into(),
+                }
+            };
+            if flooder
+                .send(Message::Text(msg.encode().into()))
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        flooder
+    });
+    // Meanwhile another client follows a whole turn.
+    let (mut socket, _) = hello(&server.ws_url()).await;
+    send(
+        &mut socket,
+        &ClientMsg::Subscribe {
+            session: session.clone(),
+            after: 0,
+            epoch: None,
+        },
+    )
+    .await;
+    let turn = server.start_turn(&session, "use a tool");
+    let mut c = Collector::new();
+    collect_until(&mut socket, &mut c, |c| ended(&c.events, &turn)).await;
+    assert_eq!(c.events, server.events(&session)[..c.events.len()]);
+    let _flooder = flood.await.unwrap();
+    // And the server still answers.
+    let (status, _) = server.api("GET", "/api/info", None);
+    assert_eq!(status, 200);
+}

@@ -1,0 +1,156 @@
+// The timeline of one session on the page: the items the `agentwire` package hands over as
+// compact changes, kept in an array and shown through a virtualized list. Applying a batch
+// costs what changed, not the length of the session.
+
+import { VirtualList } from "./virtual-list.js";
+
+const el = (tag, cls, text) => {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+};
+
+const json = (v) => (typeof v === "string" ? v : JSON.stringify(v, null, 2));
+
+export class TimelineView {
+  /**
+   * @param {HTMLElement} viewport
+   * @param {{onAnswer: (requestId: string, decision: "allow"|"deny") => void}} actions
+   */
+  constructor(viewport, actions) {
+    this.items = [];
+    this.actions = actions;
+    this.pending = new Set();
+    this.open = new Set(); // indexes of expanded rows
+    this.list = new VirtualList(viewport, (item, index) => this.row(item, index));
+  }
+
+  clear() {
+    this.items = [];
+    this.pending.clear();
+    this.open.clear();
+    this.list.clear();
+  }
+
+  /** Applies the changes of one session batch, in order. */
+  apply(changes) {
+    for (const c of changes) {
+      switch (c.op) {
+        case "insert":
+          this.items[c.index] = c.item;
+          this.list.insert(c.index, c.item);
+          break;
+        case "append": {
+          const item = this.items[c.index];
+          if (item.kind === "tool_call") item.output += c.text;
+          else item.text += c.text;
+          this.list.update(c.index, item);
+          break;
+        }
+        case "update":
+          this.items[c.index] = c.item;
+          this.list.update(c.index, c.item);
+          break;
+        case "approvals":
+          this.pending = new Set(c.pending);
+          break;
+        case "usage":
+          this.usage = c.totals;
+          break;
+      }
+    }
+  }
+
+  toggle(index) {
+    if (this.open.has(index)) this.open.delete(index);
+    else this.open.add(index);
+    this.list.update(index, this.items[index]);
+  }
+
+  row(item, index) {
+    const row = el("div", `item item-${item.kind}`);
+    row.dataset.kind = item.kind;
+    switch (item.kind) {
+      case "user_message":
+        row.append(el("div", "who", "you"), el("div", "text", item.text));
+        break;
+      case "assistant_message":
+        if (item.discarded) {
+          row.classList.add("discarded");
+          row.append(el("div", "who", "agent"), el("div", "text muted", "(a partial message was discarded)"));
+          break;
+        }
+        row.append(el("div", "who", "agent"), el("div", "text", item.text));
+        if (item.streaming) row.classList.add("streaming");
+        break;
+      case "reasoning": {
+        const head = el("button", "toggle", `${this.open.has(index) ? "▾" : "▸"} reasoning`);
+        head.onclick = () => this.toggle(index);
+        row.append(head);
+        if (this.open.has(index)) row.append(el("div", "text reasoning-text", item.text));
+        if (item.streaming) row.classList.add("streaming");
+        break;
+      }
+      case "tool_call": {
+        const head = el("button", "toggle");
+        head.append(
+          el("span", "", `${this.open.has(index) ? "▾" : "▸"} `),
+          el("span", "tool-name", item.tool_name),
+          el("span", `badge status-${item.status}`, item.status),
+        );
+        if (item.title) head.append(el("span", "muted", ` ${item.title}`));
+        head.onclick = () => this.toggle(index);
+        row.append(head);
+        if (this.open.has(index)) {
+          row.append(el("div", "label", "input"), el("pre", "io tool-input", json(item.input)));
+          if (item.output) row.append(el("div", "label", "output"), el("pre", "io tool-output", item.output));
+          if (item.error) row.append(el("div", "label", "error"), el("pre", "io tool-error", item.error));
+        }
+        break;
+      }
+      case "todo": {
+        row.append(el("div", "who", "todo"));
+        const list = el("ul", "todos");
+        for (const t of Array.isArray(item.items) ? item.items : []) {
+          const li = el("li", `todo-${t.status}`, t.text ?? json(t));
+          list.append(li);
+        }
+        row.append(list);
+        break;
+      }
+      case "error": {
+        row.append(el("div", "who", "error"), el("div", "text error-text", item.message));
+        const stderr = item.provider_error && item.provider_error.stderr;
+        if (stderr) {
+          const head = el("button", "toggle", `${this.open.has(index) ? "▾" : "▸"} stderr`);
+          head.onclick = () => this.toggle(index);
+          row.append(head);
+          if (this.open.has(index)) row.append(el("pre", "io stderr", stderr));
+        }
+        break;
+      }
+      case "approval": {
+        row.append(
+          el("div", "who", "approval"),
+          el("div", "text", `${item.tool_name} wants to run`),
+          el("pre", "io", json(item.input)),
+        );
+        if (item.status === "pending") {
+          const allow = el("button", "allow", "Allow");
+          const deny = el("button", "deny", "Deny");
+          allow.onclick = () => this.actions.onAnswer(item.request_id, "allow");
+          deny.onclick = () => this.actions.onAnswer(item.request_id, "deny");
+          row.append(el("div", "buttons"));
+          row.lastChild.append(allow, deny);
+        } else {
+          row.append(el("span", `badge approval-${item.status}`, item.status));
+        }
+        break;
+      }
+      default:
+        row.append(el("pre", "io", json(item)));
+    }
+    return row;
+  }
+}
