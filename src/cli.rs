@@ -63,6 +63,30 @@ enum Command {
         /// Exit once caught up instead of following.
         #[arg(long)]
         no_follow: bool,
+        /// The first reconnect delay in ms (doubles up to 5 s, with jitter).
+        #[arg(long, default_value_t = 100, hide = true)]
+        backoff_ms: u64,
+    },
+    /// Run a TCP proxy on loopback that cuts, stalls and delays connections (for tests).
+    #[command(hide = true)]
+    ChaosProxy {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        #[arg(long)]
+        upstream: std::net::SocketAddr,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Each connection is cut after a random time in [cut_min_ms, cut_max_ms].
+        #[arg(long, default_value_t = 50)]
+        cut_min_ms: u64,
+        #[arg(long, default_value_t = 400)]
+        cut_max_ms: u64,
+        /// Chance per forwarded chunk, in 1/1000, of a stall of 50..300 ms.
+        #[arg(long, default_value_t = 20)]
+        stall_per_mille: u64,
+        /// Each forwarded chunk is delayed by up to this many ms.
+        #[arg(long, default_value_t = 5)]
+        max_delay_ms: u64,
     },
     /// Run the built-in demo agent (Claude Code stream-json on stdin/stdout).
     #[command(hide = true)]
@@ -182,6 +206,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             url,
             token,
             no_follow,
+            backoff_ms,
         } => {
             let options = crate::companion::tail::TailOptions {
                 url,
@@ -189,6 +214,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 session,
                 after,
                 follow: !no_follow,
+                backoff_min_ms: backoff_ms,
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(crate::companion::tail::run(options))?;
@@ -213,6 +239,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::DemoAgent { delay_ms } => Ok(crate::companion::demo_agent::run(delay_ms)),
+        Command::ChaosProxy {
+            listen,
+            upstream,
+            seed,
+            cut_min_ms,
+            cut_max_ms,
+            stall_per_mille,
+            max_delay_ms,
+        } => {
+            let options = crate::companion::chaos::ChaosOptions {
+                listen,
+                upstream,
+                seed,
+                cut_after_ms: (cut_min_ms, cut_max_ms),
+                stall_per_mille,
+                stall_ms: (50, 300),
+                delay_ms: (0, max_delay_ms),
+            };
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            runtime.block_on(crate::companion::chaos::run(options))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::FakeModel { addr } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(crate::companion::fake_model::run(addr))?;

@@ -6,6 +6,7 @@
 //! * [`adapter`]: how each agent CLI is started and spoken to.
 //! * [`server`]: HTTP routes, auth, static files; [`ws`]: the WebSocket protocol.
 //! * [`tail`]: the `agentwire tail` terminal client.
+//! * [`chaos`]: `agentwire chaos-proxy`, a fault-injecting TCP proxy for reliability tests.
 //! * [`demo_agent`]: `agentwire demo-agent`, a fake agent speaking Claude Code's stream-json.
 //! * [`fake_model`]: `agentwire fake-model`, a scripted model API server for running the real
 //!   CLIs offline in tests.
@@ -14,6 +15,7 @@
 //! as arguments.
 
 pub mod adapter;
+pub mod chaos;
 pub mod demo_agent;
 pub mod fake_model;
 pub mod host;

@@ -28,6 +28,8 @@ pub struct TailOptions {
     pub after: u64,
     /// Keep following after catching up (else exit at the first `caught_up`).
     pub follow: bool,
+    /// The first reconnect delay; it doubles up to 5 s, with jitter.
+    pub backoff_min_ms: u64,
 }
 
 enum Outcome {
@@ -40,7 +42,7 @@ enum Outcome {
 /// Follows the session until caught up (without `follow`) or forever.
 pub async fn run(options: TailOptions) -> Result<()> {
     let mut cursor = Cursor::resume(options.after, None);
-    let mut backoff_ms = 100u64;
+    let mut backoff_ms = options.backoff_min_ms;
     loop {
         match connect_once(&options, &mut cursor).await {
             Ok(Outcome::Done) => return Ok(()),
@@ -49,7 +51,7 @@ pub async fn run(options: TailOptions) -> Result<()> {
                     "agentwire tail: connection dropped ({why}); resuming after {}",
                     cursor.after
                 );
-                backoff_ms = 100;
+                backoff_ms = options.backoff_min_ms;
             }
             Err(e) if is_fatal(&e) => return Err(e),
             Err(e) => eprintln!("agentwire tail: {e:#}; retrying"),
