@@ -465,13 +465,20 @@ impl Collector {
     }
 }
 
-/// Feeds `collector` from `socket` until `done` holds.
+/// Feeds `collector` from `socket` until `done` holds; fails after [`DEADLINE`] overall
+/// (heartbeats alone do not keep it waiting forever).
 pub async fn collect_until(
     socket: &mut Socket,
     collector: &mut Collector,
     done: impl Fn(&Collector) -> bool,
 ) {
+    let start = Instant::now();
     while !done(collector) {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "condition not reached in time ({} events)",
+            collector.events.len()
+        );
         match recv(socket).await {
             Some(msg) => collector.apply(msg),
             None => panic!(
