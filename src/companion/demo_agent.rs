@@ -6,7 +6,7 @@
 //! It reads NDJSON on stdin (user messages, `control_request`s, `control_response`s to its own
 //! permission prompts) and writes NDJSON on stdout, one flushed line at a time. The prompt
 //! picks a scenario by keyword: `crash`, `fail`, `approve`/`approval`, `todo`, `tool`,
-//! `background`, `slow`, `garbage`, else a plain answer (see `Scenario::of`).
+//! `background`, `slow`, `garbage`, `hang`, `deaf`, `noisy`, else a plain answer (see `Scenario::of`).
 //!
 //! Shape: one thread reads stdin and parses each line into an `Input` on a bounded channel;
 //! the main thread plays the turns and is the only writer of stdout. Every pause between two
@@ -212,6 +212,12 @@ enum Scenario {
     Slow,
     /// Unreadable output (not JSON, binary bytes, a 5 MiB line) before a plain answer.
     Garbage,
+    /// Starts answering, then writes nothing more and ignores everything: a hung agent.
+    Hang,
+    /// A slow answer that ignores interrupts.
+    Deaf,
+    /// Writes 20 MiB to stderr, then answers.
+    Noisy,
     Answer,
 }
 
@@ -236,6 +242,12 @@ impl Scenario {
             Scenario::Slow
         } else if p.contains("garbage") {
             Scenario::Garbage
+        } else if p.contains("hang") {
+            Scenario::Hang
+        } else if p.contains("deaf") {
+            Scenario::Deaf
+        } else if p.contains("noisy") {
+            Scenario::Noisy
         } else {
             Scenario::Answer
         }
@@ -300,6 +312,8 @@ struct DemoAgent<W> {
     /// Prompts that arrived while a turn was playing, played next.
     queued: VecDeque<String>,
     eof: bool,
+    /// Ignore interrupts (the `deaf` scenario: a provider that does not honour them).
+    deaf: bool,
     /// When the background task "finishes" and the agent takes an autonomous turn.
     wake_at: Option<Instant>,
     turn: TurnStats,
@@ -324,6 +338,7 @@ impl<W: Write> DemoAgent<W> {
             request_ids: 0,
             queued: VecDeque::new(),
             eof: false,
+            deaf: false,
             wake_at: None,
             turn: TurnStats::default(),
         }
@@ -385,6 +400,38 @@ impl<W: Write> DemoAgent<W> {
                     vec![Block::Thinking(think), Block::Text(text.clone())],
                     "end_turn",
                 )?;
+                Ok(Finish::Completed { text })
+            }
+            Scenario::Hang => {
+                self.begin_message()?;
+                self.stream_event(json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}))?;
+                self.stream_event(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Working on it"}}))?;
+                let _ = self.out.flush();
+                loop {
+                    thread::sleep(Duration::from_secs(3600));
+                }
+            }
+            Scenario::Deaf => {
+                self.deaf = true;
+                let text: String = (1..=100)
+                    .map(|i| format!("Deaf chunk {i:>3}/100. "))
+                    .collect();
+                let text = text.trim_end().to_owned();
+                let played = self.message(vec![Block::Text(text.clone())], "end_turn");
+                self.deaf = false;
+                played?;
+                Ok(Finish::Completed { text })
+            }
+            Scenario::Noisy => {
+                let line = format!("{}\n", "noise on stderr ".repeat(8));
+                let stderr = std::io::stderr();
+                let mut err = stderr.lock();
+                for _ in 0..(20 << 20) / line.len() {
+                    let _ = err.write_all(line.as_bytes());
+                }
+                drop(err);
+                let text = "A lot was written to stderr; here is the answer.".to_owned();
+                self.message(vec![Block::Text(text.clone())], "end_turn")?;
                 Ok(Finish::Completed { text })
             }
             Scenario::Garbage => {
@@ -837,6 +884,7 @@ impl<W: Write> DemoAgent<W> {
         loop {
             match self.next_input(Some(deadline)) {
                 None => return Ok(()),
+                Some(Input::Interrupt { .. }) if self.deaf => {}
                 Some(Input::Interrupt { id }) => {
                     self.respond(&id, None)?;
                     return Err(Halt::Interrupted);

@@ -79,6 +79,7 @@ pub struct HubConfig {
     pub stderr_keep_bytes: usize,
     pub cancel_grace_ms: i64,
     pub autonomous_idle_limit_ms: i64,
+    pub foreground_idle_limit_ms: i64,
     /// Where agent CLIs are looked for before `PATH` (`scripts/install-clis` installs there).
     pub cli_dir: PathBuf,
     /// When set, each session's agent traffic is written to `<dir>/<session id>.jsonl`.
@@ -94,6 +95,7 @@ impl HubConfig {
             stderr_keep_bytes: 256 << 10,
             cancel_grace_ms: 2_000,
             autonomous_idle_limit_ms: 10 * 60_000,
+            foreground_idle_limit_ms: 60 * 60_000,
             cli_dir: PathBuf::from(DEFAULT_CLI_DIR),
             record_dir: None,
         }
@@ -467,6 +469,7 @@ impl SessionTask {
         lifecycle.policy = Policy::Drop;
         lifecycle.cancel_grace_ms = config.cancel_grace_ms;
         lifecycle.autonomous_idle_limit_ms = config.autonomous_idle_limit_ms;
+        lifecycle.foreground_idle_limit_ms = config.foreground_idle_limit_ms;
         let mut projector = TurnProjector::new(lifecycle);
         projector.mark_connected();
         let recorder = config

@@ -14,7 +14,8 @@
 //!   the lifecycle of a later turn.
 //! * An interrupt that gets no terminal within `cancel_grace_ms` (2 s) of the caller's clock
 //!   yields a synthetic `run_cancelled`; an autonomous turn silent for longer than
-//!   `autonomous_idle_limit_ms` ends with a synthetic `run_failed` whose `provider_error.kind`
+//!   `autonomous_idle_limit_ms` (a foreground one past `foreground_idle_limit_ms`, a provider
+//!   that hangs) ends with a synthetic `run_failed` whose `provider_error.kind`
 //!   is `watchdog`. Closing the session cancels what is still active. So nothing stays
 //!   `running` forever.
 //!
@@ -93,6 +94,9 @@ pub struct LifecycleConfig {
     pub cancel_grace_ms: i64,
     /// How long an autonomous turn may stay silent before the watchdog fails it.
     pub autonomous_idle_limit_ms: i64,
+    /// How long a foreground turn may stay silent before the watchdog fails it (a provider
+    /// that hangs). Longer than the autonomous limit: a tool may run quietly for a while.
+    pub foreground_idle_limit_ms: i64,
     pub policy: Policy,
 }
 
@@ -103,6 +107,7 @@ impl LifecycleConfig {
             provider,
             cancel_grace_ms: 2_000,
             autonomous_idle_limit_ms: 10 * 60_000,
+            foreground_idle_limit_ms: 60 * 60_000,
             policy: Policy::Warn,
         }
     }
@@ -289,39 +294,47 @@ impl TurnProjector {
         active.len()
     }
 
+    /// When the watchdog fails `turn` if nothing happens before.
+    fn watchdog_at(&self, turn: &Turn) -> i64 {
+        let limit = if turn.foreground {
+            self.config.foreground_idle_limit_ms
+        } else {
+            self.config.autonomous_idle_limit_ms
+        };
+        turn.last_activity_ms.saturating_add(limit)
+    }
+
     /// The earliest time at which [`TurnProjector::handle_timeout`] has something to do.
     pub fn poll_timeout(&self) -> Option<i64> {
         self.active
             .values()
-            .flat_map(|t| {
-                let watchdog = (!t.foreground)
-                    .then(|| t.last_activity_ms + self.config.autonomous_idle_limit_ms);
-                [t.cancel_deadline_ms, watchdog]
-            })
+            .flat_map(|t| [t.cancel_deadline_ms, Some(self.watchdog_at(t))])
             .flatten()
             .min()
     }
 
     /// Fires the cancel grace and the watchdog deadlines that are due at `now_ms`.
     pub fn handle_timeout(&mut self, now_ms: i64) {
-        let mut due: Vec<(String, bool)> = Vec::new();
+        let mut due: Vec<(String, bool, bool)> = Vec::new();
         for (id, t) in &self.active {
             if t.cancel_deadline_ms.is_some_and(|d| d <= now_ms) {
-                due.push((id.clone(), true));
-            } else if !t.foreground
-                && t.last_activity_ms + self.config.autonomous_idle_limit_ms <= now_ms
-            {
-                due.push((id.clone(), false));
+                due.push((id.clone(), true, t.foreground));
+            } else if self.watchdog_at(t) <= now_ms {
+                due.push((id.clone(), false, t.foreground));
             }
         }
         due.sort();
-        for (run_id, cancelled) in due {
+        for (run_id, cancelled, foreground) in due {
             if cancelled {
                 let data = json!({"reason": "interrupt_timeout", "synthetic": true});
                 self.synthesize(&run_id, EventType::RunCancelled, data, now_ms);
             } else {
-                let limit = self.config.autonomous_idle_limit_ms;
-                let message = format!("autonomous turn silent for more than {limit} ms");
+                let (which, limit) = if foreground {
+                    ("foreground", self.config.foreground_idle_limit_ms)
+                } else {
+                    ("autonomous", self.config.autonomous_idle_limit_ms)
+                };
+                let message = format!("{which} turn silent for more than {limit} ms");
                 let mut data =
                     ProviderError::new(self.config.provider, "watchdog", message).to_data();
                 data.insert("synthetic".into(), Value::Bool(true));
