@@ -307,11 +307,15 @@ impl Client {
                     self.replies.push_back((id, result));
                 }
             }
-            Signal::Error { session, error } => {
-                if session.is_none() && error.code == "unsupported_protocol" {
-                    self.close();
+            Signal::Error { session, error } => match session {
+                // The subscription failed (`unknown_session`, `store_error`): nothing to await.
+                Some(session) if self.awaiting_caught_up.remove(&session) => {
+                    self.update_caught_up();
                 }
-            }
+                Some(_) => {}
+                None if error.code == "unsupported_protocol" => self.close(),
+                None => {}
+            },
         }
     }
 

@@ -100,31 +100,36 @@ impl Drop for Inner {
     }
 }
 
-fn option(options: &JsValue, key: &str) -> JsValue {
-    Reflect::get(options, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+/// `ClientOptions`, read and checked.
+struct Options {
+    /// The WebSocket URL with the token in its query (browsers cannot set headers).
+    url: String,
+    on_change: Function,
+    sessions: Vec<String>,
+    config: ClientConfig,
 }
 
-fn bad_options(message: &str) -> JsValue {
-    error("bad_options", message)
-}
-
-#[wasm_bindgen]
-impl Client {
-    /// Connects at once and follows `options.sessions`; see `ClientOptions`.
-    #[wasm_bindgen(constructor)]
-    pub fn new(
-        #[wasm_bindgen(unchecked_param_type = "ClientOptions")] options: JsValue,
-    ) -> Result<Client, JsValue> {
-        let url = option(&options, "url").as_string();
-        let url = url.ok_or_else(|| bad_options("options.url must be a ws:// or wss:// URL"))?;
-        if !(url.starts_with("ws://") || url.starts_with("wss://")) {
-            return Err(bad_options("options.url must be a ws:// or wss:// URL"));
-        }
-        let token = option(&options, "token").as_string();
-        let token = token.ok_or_else(|| bad_options("options.token must be a string"))?;
-        let on_change = option(&options, "onChange").dyn_into::<Function>();
-        let on_change =
-            on_change.map_err(|_| bad_options("options.onChange must be a function"))?;
+impl Options {
+    fn read(options: &JsValue) -> Result<Options, JsValue> {
+        let get = |key: &str| Reflect::get(options, &key.into()).unwrap_or(JsValue::UNDEFINED);
+        let bad = |message: &str| error("bad_options", message);
+        let url = get("url")
+            .as_string()
+            .filter(|u| u.starts_with("ws://") || u.starts_with("wss://"));
+        let url = url.ok_or_else(|| bad("options.url must be a ws:// or wss:// URL"))?;
+        let token = get("token")
+            .as_string()
+            .ok_or_else(|| bad("options.token must be a string"))?;
+        let on_change = get("onChange").dyn_into::<Function>();
+        let on_change = on_change.map_err(|_| bad("options.onChange must be a function"))?;
+        let sessions = match get("sessions") {
+            v if v.is_undefined() => Vec::new(),
+            v => v
+                .dyn_into::<js_sys::Array>()
+                .ok()
+                .and_then(|a| a.iter().map(|s| s.as_string()).collect::<Option<Vec<_>>>())
+                .ok_or_else(|| bad("options.sessions must be an array of strings"))?,
+        };
         let mut config = ClientConfig {
             seed: (js_sys::Math::random() * 2f64.powi(53)) as u64,
             ..ClientConfig::default()
@@ -134,26 +139,27 @@ impl Client {
             ("backoffMaxMs", &mut config.backoff_max_ms),
             ("connectTimeoutMs", &mut config.connect_timeout_ms),
         ] {
-            if let Some(ms) = option(&options, key).as_f64() {
+            if let Some(ms) = get(key).as_f64() {
                 *field = ms as i64;
-            }
-        }
-        let mut core = Core::new(config, now_ms());
-        let sessions = option(&options, "sessions");
-        if !sessions.is_undefined() {
-            let sessions = sessions
-                .dyn_into::<js_sys::Array>()
-                .map_err(|_| bad_options("options.sessions must be an array of strings"))?;
-            for s in sessions.iter() {
-                let s = s.as_string();
-                core.subscribe(&s.ok_or_else(|| bad_options("session ids are strings"))?);
             }
         }
         let sep = if url.contains('?') { '&' } else { '?' };
         let token = String::from(js_sys::encode_uri_component(&token));
+        Ok(Options {
+            url: format!("{url}{sep}token={token}"),
+            on_change,
+            sessions,
+            config,
+        })
+    }
+}
+
+impl Inner {
+    /// The state and its two long-lived callbacks (timer, animation frame), which hold it weakly.
+    fn new(core: Core, url: String, on_change: Function) -> Rc<RefCell<Inner>> {
         let inner = Rc::new(RefCell::new(Inner {
             core,
-            url: format!("{url}{sep}token={token}"),
+            url,
             socket: None,
             on_change,
             pending: HashMap::new(),
@@ -163,18 +169,31 @@ impl Client {
             on_frame: None,
         }));
         let weak = Rc::downgrade(&inner);
-        let on_timer =
-            Closure::<dyn FnMut()>::new(callback(&weak, |core| core.handle_timeout(now_ms())));
-        let on_frame = Closure::<dyn FnMut()>::new({
-            let weak = weak.clone();
-            move || {
-                if let Some(inner) = weak.upgrade() {
-                    deliver(&inner);
-                }
+        let on_timer = callback(&weak, |core| core.handle_timeout(now_ms()));
+        let on_frame = move || {
+            if let Some(inner) = weak.upgrade() {
+                deliver(&inner);
             }
-        });
-        inner.borrow_mut().on_timer = Some(on_timer);
-        inner.borrow_mut().on_frame = Some(on_frame);
+        };
+        let mut s = inner.borrow_mut();
+        s.on_timer = Some(Closure::<dyn FnMut()>::new(on_timer));
+        s.on_frame = Some(Closure::<dyn FnMut()>::new(on_frame));
+        drop(s);
+        inner
+    }
+}
+
+#[wasm_bindgen]
+impl Client {
+    /// Connects at once and follows `options.sessions`; see `ClientOptions`.
+    #[wasm_bindgen(constructor)]
+    pub fn new(
+        #[wasm_bindgen(unchecked_param_type = "ClientOptions")] options: JsValue,
+    ) -> Result<Client, JsValue> {
+        let options = Options::read(&options)?;
+        let mut core = Core::new(options.config, now_ms());
+        options.sessions.iter().for_each(|s| core.subscribe(s));
+        let inner = Inner::new(core, options.url, options.on_change);
         pump(&inner);
         Ok(Client { inner })
     }

@@ -1,15 +1,16 @@
 //! `Projector`: the transport-free client state (see [`crate::core::projector`]). A page that
 //! owns its socket (or a worker, or a test) feeds it frames with `ingest` and takes one batch
-//! per animation frame with `drain`.
+//! per animation frame with `drain`. The `agentwire/transcripts` build adds
+//! `Projector.transcript()` and `finish()` (see [`super::transcript`]).
 
 use wasm_bindgen::prelude::*;
 
-use super::{error, from_json, parse_format, wire_error};
+use super::{error, from_json};
 use crate::core::projector::Projector as Core;
 
 /// Server frames (or a provider's raw output) in, one batch of changes out.
 #[wasm_bindgen]
-pub struct Projector(Core);
+pub struct Projector(pub(crate) Core);
 
 #[wasm_bindgen]
 impl Projector {
@@ -20,21 +21,6 @@ impl Projector {
         Projector(Core::new())
     }
 
-    /// A projector of one provider transcript, fed raw output with `ingest` and ended with
-    /// `finish`; `provider` null/undefined detects the format; the session defaults to "local".
-    pub fn transcript(
-        #[wasm_bindgen(unchecked_param_type = "Format | null | undefined")] provider: Option<
-            String,
-        >,
-        session: Option<String>,
-    ) -> Result<Projector, JsValue> {
-        let format = parse_format(provider.as_deref())?;
-        Ok(Projector(Core::transcript(
-            format,
-            session.as_deref().unwrap_or("local"),
-        )))
-    }
-
     /// One server text frame (or a piece of raw output). A malformed frame throws an
     /// `AgentwireError` (and is noted in the next batch); the state is unchanged by it.
     pub fn ingest(
@@ -42,21 +28,14 @@ impl Projector {
         frame: &str,
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
     ) -> Result<(), JsValue> {
+        #[cfg(feature = "transcripts")]
         if self.0.is_transcript() {
-            return self
-                .0
-                .handle_provider_text(frame, now_ms as i64)
-                .map_err(wire_error);
+            return (self.0.handle_provider_text(frame, now_ms as i64)).map_err(super::wire_error);
         }
         match self.0.handle_frame(frame, now_ms as i64) {
             Ok(_) => Ok(()),
             Err(e) => Err(error(e.code(), &e.to_string())),
         }
-    }
-
-    /// The end of a transcript (a last line without a newline is read now).
-    pub fn finish(&mut self, #[wasm_bindgen(js_name = nowMs)] now_ms: f64) -> Result<(), JsValue> {
-        self.0.handle_eof(now_ms as i64).map_err(wire_error)
     }
 
     /// The changes since the previous drain, as one object.

@@ -224,8 +224,24 @@ fn frames_of_an_old_socket_are_ignored_and_bad_frames_are_noted() {
         c.handle_frame(1, &f.text, 0);
     }
     c.handle_frame(2, "not json", 0);
+    // A session the server does not know is not awaited forever.
+    c.handle_open(2, 0);
+    c.handle_frame(2, &welcome(500), 0);
+    assert_eq!(c.state(), ConnectionState::Live);
+    c.handle_frame(
+        2,
+        r#"{"t":"error","code":"unknown_session","message":"no","session":"s1"}"#,
+        0,
+    );
+    assert_eq!(c.state(), ConnectionState::CaughtUp);
     let batch = c.drain();
-    assert!(batch.batch.sessions.is_empty(), "{batch:?}");
+    let sessions: Vec<_> = batch
+        .batch
+        .sessions
+        .iter()
+        .map(|s| (s.after, s.notes.len()))
+        .collect();
+    assert_eq!(sessions, [(0, 1)], "only the error note: {batch:?}");
     assert_eq!(batch.batch.notes.len(), 1, "{batch:?}");
     c.handle_frame(
         2,

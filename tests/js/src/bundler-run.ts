@@ -1,13 +1,17 @@
-// Runs in a child `node --experimental-wasm-modules`: the `bundler` build (pkg/, what npm
-// users get) imported as a bundler would, over the transcripts named on stdin; prints the
-// outputs as JSON.
+// Runs in a child `node --experimental-wasm-modules`, copied next to a node_modules/agentwire
+// that is the `bundler` build (pkg/, what npm users get): imports the package by its name as
+// an app would, runs the transcripts named on stdin, prints the outputs as JSON.
 
 import { readFileSync } from "node:fs";
 
-// @ts-ignore: the bundler build's glue imports its .wasm as an ES module (Node needs the flag).
-import * as agentwire from "../../../pkg/agentwire.js";
+// @ts-ignore: resolved where the test copies this file; the bundler glue imports its .wasm as
+// an ES module (Node needs --experimental-wasm-modules).
+import * as agentwire from "agentwire/transcripts";
+// @ts-ignore: likewise; the main entry must load too.
+import { Projector } from "agentwire";
 
-const pkg = agentwire as typeof import("../../../pkg-web/agentwire.js");
+new Projector().free();
+const pkg = agentwire as typeof import("../../../pkg-web/transcripts/agentwire.js");
 const { paths, nowMs } = JSON.parse(readFileSync(0, "utf8")) as { paths: [string, string][]; nowMs: number };
 const out = paths.map(([format, path]) => {
   const text = readFileSync(path, "utf8");

@@ -5,7 +5,11 @@
 import { strict as assert } from "node:assert";
 import { spawnSync } from "node:child_process";
 
-import { normalize, project } from "../../../pkg-web/agentwire.js";
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, copyFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { normalize, project } from "../../../pkg-web/transcripts/agentwire.js";
 import { bin, loadPackage, root, transcripts } from "./fixtures.js";
 
 const NOW = "2026-01-02T03:04:05.678Z";
@@ -36,12 +40,18 @@ for (const t of all) {
   }
 }
 
-// The bundler build (pkg/), imported by Node's ES module loader as a bundler would.
+// The bundler build (pkg/), installed as node_modules/agentwire and imported by its name
+// (`agentwire/transcripts`, through package.json "exports") by Node's ES module loader.
+const app = mkdtempSync(join(tmpdir(), "agentwire-app-"));
+mkdirSync(join(app, "node_modules"));
+symlinkSync(join(root, "pkg"), join(app, "node_modules", "agentwire"), "dir");
+copyFileSync(join(root, "tests", "js", "build", "bundler-run.js"), join(app, "run.mjs"));
 const child = spawnSync(
   process.execPath,
-  ["--experimental-wasm-modules", "--no-warnings", `${root}/tests/js/build/bundler-run.js`],
+  ["--experimental-wasm-modules", "--no-warnings", join(app, "run.mjs")],
   { input: JSON.stringify({ paths: all.map((t) => [t.format, t.path]), nowMs: NOW_MS }), maxBuffer: 1 << 28 },
 );
+rmSync(app, { recursive: true, force: true });
 assert.equal(child.status, 0, child.stderr.toString());
 const outputs = JSON.parse(child.stdout.toString()) as [string, string][];
 all.forEach((t, i) => {

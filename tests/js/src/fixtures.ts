@@ -1,5 +1,5 @@
-// Shared by the Node tests: the repository's paths, the transcripts, and the package loaded
-// the way a page would load the `web` build (here from the file, with initSync).
+// Shared by the Node tests: the repository's paths, the transcripts, and the package's two
+// entry points loaded the way a page loads the `web` build (here from the files, initSync).
 
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -7,6 +7,7 @@ import { fileURLToPath } from "node:url";
 
 import { initSync } from "../../../pkg-web/agentwire.js";
 import type { Format } from "../../../pkg-web/agentwire.js";
+import { initSync as initTranscripts } from "../../../pkg-web/transcripts/agentwire.js";
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
@@ -48,6 +49,7 @@ let loaded = false;
 export function loadPackage(): void {
   if (!loaded) {
     initSync({ module: readFileSync(join(root, "pkg-web", "agentwire_bg.wasm")) });
+    initTranscripts({ module: readFileSync(join(root, "pkg-web", "transcripts", "agentwire_bg.wasm")) });
     loaded = true;
   }
 }

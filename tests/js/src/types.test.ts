@@ -7,7 +7,8 @@ import { strict as assert } from "node:assert";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { Client, normalize, project, Projector } from "../../../pkg-web/agentwire.js";
+import { Client, Projector } from "../../../pkg-web/agentwire.js";
+import * as offline from "../../../pkg-web/transcripts/agentwire.js";
 import type {
   AgentwireError, Batch, ClientOptions, Event, Format, Item, Lifecycle,
 } from "../../../pkg-web/agentwire.js";
@@ -47,11 +48,11 @@ function expectError(f: () => unknown, code: AgentwireError["code"]): void {
 let events = 0;
 for (const t of transcripts()) {
   // normalize(): one Event per line.
-  const lines = normalize(t.format, t.text, 0).split("\n");
+  const lines = offline.normalize(t.format, t.text, 0).split("\n");
   assert.equal(lines.pop(), "", "every line ends with a newline");
   const parsed: Event[] = lines.map((l, i) => assertShape(event, JSON.parse(l), `${t.name}:${i + 1}`));
   events += parsed.length;
-  const text: string = project(t.format, t.text, 0);
+  const text: string = offline.project(t.format, t.text, 0);
   assert.match(text, /^lifecycle: (initializing|idle|running|error|closed)\n/);
 
   // The same events as server frames, with a replay overlap, through a Projector.
@@ -72,7 +73,7 @@ for (const t of transcripts()) {
   assertShape(lifecycle, state, "lifecycle");
 
   // The raw transcript through a transcript projector, in uneven pieces.
-  const tp = Projector.transcript(t.format, "local");
+  const tp = offline.Projector.transcript(t.format, "local");
   const tmodel = new Map<string, Item[]>();
   for (let i = 0; i < t.text.length; i += 101) {
     tp.ingest(t.text.slice(i, i + 101), 0);
@@ -99,16 +100,19 @@ const frames = [
   { t: "pong" },
 ];
 for (const f of frames) p.ingest(JSON.stringify(f), 0);
-const gap = JSON.parse(normalize("claude", readFileSync(join(root, "examples", "claude-session.jsonl"), "utf8"), 0).split("\n")[2]!) as Event;
+const gap = JSON.parse(offline.normalize("claude", readFileSync(join(root, "examples", "claude-session.jsonl"), "utf8"), 0).split("\n")[2]!) as Event;
 p.ingest(JSON.stringify({ t: "events", session: "s1", epoch: "e2", events: [{ ...gap, session_id: "s1" }] }), 0);
 expectError(() => p.ingest("{not json", 0), "malformed_frame");
 expectError(() => p.ingest(JSON.stringify({ t: "teleport" }), 0), "unknown_type");
 const last = checkBatch(p.drain(), "frames");
 assert.ok(last.notes?.some((n) => n.note === "error" && n.code === "malformed_frame"));
 assert.equal(typeof p.drainJson(), "string");
-expectError(() => p.finish(0), "not_a_transcript");
-expectError(() => normalize("cobol" as Format, "", 0), "unknown_provider");
-expectError(() => Projector.transcript("cobol" as Format), "unknown_provider");
+const framesOnly = new offline.Projector();
+expectError(() => framesOnly.finish(0), "not_a_transcript");
+expectError(() => offline.normalize("cobol" as Format, "", 0), "unknown_provider");
+expectError(() => offline.Projector.transcript("cobol" as Format), "unknown_provider");
+assert.ok(!("transcript" in Projector) && !("normalize" in (await import("../../../pkg-web/agentwire.js"))),
+  "the main entry carries no provider decoder");
 expectError(() => new Client({ url: "http://x", token: "t", onChange: () => {} }), "bad_options");
 expectError(() => new Client({} as ClientOptions), "bad_options");
 
@@ -120,8 +124,10 @@ for (const op of ["insert", "append", "update", "usage", "approvals"]) assert.ok
 for (const n of ["caught_up", "reset", "resync", "gap", "error", "diagnostic"]) assert.ok(seen.notes.has(n), `no ${n} note`);
 
 // The public declarations name no `any` (the raw wasm exports of the web build aside).
-const dts = readFileSync(join(root, "pkg", "agentwire.d.ts"), "utf8");
 const anyType = /([:<|,(]\s*any\b)|(\bany\s*[[|>,)])/;
-assert.deepEqual(dts.split("\n").filter((l) => anyType.test(l)), []);
+for (const entry of ["agentwire.d.ts", "transcripts/agentwire.d.ts"]) {
+  const dts = readFileSync(join(root, "pkg", entry), "utf8");
+  assert.deepEqual(dts.split("\n").filter((l) => anyType.test(l)), [], entry);
+}
 assert.ok(anyType.test("(a: number) => any,") && anyType.test("x: any;"), "the pattern finds `any`");
 console.log(`types: ${events} events, every batch, item, change, note and error matched its type`);
