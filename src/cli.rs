@@ -12,12 +12,9 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
-use crate::core::event::Provider;
-use crate::core::lifecycle::{LifecycleConfig, TurnProjector};
 use crate::core::normalize::{normalize, Config, Format, Normalized};
-use crate::core::render::render_diagnostics;
+use crate::core::render::{normalize_output, project_output};
 use crate::core::time::Timestamp;
-use crate::core::timeline::Timeline;
 
 #[derive(Parser)]
 #[command(
@@ -189,11 +186,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Normalize { input, strict } => {
             let out = read_and_normalize(&input)?;
-            let mut stdout = io::BufWriter::new(io::stdout().lock());
-            for event in &out.events {
-                writeln!(stdout, "{}", event.to_json()).context("writing stdout")?;
-            }
-            stdout.flush().context("writing stdout")?;
+            print(&normalize_output(&out))?;
             report(&out);
             let failed = strict && !out.diagnostics.is_empty();
             Ok(if failed {
@@ -226,18 +219,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Project { input } => {
             let out = read_and_normalize(&input)?;
             let now = input.now.unwrap_or_else(wall_clock);
-            let mut lifecycle = TurnProjector::new(LifecycleConfig::new(
-                &input.session,
-                out.format.map_or(Provider::Generic, Format::provider),
-            ));
-            let mut timeline = Timeline::new();
-            for event in &out.events {
-                lifecycle.handle_event(event, now.unix_millis());
-                timeline.handle_event(event);
-            }
-            let mut stdout = io::stdout().lock();
-            write!(stdout, "{}", lifecycle.render()).context("writing stdout")?;
-            write!(stdout, "{}", timeline.render()).context("writing stdout")?;
+            print(&project_output(&out, &input.session, now.unix_millis()))?;
             report(&out);
             Ok(ExitCode::SUCCESS)
         }
@@ -319,10 +301,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             args.db.display(),
             hub.store().epoch()
         );
-        let state = server::AppState {
-            hub,
-            config: std::sync::Arc::new(config),
-        };
+        let state = server::AppState::new(hub, std::sync::Arc::new(config));
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;
         };
@@ -353,16 +332,18 @@ fn read_and_normalize(input: &InputArgs) -> Result<Normalized> {
     ))
 }
 
+fn print(text: &str) -> Result<()> {
+    let mut stdout = io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .context("writing stdout")?;
+    stdout.flush().context("writing stdout")
+}
+
 fn report(out: &Normalized) {
-    let mut stderr = io::stderr().lock();
-    let _ = write!(stderr, "{}", render_diagnostics(&out.diagnostics));
-    let format = out.format.map_or("nothing (empty input)", Format::as_str);
-    let s = out.stats;
-    let _ = writeln!(
-        stderr,
-        "agentwire: read {} records as {format}: {} events, {} ignored, {} diagnostics",
-        s.records, s.events, s.ignored, s.diagnostics
-    );
+    let _ = io::stderr()
+        .lock()
+        .write_all(crate::core::render::report(out).as_bytes());
 }
 
 fn wall_clock() -> Timestamp {

@@ -4,6 +4,9 @@
 //! * [`core`]: the pure, sans-IO core (events, normalizers, buffer, dedup, projections); it
 //!   compiles unchanged to wasm32 and native.
 //! * `cli` (native only): the `agentwire` command line.
+//! * `companion` (native only): the server that hosts agents and serves their sessions.
+//! * `wasm` (wasm32 only): the `agentwire` npm package, a thin wasm-bindgen shell over
+//!   [`core::projector`] and [`core::client`].
 //!
 //! See ARCHITECTURE.md for the map and the invariants.
 
@@ -14,3 +17,10 @@ pub mod cli;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod companion;
+
+#[cfg(target_arch = "wasm32")]
+pub mod wasm;
+
+// The core's tests run in a real browser under `wasm-pack test --chrome` (see scripts/test).
+#[cfg(all(test, target_arch = "wasm32"))]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);

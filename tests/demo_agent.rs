@@ -5,6 +5,8 @@
 //!
 //! Every read has a deadline (a reader thread and `recv_timeout`), so a bug fails the test
 //! instead of hanging it.
+// Native only: `wasm-pack test` builds every test target for wasm32 too.
+#![cfg(not(target_arch = "wasm32"))]
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};

@@ -2,6 +2,8 @@
 //! rendered one event per line (then its diagnostics and a stats line) and compared with the
 //! reviewed `<file>.golden` beside it. `UPDATE_EXPECT=1 cargo test --test goldens` rewrites
 //! the goldens; review the diff like code.
+// Native only: `wasm-pack test` builds every test target for wasm32 too.
+#![cfg(not(target_arch = "wasm32"))]
 
 use std::fs;
 use std::path::{Path, PathBuf};

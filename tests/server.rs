@@ -1,6 +1,8 @@
 //! The companion end to end: a real `agentwire serve` process on 127.0.0.1 port 0, a real
 //! SQLite file in a temp dir, the built-in demo agent as its child, real WebSocket and HTTP
 //! clients.
+// Native only: `wasm-pack test` builds every test target for wasm32 too.
+#![cfg(not(target_arch = "wasm32"))]
 
 mod common;
 

@@ -7,6 +7,8 @@
 //!
 //! Nothing here sleeps to wait: waits are on a store answer or a `Committed`, under a
 //! generous deadline that only matters when something is broken.
+// Native only: `wasm-pack test` builds every test target for wasm32 too.
+#![cfg(not(target_arch = "wasm32"))]
 
 use std::future::Future;
 use std::pin::Pin;

@@ -68,6 +68,18 @@ impl ServerConfig {
 pub struct AppState {
     pub hub: Arc<Hub>,
     pub config: Arc<ServerConfig>,
+    /// Fired by `POST /api/connections/drop`: every open WebSocket closes.
+    pub drops: tokio::sync::broadcast::Sender<()>,
+}
+
+impl AppState {
+    pub fn new(hub: Arc<Hub>, config: Arc<ServerConfig>) -> AppState {
+        AppState {
+            hub,
+            config,
+            drops: tokio::sync::broadcast::channel(1).0,
+        }
+    }
 }
 
 /// An API error: a status and `{"error": {"code", "message"}}`.
@@ -129,6 +141,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/sessions/{id}/events", get(get_events))
         .route("/api/sessions/{id}/stream", get(sse_stream))
+        .route("/api/connections/drop", post(drop_connections))
         .route("/ws", get(websocket))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(DefaultBodyLimit::max(state.config.body_limit));
@@ -424,6 +437,12 @@ async fn sse_stream(
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response())
+}
+
+/// A test and ops hook: closes every open WebSocket (clients reconnect and resume).
+async fn drop_connections(State(state): State<AppState>) -> Json<Value> {
+    let dropped = state.drops.send(()).unwrap_or(0);
+    Json(json!({ "dropped": dropped }))
 }
 
 async fn websocket(State(state): State<AppState>, upgrade: WebSocketUpgrade) -> Response {

@@ -128,7 +128,10 @@ pub async fn handle_socket(socket: WebSocket, state: AppState) {
         }
         let _ = sink.close().await;
     });
+    // `POST /api/connections/drop` ends the incoming stream, which closes the connection.
+    let mut drops = state.drops.subscribe();
     let incoming = stream
+        .take_until(async move { drops.recv().await })
         .take_while(|m| std::future::ready(m.is_ok()))
         .filter_map(|m| async move {
             match m {

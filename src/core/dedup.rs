@@ -186,6 +186,8 @@ impl UserEchoFilter {
 
 #[cfg(test)]
 mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use proptest::prelude::*;
     use serde_json::{json, Map, Value};
 
@@ -228,7 +230,7 @@ mod tests {
         by: DuplicateBy::Sequence,
     };
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn duplicates_by_id_and_by_sequence() {
         let mut d = Dedup::new();
         assert_eq!(d.admit(&ev(1, "s1", 1)), NEW);
@@ -256,7 +258,7 @@ mod tests {
         assert_eq!(d.admit(&ev(7, "s1", 2)), NEW);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn the_id_window_is_bounded_and_fifo() {
         let mut d = Dedup::with_id_window(2);
         for key in 1..=3 {
@@ -278,7 +280,7 @@ mod tests {
         assert_eq!(off.remembered_ids(), 0);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn default_window() {
         let mut d = Dedup::default();
         for key in 0..5000 {
@@ -287,7 +289,7 @@ mod tests {
         assert_eq!(d.remembered_ids(), DEFAULT_ID_WINDOW);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn echoes_of_the_latest_prompt_are_suppressed() {
         let mut f = UserEchoFilter::new();
         let echo = sent(Some("r1"), json!("  fix the bug\n"));
@@ -361,7 +363,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(512))]
 
         /// Admitting s then s again admits nothing more than admitting s once.
-        #[test]
+        #[wasm_bindgen_test(unsupported = test)]
         fn admission_is_idempotent(s in stream()) {
             let evs = events(&s);
             let once = admitted(&mut Dedup::new(), &evs);
@@ -372,7 +374,7 @@ mod tests {
 
         /// Whatever the order and the repeats, each id is admitted at most once, and per
         /// session admitted sequences strictly increase.
-        #[test]
+        #[wasm_bindgen_test(unsupported = test)]
         fn each_id_at_most_once(s in arrivals()) {
             let evs = events(&s);
             let mut d = Dedup::new();
@@ -392,7 +394,7 @@ mod tests {
 
         /// A shuffled, duplicated arrival of one log admits every id of it at most once, and
         /// admits all of it when it arrives in order.
-        #[test]
+        #[wasm_bindgen_test(unsupported = test)]
         fn in_order_log_is_admitted_whole(n in 0u32..30, dups in prop::collection::vec(0usize..30, 0..30)) {
             let log: Vec<Event> = (0..n).map(|k| ev(k, "s1", u64::from(k) + 1)).collect();
             let mut arrival = log.clone();

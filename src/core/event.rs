@@ -472,6 +472,8 @@ impl TryFrom<RawEvent> for Event {
 
 #[cfg(test)]
 mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use super::*;
 
     fn init() -> EventInit {
@@ -483,7 +485,7 @@ mod tests {
         )
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn there_are_the_28_seed_types_and_our_extensions() {
         assert_eq!(EventType::ALL.len(), 38);
         assert_eq!(EventType::ALL[0].as_str(), "session_created");
@@ -495,14 +497,14 @@ mod tests {
         }
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn empty_session_is_refused() {
         let mut i = init();
         i.session_id.clear();
         assert_eq!(Event::new(i).unwrap_err(), EventError::EmptySessionId);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn derived_ids_are_stable_and_well_formed() {
         let a = Event::new(init()).unwrap();
         let b = Event::new(init()).unwrap();
@@ -515,7 +517,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn bad_ids_are_typed_errors() {
         for bad in [
             "evt_123",
@@ -529,7 +531,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn json_round_trip_validates() {
         let e = Event::new(init()).unwrap().into_sequenced(7);
         let back: Event = serde_json::from_str(&e.to_json()).unwrap();

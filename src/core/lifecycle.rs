@@ -549,6 +549,8 @@ impl TurnProjector {
 
 #[cfg(test)]
 mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use super::*;
     use expect_test::{expect, Expect};
     use proptest::prelude::*;
@@ -635,7 +637,7 @@ mod tests {
     use EventType::*;
     use Step::*;
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn foreground_turn_runs_from_its_start_and_ends_on_its_terminal() {
         check(
             &mut projector(),
@@ -669,7 +671,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn autonomous_turns_run_and_end_by_themselves() {
         check(
             &mut projector(),
@@ -694,7 +696,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn an_unanswered_interrupt_is_cancelled_after_the_grace() {
         let mut p = projector();
         check(
@@ -720,7 +722,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_silent_autonomous_turn_is_failed_by_the_watchdog() {
         let mut p = projector();
         p.config.autonomous_idle_limit_ms = 1_000;
@@ -745,7 +747,7 @@ mod tests {
         assert_eq!(p.poll_timeout(), None);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn closing_cancels_active_turns_and_synthetic_terminals_fed_back_are_no_ops() {
         let mut p = projector();
         p.mark_connected();
@@ -761,7 +763,7 @@ mod tests {
         assert_eq!(p.lifecycle(), Lifecycle::Closed);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn policies_decide_what_a_breach_does() {
         for (policy, want) in [
             (Policy::Warn, "applied running"),
@@ -799,7 +801,7 @@ mod tests {
     proptest! {
         /// Whatever the provider sends and whenever the host interrupts, once time passes
         /// every turn has ended exactly once and nothing is left running.
-        #[test]
+        #[wasm_bindgen_test(unsupported = test)]
         fn every_turn_ends_exactly_once(ops in proptest::collection::vec((0u8..6, 0u8..4), 1..60)) {
             let mut p = projector();
             p.config.autonomous_idle_limit_ms = 5_000;

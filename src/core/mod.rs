@@ -6,10 +6,12 @@
 //! goes out through `poll_*`/`drain`. The same code runs natively in the companion and as
 //! wasm in the browser, and CI checks this boundary (see ARCHITECTURE.md).
 
+pub mod client;
 pub mod dedup;
 pub mod event;
 pub mod lifecycle;
 pub mod normalize;
+pub mod projector;
 pub mod provider_error;
 pub mod render;
 pub mod stream;

@@ -110,6 +110,8 @@ pub fn truncate_stderr(text: &str, limits: StderrLimits) -> (String, bool) {
 
 #[cfg(test)]
 mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use super::*;
 
     fn limits(max_lines: usize, max_bytes: usize) -> StderrLimits {
@@ -119,7 +121,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn short_text_is_kept_whole() {
         assert_eq!(
             truncate_stderr("a\nb\n", limits(200, 100)),
@@ -132,7 +134,7 @@ mod tests {
         assert_eq!(truncate_stderr("", limits(0, 0)), (String::new(), false));
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn lines_are_cut_first_then_bytes() {
         assert_eq!(
             truncate_stderr("1\n2\n3\n", limits(2, 100)),
@@ -144,14 +146,14 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn bytes_are_cut_on_a_char_boundary() {
         // "é" is two bytes: cutting at 3 would split the second one.
         let (cut, truncated) = truncate_stderr("éé", limits(10, 3));
         assert_eq!((cut.as_str(), truncated), ("é", true));
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn the_default_limits_are_the_seeds() {
         let many: String = (0..500).map(|i| format!("line {i}\n")).collect();
         let (cut, truncated) = truncate_stderr(&many, StderrLimits::default());

@@ -1,4 +1,6 @@
-//! A compact, readable rendering of events, one per line, for goldens and the CLI.
+//! A compact, readable rendering of events, one per line, for goldens and the CLI; and the
+//! exact text `agentwire normalize` and `agentwire project` print, rendered here once so the
+//! binary and the wasm package (`normalize()`, `project()`) cannot drift apart.
 //!
 //! `3 t1 tool_call_started tool_name="Bash" tool_call_id="toolu_01"`: the sequence, the
 //! run as `t1`, `t2`… in order of first appearance (`--` for none), the type, then the data
@@ -10,7 +12,9 @@ use std::fmt::Write;
 use serde_json::Value;
 
 use super::event::Event;
-use super::normalize::{excerpt, Diagnostic};
+use super::lifecycle::{LifecycleConfig, TurnProjector};
+use super::normalize::{excerpt, Diagnostic, Format, Normalized};
+use super::timeline::Timeline;
 
 /// The data fields shown, in this order, when present.
 const SHOWN: &[&str] = &[
@@ -72,6 +76,47 @@ pub fn render_diagnostics<'a>(diagnostics: impl IntoIterator<Item = &'a Diagnost
         .into_iter()
         .map(|d| format!("! {d}\n"))
         .collect()
+}
+
+/// What `agentwire normalize` prints on stdout: one canonical event per line, as JSON.
+pub fn normalize_output(out: &Normalized) -> String {
+    let mut text = String::new();
+    for event in &out.events {
+        text.push_str(&event.to_json());
+        text.push('\n');
+    }
+    text
+}
+
+/// What `agentwire project` prints on stdout: the lifecycle, then the timeline, that the
+/// events of `out` project to for `session`, with `now_ms` as the projector's clock.
+pub fn project_output(out: &Normalized, session: &str, now_ms: i64) -> String {
+    let provider = out
+        .format
+        .map_or(super::event::Provider::Generic, Format::provider);
+    let mut lifecycle = TurnProjector::new(LifecycleConfig::new(session, provider));
+    let mut timeline = Timeline::new();
+    for event in &out.events {
+        lifecycle.handle_event(event, now_ms);
+        timeline.handle_event(event);
+    }
+    let mut text = lifecycle.render();
+    text.push_str(&timeline.render());
+    text
+}
+
+/// What both commands print on stderr: the diagnostics, then a one-line summary.
+pub fn report(out: &Normalized) -> String {
+    let format = out.format.map_or("nothing (empty input)", Format::as_str);
+    let s = out.stats;
+    format!(
+        "{}agentwire: read {} records as {format}: {} events, {} ignored, {} diagnostics\n",
+        render_diagnostics(&out.diagnostics),
+        s.records,
+        s.events,
+        s.ignored,
+        s.diagnostics
+    )
 }
 
 fn render_value(v: &Value) -> String {

@@ -369,6 +369,8 @@ impl EventStream {
 
 #[cfg(test)]
 mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use expect_test::{expect, Expect};
     use proptest::prelude::*;
 
@@ -434,7 +436,7 @@ mod tests {
         expect.assert_eq(&out);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn take_in_order_without_loss() {
         check(
             10,
@@ -448,7 +450,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn eviction_of_unread_events_is_reported_once() {
         check(
             3,
@@ -463,7 +465,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn lost_counts_events_not_sequence_holes() {
         check(
             2,
@@ -476,7 +478,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn evicting_read_events_is_no_loss() {
         let mut s = stream(2);
         s.push(msg(1)).unwrap();
@@ -505,7 +507,7 @@ mod tests {
         assert_eq!(seqs(&s.take(5).unwrap().events), [7, 8]);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn peek_does_not_move_the_cursor() {
         let mut s = stream(10);
         for i in 0..4 {
@@ -518,7 +520,7 @@ mod tests {
         assert_eq!((s.count(), s.remaining(), s.cursor()), (4, 3, 1));
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn explicit_sequences_must_increase() {
         let mut s = stream(10);
         assert_eq!(s.push(ev(EventType::RunStarted, "s1", None, 5)), Ok(5));
@@ -547,7 +549,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn context_is_checked() {
         let mut s = stream(10);
         let err = s
@@ -575,7 +577,7 @@ mod tests {
         assert_eq!(r.count(), 1);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn buffer_size_must_be_positive() {
         let err = EventStream::new(StreamConfig::new("s1").with_buffer_size(0)).unwrap_err();
         assert_eq!(
@@ -590,7 +592,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn push_batch_is_all_or_nothing() {
         let mut s = stream(3);
         s.push(msg(0)).unwrap();
@@ -617,7 +619,7 @@ mod tests {
         assert_eq!(seqs(&t.events), [4, 5, 6]);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn closed_streams_refuse_pushes_but_read() {
         let mut s = stream(10);
         s.push(msg(0)).unwrap();
@@ -634,7 +636,7 @@ mod tests {
         assert_eq!(seqs(&s.take(10).unwrap().events), [1, 2]);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn seek_moves_forward_only_and_not_past_the_end() {
         let mut s = stream(10);
         for i in 0..5 {
@@ -661,7 +663,7 @@ mod tests {
         assert_eq!(s.seek(4).unwrap_err().code(), "invalid_cursor");
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn seek_between_sequences_and_over_lost_events() {
         let mut s = stream(2);
         for seq in [10, 20, 30, 40] {
@@ -682,7 +684,7 @@ mod tests {
         assert_eq!(seqs(&t.events), [40]);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn get_events_filters_by_cursor_and_kind() {
         let mut s = stream(10);
         s.push(ev(EventType::RunStarted, "s1", Some("r1"), 0))
@@ -847,7 +849,7 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
 
-        #[test]
+        #[wasm_bindgen_test(unsupported = test)]
         fn buffer_matches_the_model(size in 1usize..6, ops in prop::collection::vec(op(), 0..60)) {
             let mut s = stream(size);
             let mut m = Model { size, ..Model::default() };
@@ -910,7 +912,7 @@ mod tests {
         }
 
         /// Without seeks, what a reader takes plus what it is told it lost is all that was pushed.
-        #[test]
+        #[wasm_bindgen_test(unsupported = test)]
         fn taken_plus_lost_is_pushed(size in 1usize..8, pushes in prop::collection::vec(1usize..6, 0..30), takes in prop::collection::vec(0usize..6, 0..30)) {
             let mut s = stream(size);
             let (mut taken, mut lost, mut pushed) = (0u64, 0u64, 0u64);

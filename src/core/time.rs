@@ -170,10 +170,12 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 
 #[cfg(test)]
 mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use super::*;
     use proptest::prelude::*;
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn parses_and_prints_utc() {
         let t = Timestamp::parse_rfc3339("2026-11-29T21:31:08.329Z").unwrap();
         assert_eq!(t.to_string(), "2026-11-29T21:31:08.329Z");
@@ -186,7 +188,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn rejects_what_is_not_rfc3339() {
         for bad in [
             "<TIMESTAMP>",
@@ -201,7 +203,7 @@ mod tests {
     }
 
     proptest! {
-        #[test]
+        #[wasm_bindgen_test(unsupported = test)]
         fn display_round_trips(ms in -62_135_596_800_000i64..253_402_300_799_999i64) {
             let t = Timestamp::from_unix_millis(ms);
             prop_assert_eq!(Timestamp::parse_rfc3339(&t.to_string()), Some(t));

@@ -1097,6 +1097,8 @@ fn summarize(input: &Value) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use expect_test::{expect, Expect};
     use proptest::prelude::*;
     use serde_json::{json, Map};
@@ -1190,7 +1192,7 @@ mod tests {
         expect.assert_eq(&out);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn deltas_are_assembled_then_settled() {
         check(
             r#"
@@ -1219,7 +1221,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn deltas_without_id_go_to_the_open_item_of_their_run() {
         check(
             r#"
@@ -1247,7 +1249,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn an_abandoned_message_is_discarded() {
         check(
             r#"
@@ -1267,7 +1269,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn tool_call_lifecycle() {
         check(
             r#"
@@ -1299,7 +1301,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn out_of_order_terminal_inserts_the_call_and_a_late_start_fills_it() {
         check(
             r#"
@@ -1318,7 +1320,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn run_terminals_close_what_the_run_left_open() {
         check(
             r#"
@@ -1354,7 +1356,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn approvals_go_from_pending_to_granted_or_denied() {
         check(
             r#"
@@ -1383,7 +1385,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn usage_keeps_the_latest_per_run_and_sums_runs() {
         check(
             r#"
@@ -1410,7 +1412,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn replayed_events_change_nothing() {
         check(
             r#"
@@ -1438,7 +1440,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn errors_and_session_failure() {
         check(
             r#"
@@ -1459,7 +1461,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn long_texts_are_cut_in_the_rendering() {
         let long = "x".repeat(100);
         check(
@@ -1579,7 +1581,7 @@ mod tests {
     }
 
     proptest! {
-        #[test]
+        #[wasm_bindgen_test(unsupported = test)]
         fn drained_changes_rebuild_the_items(
             specs in prop::collection::vec(spec(), 0..120),
             drains in prop::collection::vec(any::<bool>(), 0..120),
@@ -1591,7 +1593,7 @@ mod tests {
             prop_assert!(timeline.drain().is_empty());
         }
 
-        #[test]
+        #[wasm_bindgen_test(unsupported = test)]
         fn replaying_any_suffix_and_duplicates_changes_nothing(
             specs in prop::collection::vec(spec(), 1..120),
             cut in any::<prop::sample::Index>(),
@@ -1617,7 +1619,7 @@ mod tests {
             prop_assert_eq!(body(&render), body(&timeline.render()));
         }
 
-        #[test]
+        #[wasm_bindgen_test(unsupported = test)]
         fn where_drains_fall_does_not_change_the_projection(
             specs in prop::collection::vec(spec(), 0..120),
             drains in prop::collection::vec(any::<bool>(), 0..120),

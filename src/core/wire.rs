@@ -452,6 +452,8 @@ pub type Cursors = HashMap<String, Cursor>;
 
 #[cfg(test)]
 mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use super::*;
     use crate::core::event::{EventInit, EventType, Provider};
     use crate::core::time::Timestamp;
@@ -474,7 +476,7 @@ mod tests {
         Event::new(init).unwrap()
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn client_messages_round_trip_and_errors_are_precise() {
         let msgs = [
             r#"{"t":"hello","protocols":[1],"max_frame":65536}"#,
@@ -504,13 +506,13 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn versions_negotiate_to_the_newest_common_one() {
         assert_eq!(negotiate(&[1, 2, 3]), Some(1));
         assert_eq!(negotiate(&[9]), None);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn frames_never_exceed_the_limit_and_reassemble_in_order() {
         let big = "é\"\u{1}".repeat(5_000);
         let events = vec![event(1, "a"), event(2, &big), event(3, "b"), event(4, "c")];
@@ -545,7 +547,7 @@ mod tests {
         assert_eq!(got, events);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn the_cursor_drops_replays_and_reports_gaps() {
         let mut c = Cursor::default();
         let a = c.accept("e1", vec![event(1, "a"), event(2, "b")]);
@@ -569,7 +571,7 @@ mod tests {
     proptest! {
         /// However the log is cut into batches and replayed from earlier cursors, the client
         /// sees each event exactly once, in order.
-        #[test]
+        #[wasm_bindgen_test(unsupported = test)]
         fn replays_deliver_each_event_once(batches in proptest::collection::vec((0u64..30, 1u64..10), 1..40)) {
             let log: Vec<Event> = (1..=40).map(|s| event(s, "x")).collect();
             let mut c = Cursor::default();

@@ -930,12 +930,14 @@ fn id_string(v: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use expect_test::expect;
 
     use crate::core::normalize::tests::check;
     use crate::core::normalize::Format;
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_json_rpc_session_with_a_prompt_turn() {
         check(
             Format::GeminiAcp,
@@ -986,7 +988,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn tool_output_arrives_as_deltas_when_content_grows() {
         let input = r#"{"sessionUpdate":"tool_call","toolCallId":"t","title":"ls","kind":"execute","status":"in_progress"}
 {"sessionUpdate":"tool_call_update","toolCallId":"t","content":[{"type":"content","content":{"type":"text","text":"a"}}]}
@@ -1007,7 +1009,7 @@ mod tests {
         assert!(e.iter().skip(1).all(|e| e.correlation_id() == Some("t")));
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn the_fixtures_keep_the_conventions() {
         use crate::core::normalize::tests::check_invariants;
         check_invariants(
@@ -1024,7 +1026,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn bare_updates_as_hapi_captures_them() {
         check(
             Format::GeminiAcp,
@@ -1053,7 +1055,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn stop_reasons_end_the_turn() {
         check(
             Format::GeminiAcp,
@@ -1090,7 +1092,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn tool_calls_announced_finished_unknown_or_failed() {
         check(
             Format::GeminiAcp,
@@ -1120,7 +1122,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_replayed_history_infers_the_end_of_earlier_turns() {
         check(
             Format::GeminiAcp,
@@ -1148,7 +1150,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_logged_prompt_adopts_early_updates_and_skips_its_echo() {
         check(
             Format::GeminiAcp,

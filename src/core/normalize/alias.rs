@@ -175,10 +175,12 @@ pub fn filter_by_run(events: &[Event], run_id: &str) -> Vec<Event> {
 
 #[cfg(test)]
 mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use super::*;
     use serde_json::json;
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn the_alias_table() {
         use EventType::*;
         let cases = [
@@ -203,7 +205,7 @@ mod tests {
         assert_eq!(canonical_type("teleported", None), None);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn batches_number_from_the_offset_and_report_unknowns() {
         let raw = [
             json!({"type": "run_start"}),
@@ -236,7 +238,7 @@ mod tests {
         assert_eq!(out.diagnostics[0].line, 3);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn sort_and_filter() {
         let raw = [
             json!({"type": "run_start"}),

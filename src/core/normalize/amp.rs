@@ -40,6 +40,8 @@ impl Decoder for Amp {
 
 #[cfg(test)]
 mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use expect_test::expect;
 
     use crate::core::event::Provider;
@@ -47,7 +49,7 @@ mod tests {
     use crate::core::normalize::{normalize, Config, Format};
     use crate::core::time::Timestamp;
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_tool_turn_then_a_success() {
         check(
             Format::Amp,
@@ -72,7 +74,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn error_results_carry_an_error_string() {
         check(
             Format::Amp,
@@ -91,7 +93,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn events_are_stamped_amp() {
         let input = r#"{"type":"system","subtype":"init","cwd":"/w","session_id":"T-3","tools":[],"mcp_servers":[]}
 {"type":"result","subtype":"error_during_execution","session_id":"T-3","is_error":true,"error":"boom"}"#;

@@ -1324,6 +1324,8 @@ fn obj(v: Value) -> Map<String, Value> {
 
 #[cfg(test)]
 pub(super) mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use expect_test::{expect, Expect};
     use serde_json::Value;
 
@@ -1376,7 +1378,7 @@ pub(super) mod tests {
 
     const INIT: &str = r#"{"type":"system","subtype":"init","session_id":"sess-1","cwd":"/w","tools":["Bash","Read","TodoWrite","Task"],"model":"claude-opus-4-8","permissionMode":"default","claude_code_version":"2.1.197","slash_commands":["compact"]}"#;
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_turn_with_one_line_per_block_and_parallel_results_out_of_order() {
         let input = [
             INIT,
@@ -1425,7 +1427,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn partial_mode_turn_with_thinking_text_and_a_tool() {
         let ev = |e: &str| {
             format!(
@@ -1514,7 +1516,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn an_abandoned_partial_is_discarded_when_the_retry_arrives() {
         let ev = |e: &str| {
             format!(
@@ -1567,7 +1569,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_long_lived_process_reports_cumulative_cost_and_each_turn_gets_its_share() {
         // Real 2.1.197 output (stream-json input, two turns in one process): `usage` is the
         // turn's, `total_cost_usd` and `modelUsage` count since the process started.
@@ -1599,7 +1601,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn an_api_failure_is_a_success_result_with_is_error() {
         let input = [
             INIT,
@@ -1643,7 +1645,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn interrupted_turns_are_cancelled() {
         let ev = |e: &str| {
             format!(
@@ -1695,7 +1697,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn sessions_modes_and_models() {
         let input = [
             INIT,
@@ -1729,7 +1731,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn approvals_todos_and_sub_agents() {
         let input = [
             INIT,
@@ -1797,7 +1799,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn parallel_sub_agents_stream_in_their_own_lanes() {
         let ev = |lane: &str, e: &str| {
             format!(
@@ -1850,7 +1852,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn the_end_of_input_closes_messages_but_not_the_turn() {
         let input = [
             INIT,
@@ -1870,7 +1872,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn lines_that_carry_nothing_and_lines_that_are_unknown() {
         let input = [
             r#"{"type":"system","subtype":"hook_response","hook_name":"SessionStart:startup","stdout":"","exit_code":0}"#,

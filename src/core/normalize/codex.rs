@@ -842,6 +842,8 @@ impl TurnState {
 
 #[cfg(test)]
 mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use expect_test::expect;
 
     use crate::core::normalize::tests::render;
@@ -860,7 +862,7 @@ mod tests {
         .events
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_simple_turn() {
         check(
             Format::Codex,
@@ -891,7 +893,7 @@ mod tests {
         assert_eq!(usage["reasoning_output_tokens"], 3);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn messages_keep_their_id_and_phase() {
         let ev = events(
             r#"{"type":"item.completed","item":{"id":"item_1","type":"agent_message","phase":"commentary","text":"Looking."}}"#,
@@ -902,7 +904,7 @@ mod tests {
         assert_eq!(ev[1].run_id(), ev[0].run_id());
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn commands_succeed_fail_and_are_declined() {
         check(
             Format::Codex,
@@ -941,7 +943,7 @@ mod tests {
         assert!(ev[1..].iter().all(|e| e.correlation_id() == Some("item_1")));
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn file_changes_mcp_calls_and_collab_calls() {
         check(
             Format::Codex,
@@ -972,7 +974,7 @@ mod tests {
         assert_eq!(ev[2].data()["structured_content"]["n"], 3);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn web_search_with_a_duplicate_id_key_keeps_one_stable_id() {
         // Both `id`s are flattened into the item; serde_json keeps the last one.
         check(
@@ -988,7 +990,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn todo_lists_errors_and_unknown_items() {
         check(
             Format::Codex,
@@ -1022,7 +1024,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn failed_turns_stream_errors_and_turns_opened_implicitly() {
         check(
             Format::Codex,
@@ -1046,7 +1048,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn open_tools_are_cancelled_at_turn_end_and_plans_stream() {
         check(
             Format::Codex,
@@ -1081,7 +1083,7 @@ mod tests {
         assert_eq!(ev[2].data_str("message_id"), Some("item_4"));
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn user_input_requests() {
         check(
             Format::Codex,
@@ -1094,7 +1096,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn detection_reads_exec_lines() {
         let out = render(None, br#"{"type":"thread.started","thread_id":"t"}"#);
         assert!(out.contains("session_started"));

@@ -883,6 +883,8 @@ impl CodexAppServer {
 
 #[cfg(test)]
 mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use expect_test::expect;
 
     use crate::core::normalize::{normalize, Config, Format};
@@ -899,7 +901,7 @@ mod tests {
         )
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_streamed_turn() {
         check(
             Format::CodexAppServer,
@@ -965,7 +967,7 @@ mod tests {
         assert_eq!(out.stats.ignored, 0);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn tools_with_approvals_and_answers() {
         check(
             Format::CodexAppServer,
@@ -1029,7 +1031,7 @@ mod tests {
         assert_eq!(out.stats.ignored, 1);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn failed_turns_errors_and_warnings() {
         check(
             Format::CodexAppServer,
@@ -1071,7 +1073,7 @@ mod tests {
         assert_eq!(d["details"]["additional_details"], "idle timeout");
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn plans_diffs_compaction_and_review() {
         check(
             Format::CodexAppServer,
@@ -1117,7 +1119,7 @@ mod tests {
         assert_eq!(ev[2].data_str("provider_turn_id"), Some("turn_1"));
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn other_threads_legacy_events_and_rpc_errors() {
         check(
             Format::CodexAppServer,
@@ -1151,7 +1153,7 @@ mod tests {
         assert_eq!(out.stats.ignored, 2);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn user_input_elicitation_and_permission_requests() {
         check(
             Format::CodexAppServer,
@@ -1175,7 +1177,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn abandoned_streams_are_closed_at_end_of_input() {
         check(
             Format::CodexAppServer,

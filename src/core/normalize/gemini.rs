@@ -423,13 +423,15 @@ pub(super) fn snake_case(name: &str) -> String {
 
 #[cfg(test)]
 pub(super) mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use expect_test::expect;
 
     use super::snake_case;
     use crate::core::normalize::tests::{check, check_invariants};
     use crate::core::normalize::Format;
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_turn_with_streamed_text_and_a_tool() {
         check(
             Format::Gemini,
@@ -459,7 +461,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn timestamps_and_ids_come_from_the_lines() {
         let input = concat!(
             r#"{"type":"init","timestamp":"2026-11-29T21:31:07.000Z","session_id":"s-1","model":"auto"}"#,
@@ -486,7 +488,7 @@ pub(super) mod tests {
         assert_eq!(e[4].data()["cache_read_input_tokens"], 0);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn tool_failures_and_unannounced_results() {
         check(
             Format::Gemini,
@@ -509,7 +511,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn warnings_and_errors_do_not_end_the_turn() {
         check(
             Format::Gemini,
@@ -534,7 +536,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_failed_result_fails_the_run() {
         check(
             Format::Gemini,
@@ -555,7 +557,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn several_inits_are_several_turns_and_eof_closes_the_message() {
         check(
             Format::Gemini,
@@ -585,7 +587,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn placeholder_lines_are_diagnostics() {
         check(
             Format::Gemini,
@@ -600,7 +602,7 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn the_fixtures_keep_the_conventions() {
         let fixtures: &[&[u8]] = &[
             include_bytes!("../../../tests/data/gemini/gemini-cli__nonInteractiveCli.test.ts.snap"),
@@ -613,7 +615,7 @@ pub(super) mod tests {
         }
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn snake_case_names() {
         for (raw, want) in [
             ("APIError", "api_error"),

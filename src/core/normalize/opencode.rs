@@ -1010,12 +1010,14 @@ fn is_final(reason: Option<&str>, called_tool: bool) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
     use expect_test::expect;
 
     use crate::core::normalize::tests::check;
     use crate::core::normalize::Format;
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn the_fixtures_keep_the_conventions() {
         use crate::core::normalize::tests::check_invariants;
         let fixtures: &[&[u8]] = &[
@@ -1038,7 +1040,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn run_lines_steps_tools_and_usage() {
         check(
             Format::Opencode,
@@ -1071,7 +1073,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn run_line_errors_fail_cancel_or_report() {
         check(
             Format::Opencode,
@@ -1098,7 +1100,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn serve_1_18_deltas_reasoning_and_permissions() {
         check(
             Format::Opencode,
@@ -1173,7 +1175,7 @@ data: {"type":"session.next.thing","properties":{"sessionID":"ses_1"}}
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn serve_errors_retries_children_and_abandoned_parts() {
         check(
             Format::Opencode,
@@ -1219,7 +1221,7 @@ data: {"type":"session.next.thing","properties":{"sessionID":"ses_1"}}
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn history_hydrates_finished_messages() {
         check(
             Format::Opencode,

@@ -2,6 +2,7 @@
 
 use expect_test::{expect, Expect};
 use proptest::prelude::*;
+use wasm_bindgen_test::wasm_bindgen_test;
 
 use super::*;
 use crate::core::render::{render_diagnostics, render_events};
@@ -108,7 +109,7 @@ pub(crate) fn render(format: Option<Format>, input: &[u8]) -> String {
     render_events(&out.events) + &render_diagnostics(&out.diagnostics)
 }
 
-#[test]
+#[wasm_bindgen_test(unsupported = test)]
 fn jsonl_sse_and_documents_frame_the_same_records() {
     let jsonl = "{\"type\":\"run_start\"}\r\n\n{\"type\":\"delta\",\"content\":\"hi\"}\n";
     let sse = "event: x\ndata: {\"type\":\"run_start\"}\n\n: comment\ndata: {\"type\":\"delta\",\n data: \"content\":\"hi\"}\n\n";
@@ -124,7 +125,7 @@ fn jsonl_sse_and_documents_frame_the_same_records() {
     .assert_eq(&want);
 }
 
-#[test]
+#[wasm_bindgen_test(unsupported = test)]
 fn unreadable_lines_become_numbered_diagnostics() {
     let input = b"{\"type\":\"run_start\"}\n{\"type\":\"init\",\"timestamp\":<TIMESTAMP>}\n\xff\xfe\n[1,2]\n{\"type\":\"warp\"}\n{\"no_type\":1}\n{\"type\":\"done\"}";
     expect![[r#"
@@ -139,7 +140,7 @@ fn unreadable_lines_become_numbered_diagnostics() {
     .assert_eq(&render(Some(Format::Generic), input));
 }
 
-#[test]
+#[wasm_bindgen_test(unsupported = test)]
 fn over_long_lines_are_skipped_with_a_diagnostic() {
     let mut config = Config::new("s1");
     config.max_line_bytes = 64;
@@ -161,7 +162,7 @@ fn over_long_lines_are_skipped_with_a_diagnostic() {
     }
 }
 
-#[test]
+#[wasm_bindgen_test(unsupported = test)]
 fn detection_picks_the_format_from_the_first_object() {
     let cases: &[(&str, Format)] = &[
         (
@@ -216,7 +217,7 @@ fn detection_picks_the_format_from_the_first_object() {
 }
 
 proptest! {
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn chunking_never_changes_the_output(cuts in proptest::collection::vec(0usize..400, 0..12)) {
         let input: &[u8] = b"{\"type\":\"run_start\"}\ndata: {\"type\":\"delta\",\"content\":\"\xc3\xa9\"}\n\n\xff\n{\"type\":\"done\"}\n{\"bad\n";
         let whole = render(Some(Format::Generic), input);
@@ -234,7 +235,7 @@ proptest! {
         prop_assert_eq!(render_events(&events) + &render_diagnostics(&diags), whole);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2000)) {
         for format in Format::ALL.iter().copied().map(Some).chain([None]) {
             let out = normalize(format, Config::new("s1"), &bytes, Timestamp::EPOCH);

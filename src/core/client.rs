@@ -1,0 +1,497 @@
+//! The connection half of a client, sans-IO: when to open a socket, what to send on it, when
+//! it is dead, when to reconnect, and which command a reply answers. The wasm `Client` owns
+//! the WebSocket and the timers and does exactly what this type says; the data half is a
+//! [`Projector`].
+//!
+//! **Driving rule.** After [`Client::new`] and after every `handle_*` call or command, drain
+//! [`Client::poll_action`] (open or close a socket), [`Client::poll_transmit`] (frames to send
+//! on the open socket) and [`Client::poll_reply`] (answers to commands) until `None`, then
+//! arm one timer for [`Client::poll_timeout`] and call [`Client::handle_timeout`] when it
+//! fires. Every socket callback carries the connection id of the [`Action::Connect`] that
+//! opened it; callbacks of an older socket are ignored. Time is always an argument.
+//!
+//! Rules (docs/protocol.md): after any drop (a close, an error, or silence for
+//! `missed_heartbeats` heartbeat periods) the client reconnects after a backoff that doubles
+//! from `backoff_min_ms` to `backoff_max_ms`, with jitter drawn from a seeded generator (the
+//! core draws no entropy itself), says hello, and subscribes every session from its cursor,
+//! so the page sees every event once, in order. A command sent while not connected is refused
+//! at once (`not_connected`); one in flight when the connection drops fails with
+//! `connection_lost` (it may or may not have been carried out): commands are never resent.
+
+use std::collections::{BTreeSet, HashSet, VecDeque};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::projector::{Batch, Projector, Signal};
+use super::wire::{ClientMsg, Decision, WireError, DEFAULT_MAX_FRAME, PROTOCOL_VERSIONS};
+
+/// How a [`Client`] connects and retries.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The first reconnect delay; it doubles after each failed attempt.
+    pub backoff_min_ms: i64,
+    pub backoff_max_ms: i64,
+    /// How long opening a socket and getting `welcome` may take.
+    pub connect_timeout_ms: i64,
+    /// Heartbeat periods of silence after which the connection counts as dead.
+    pub missed_heartbeats: u32,
+    /// Seeds the jitter (give it a random number; tests give a constant).
+    pub seed: u64,
+    /// Sent in `hello`.
+    pub client_name: String,
+}
+
+impl Default for ClientConfig {
+    fn default() -> ClientConfig {
+        ClientConfig {
+            backoff_min_ms: 100,
+            backoff_max_ms: 5_000,
+            connect_timeout_ms: 10_000,
+            missed_heartbeats: 3,
+            seed: 0x9e37_79b9_7f4a_7c15,
+            client_name: concat!("agentwire-wasm/", env!("CARGO_PKG_VERSION")).to_owned(),
+        }
+    }
+}
+
+/// The connection as a page shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectionState {
+    /// The first connection is being opened.
+    Connecting,
+    /// Connected and subscribed; some session is still catching up.
+    Live,
+    /// Connected, and every session has caught up: what arrives now is live.
+    CaughtUp,
+    /// The connection dropped; waiting to reconnect, or reconnecting.
+    Reconnecting,
+    /// Closed by the page, or by a server that speaks no common protocol.
+    Closed,
+}
+
+impl ConnectionState {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ConnectionState::Connecting => "connecting",
+            ConnectionState::Live => "live",
+            ConnectionState::CaughtUp => "caught_up",
+            ConnectionState::Reconnecting => "reconnecting",
+            ConnectionState::Closed => "closed",
+        }
+    }
+}
+
+/// What the transport must do with sockets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Open a socket; report its events with this connection id.
+    Connect { conn: u64 },
+    /// Close the socket of this connection (its close event is then ignored).
+    Disconnect { conn: u64 },
+}
+
+/// One drain for the page: the connection state when it changed, and the projector's batch.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ClientBatch {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<ConnectionState>,
+    #[serde(flatten)]
+    pub batch: Batch,
+}
+
+impl ClientBatch {
+    pub fn is_empty(&self) -> bool {
+        self.state.is_none() && self.batch.is_empty()
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a batch always serializes")
+    }
+}
+
+/// The answer to a command: the reply's `result`, or why it failed.
+pub type Reply = (String, Result<Value, WireError>);
+
+/// The sans-IO client. See the module docs for the driving rule.
+pub struct Client {
+    config: ClientConfig,
+    projector: Projector,
+    /// Sessions followed, in subscription order.
+    sessions: Vec<String>,
+    state: ConnectionState,
+    reported_state: Option<ConnectionState>,
+    /// The current connection id; a socket for it exists while `socket` is set.
+    conn: u64,
+    socket: bool,
+    open: bool,
+    welcomed: bool,
+    heartbeat_ms: i64,
+    last_heard_ms: i64,
+    awaiting_caught_up: BTreeSet<String>,
+    reconnect_at: Option<i64>,
+    backoff_ms: i64,
+    rng: u64,
+    next_command: u64,
+    pending: HashSet<String>,
+    transmit: VecDeque<String>,
+    actions: VecDeque<Action>,
+    replies: VecDeque<Reply>,
+    drops: u64,
+}
+
+fn error(code: &str, message: impl Into<String>) -> WireError {
+    WireError::new(code, message)
+}
+
+impl Client {
+    /// A client that connects at once (the first [`Action::Connect`] is queued).
+    pub fn new(config: ClientConfig, now_ms: i64) -> Client {
+        let mut c = Client {
+            backoff_ms: config.backoff_min_ms.max(1),
+            rng: config.seed,
+            config,
+            projector: Projector::new(),
+            sessions: Vec::new(),
+            state: ConnectionState::Connecting,
+            reported_state: None,
+            conn: 0,
+            socket: false,
+            open: false,
+            welcomed: false,
+            heartbeat_ms: 15_000,
+            last_heard_ms: now_ms,
+            awaiting_caught_up: BTreeSet::new(),
+            reconnect_at: None,
+            next_command: 0,
+            pending: HashSet::new(),
+            transmit: VecDeque::new(),
+            actions: VecDeque::new(),
+            replies: VecDeque::new(),
+            drops: 0,
+        };
+        c.connect(now_ms);
+        c
+    }
+
+    pub fn state(&self) -> ConnectionState {
+        self.state
+    }
+
+    pub fn projector(&self) -> &Projector {
+        &self.projector
+    }
+
+    /// How many connections dropped so far.
+    pub fn drops(&self) -> u64 {
+        self.drops
+    }
+
+    /// Follows a session from its cursor (now if connected, else on the next connection).
+    pub fn subscribe(&mut self, session: &str) {
+        if !self.sessions.iter().any(|s| s == session) {
+            self.sessions.push(session.to_owned());
+        }
+        self.projector.track(session);
+        if self.welcomed {
+            self.send_subscribe(session);
+        }
+    }
+
+    pub fn unsubscribe(&mut self, session: &str) {
+        self.sessions.retain(|s| s != session);
+        if self.awaiting_caught_up.remove(session) {
+            self.update_caught_up();
+        }
+        if self.welcomed {
+            self.send(&ClientMsg::Unsubscribe {
+                session: session.to_owned(),
+            });
+        }
+    }
+
+    /// Starts a foreground turn; the reply's result is `{turnId}`. Returns the command id.
+    pub fn start_turn(&mut self, session: &str, prompt: &str) -> Result<String, WireError> {
+        self.command(|id| ClientMsg::StartTurn {
+            id,
+            session: session.to_owned(),
+            prompt: prompt.to_owned(),
+        })
+    }
+
+    pub fn interrupt(&mut self, session: &str) -> Result<String, WireError> {
+        self.command(|id| ClientMsg::Interrupt {
+            id,
+            session: session.to_owned(),
+        })
+    }
+
+    pub fn answer_approval(
+        &mut self,
+        session: &str,
+        request_id: &str,
+        decision: Decision,
+    ) -> Result<String, WireError> {
+        self.command(|id| ClientMsg::AnswerApproval {
+            id,
+            session: session.to_owned(),
+            request_id: request_id.to_owned(),
+            decision,
+        })
+    }
+
+    /// Closes for good: the socket is closed, pending commands fail with `closed`.
+    pub fn close(&mut self) {
+        if self.socket {
+            self.actions
+                .push_back(Action::Disconnect { conn: self.conn });
+        }
+        self.lose_connection("closed", "the client was closed");
+        self.reconnect_at = None;
+        self.set_state(ConnectionState::Closed);
+    }
+
+    /// The socket of `conn` opened: say hello.
+    pub fn handle_open(&mut self, conn: u64, now_ms: i64) {
+        if !self.is_current(conn) {
+            return;
+        }
+        self.open = true;
+        self.last_heard_ms = now_ms;
+        self.send(&ClientMsg::Hello {
+            protocols: PROTOCOL_VERSIONS.to_vec(),
+            max_frame: Some(DEFAULT_MAX_FRAME),
+            client: Some(self.config.client_name.clone()),
+        });
+    }
+
+    /// A text frame arrived on `conn`. A frame that is not a server message is noted in the
+    /// batch and otherwise ignored.
+    pub fn handle_frame(&mut self, conn: u64, frame: &str, now_ms: i64) {
+        if !self.is_current(conn) {
+            return;
+        }
+        self.last_heard_ms = now_ms;
+        let Ok(signal) = self.projector.handle_frame(frame, now_ms) else {
+            return;
+        };
+        match signal {
+            Signal::None => {}
+            Signal::Welcome { heartbeat_ms, .. } => {
+                self.welcomed = true;
+                self.heartbeat_ms = i64::try_from(heartbeat_ms).unwrap_or(i64::MAX).max(100);
+                self.backoff_ms = self.config.backoff_min_ms.max(1);
+                for session in self.sessions.clone() {
+                    self.send_subscribe(&session);
+                }
+                self.update_caught_up();
+            }
+            Signal::Resubscribe { session } => {
+                if self.welcomed && self.sessions.contains(&session) {
+                    self.send_subscribe(&session);
+                }
+            }
+            Signal::CaughtUp { session } => {
+                self.awaiting_caught_up.remove(&session);
+                self.update_caught_up();
+            }
+            Signal::Resync { session } => {
+                if self.sessions.contains(&session) {
+                    self.awaiting_caught_up.insert(session);
+                    self.update_caught_up();
+                }
+            }
+            Signal::Reply { id, result } => {
+                if self.pending.remove(&id) {
+                    self.replies.push_back((id, result));
+                }
+            }
+            Signal::Error { session, error } => match session {
+                // The subscription failed (`unknown_session`, `store_error`): nothing to await.
+                Some(session) if self.awaiting_caught_up.remove(&session) => {
+                    self.update_caught_up();
+                }
+                Some(_) => {}
+                None if error.code == "unsupported_protocol" => self.close(),
+                None => {}
+            },
+        }
+    }
+
+    /// The socket of `conn` closed or failed.
+    pub fn handle_close(&mut self, conn: u64, now_ms: i64) {
+        if !self.is_current(conn) {
+            return;
+        }
+        self.drop_connection(now_ms);
+    }
+
+    /// The earliest time [`Client::handle_timeout`] has something to do.
+    pub fn poll_timeout(&self) -> Option<i64> {
+        let dead = self.socket.then(|| self.dead_at());
+        match (self.reconnect_at, dead) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Reconnects when the backoff is over; drops a connection that went silent.
+    pub fn handle_timeout(&mut self, now_ms: i64) {
+        if self.socket && now_ms >= self.dead_at() {
+            self.actions
+                .push_back(Action::Disconnect { conn: self.conn });
+            self.drop_connection(now_ms);
+        }
+        if self.reconnect_at.is_some_and(|at| now_ms >= at) {
+            self.reconnect_at = None;
+            self.connect(now_ms);
+        }
+    }
+
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    pub fn poll_transmit(&mut self) -> Option<String> {
+        self.transmit.pop_front()
+    }
+
+    pub fn poll_reply(&mut self) -> Option<Reply> {
+        self.replies.pop_front()
+    }
+
+    /// The changes since the previous drain, with the connection state if it changed.
+    pub fn drain(&mut self) -> ClientBatch {
+        let state = (self.reported_state != Some(self.state)).then(|| {
+            self.reported_state = Some(self.state);
+            self.state
+        });
+        ClientBatch {
+            state,
+            batch: self.projector.drain(),
+        }
+    }
+
+    fn is_current(&self, conn: u64) -> bool {
+        self.socket && conn == self.conn
+    }
+
+    fn dead_at(&self) -> i64 {
+        let silence = if self.welcomed {
+            self.heartbeat_ms
+                .saturating_mul(i64::from(self.config.missed_heartbeats.max(1)))
+        } else {
+            self.config.connect_timeout_ms
+        };
+        self.last_heard_ms.saturating_add(silence)
+    }
+
+    fn connect(&mut self, now_ms: i64) {
+        self.conn += 1;
+        self.socket = true;
+        self.open = false;
+        self.welcomed = false;
+        self.last_heard_ms = now_ms;
+        self.transmit.clear();
+        self.actions.push_back(Action::Connect { conn: self.conn });
+    }
+
+    /// The connection is gone (closed, failed, or declared dead): fail what was in flight and
+    /// schedule the next attempt.
+    fn drop_connection(&mut self, now_ms: i64) {
+        let was_welcomed = self.welcomed;
+        self.lose_connection("connection_lost", "the connection dropped before the reply");
+        if self.state == ConnectionState::Closed {
+            return;
+        }
+        if was_welcomed {
+            self.drops += 1;
+        }
+        let delay = self.jittered(self.backoff_ms);
+        self.backoff_ms = (self.backoff_ms * 2).min(self.config.backoff_max_ms.max(1));
+        self.reconnect_at = Some(now_ms + delay);
+        self.set_state(ConnectionState::Reconnecting);
+    }
+
+    fn lose_connection(&mut self, code: &str, message: &str) {
+        self.socket = false;
+        self.open = false;
+        self.welcomed = false;
+        self.transmit.clear();
+        self.awaiting_caught_up.clear();
+        let mut lost: Vec<String> = self.pending.drain().collect();
+        lost.sort_unstable();
+        for id in lost {
+            self.replies.push_back((id, Err(error(code, message))));
+        }
+    }
+
+    /// `base` scaled by a factor in [0.5, 1.0): never all clients at once, never slower.
+    fn jittered(&mut self, base: i64) -> i64 {
+        // splitmix64: deterministic for a seed, good enough to spread reconnects.
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let half = base / 2;
+        half + i64::try_from(z % (base - half).max(1) as u64).unwrap_or(0)
+    }
+
+    fn send(&mut self, msg: &ClientMsg) {
+        if self.open {
+            self.transmit.push_back(msg.encode());
+        }
+    }
+
+    fn send_subscribe(&mut self, session: &str) {
+        let msg = match self.projector.cursor(session) {
+            Some(cursor) => cursor.subscribe(session),
+            None => ClientMsg::Subscribe {
+                session: session.to_owned(),
+                after: 0,
+                epoch: None,
+            },
+        };
+        self.send(&msg);
+        self.awaiting_caught_up.insert(session.to_owned());
+    }
+
+    fn update_caught_up(&mut self) {
+        if !self.welcomed {
+            return;
+        }
+        self.set_state(if self.awaiting_caught_up.is_empty() {
+            ConnectionState::CaughtUp
+        } else {
+            ConnectionState::Live
+        });
+    }
+
+    fn set_state(&mut self, state: ConnectionState) {
+        if self.state != ConnectionState::Closed {
+            self.state = state;
+        }
+    }
+
+    fn command(&mut self, msg: impl FnOnce(String) -> ClientMsg) -> Result<String, WireError> {
+        if self.state == ConnectionState::Closed {
+            return Err(error("closed", "the client was closed"));
+        }
+        if !self.welcomed {
+            return Err(error(
+                "not_connected",
+                "not connected to the server (reconnecting); try again when live",
+            ));
+        }
+        self.next_command += 1;
+        let id = format!("c{}", self.next_command);
+        self.send(&msg(id.clone()));
+        self.pending.insert(id.clone());
+        Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,300 @@
+//! Client tests against a scripted server that owns the clock: reconnects, backoff, dead
+//! connections, commands. They run natively and in Chromium (wasm-bindgen-test).
+
+use proptest::prelude::*;
+use serde_json::json;
+use wasm_bindgen_test::wasm_bindgen_test;
+
+use super::*;
+use crate::core::event::Event;
+use crate::core::normalize::{normalize, Config, Format};
+use crate::core::time::Timestamp;
+use crate::core::wire::{encode_events, ServerMsg};
+
+const DEBUSSY: &[u8] =
+    include_bytes!("../../../tests/data/claude/Claude-Debussy__task_tool_output.jsonl");
+
+fn log() -> Vec<Event> {
+    normalize(
+        Some(Format::Claude),
+        Config::new("s1"),
+        DEBUSSY,
+        Timestamp::EPOCH,
+    )
+    .events
+}
+
+fn welcome(heartbeat_ms: u64) -> String {
+    ServerMsg::Welcome {
+        protocol: 1,
+        epoch: "e1".into(),
+        max_frame: 4096,
+        heartbeat_ms,
+        server: "test".into(),
+    }
+    .encode()
+}
+
+fn caught_up(latest: u64) -> String {
+    ServerMsg::CaughtUp {
+        session: "s1".into(),
+        latest,
+    }
+    .encode()
+}
+
+/// Drains the socket actions and the frames sent.
+fn outbox(c: &mut Client) -> (Vec<Action>, Vec<String>) {
+    let actions = std::iter::from_fn(|| c.poll_action()).collect();
+    let sent = std::iter::from_fn(|| c.poll_transmit()).collect();
+    (actions, sent)
+}
+
+/// Connects `conn`, answers hello with welcome, and returns the `after` it subscribed from.
+fn handshake(c: &mut Client, conn: u64, now: i64) -> u64 {
+    c.handle_open(conn, now);
+    let (_, sent) = outbox(c);
+    assert!(
+        sent[0].starts_with(r#"{"t":"hello","protocols":[1]"#),
+        "{sent:?}"
+    );
+    c.handle_frame(conn, &welcome(500), now);
+    let (_, sent) = outbox(c);
+    let sub: serde_json::Value = serde_json::from_str(&sent[0]).unwrap();
+    assert_eq!(sub["t"], "subscribe");
+    sub["after"].as_u64().unwrap()
+}
+
+#[wasm_bindgen_test(unsupported = test)]
+fn drops_mid_stream_resume_from_the_cursor_with_no_gap_and_no_duplicate() {
+    let log = log();
+    let mut c = Client::new(ClientConfig::default(), 0);
+    c.subscribe("s1");
+    let mut states = vec![c.drain().state.unwrap()];
+    let mut now = 0;
+    let mut conn = 1;
+    assert_eq!(outbox(&mut c).0, [Action::Connect { conn: 1 }]);
+    loop {
+        let after = handshake(&mut c, conn, now);
+        states.extend(c.drain().state);
+        // Each connection delivers three events, then the server drops it.
+        let rest = &log[after as usize..];
+        for f in encode_events("s1", "e1", &rest[..rest.len().min(3)], 4096) {
+            c.handle_frame(conn, &f.text, now);
+        }
+        if rest.len() <= 3 {
+            c.handle_frame(conn, &caught_up(log.len() as u64), now);
+            states.extend(c.drain().state);
+            break;
+        }
+        c.handle_close(conn, now);
+        states.extend(c.drain().state);
+        now = c.poll_timeout().expect("a reconnect is scheduled");
+        c.handle_timeout(now);
+        conn += 1;
+        assert_eq!(outbox(&mut c).0, [Action::Connect { conn }]);
+    }
+    let mut want = crate::core::timeline::Timeline::new();
+    log.iter().for_each(|e| want.handle_event(e));
+    assert_eq!(c.projector().items("s1"), want.items());
+    assert!(c.drops() > 5, "{}", c.drops());
+    states.dedup();
+    let mut want_states = vec![ConnectionState::Connecting, ConnectionState::Live];
+    for _ in 0..c.drops() {
+        want_states.extend([ConnectionState::Reconnecting, ConnectionState::Live]);
+    }
+    want_states.push(ConnectionState::CaughtUp);
+    assert_eq!(states, want_states);
+}
+
+#[wasm_bindgen_test(unsupported = test)]
+fn silence_for_three_heartbeats_is_a_drop() {
+    let mut c = Client::new(ClientConfig::default(), 0);
+    c.subscribe("s1");
+    outbox(&mut c);
+    handshake(&mut c, 1, 1_000);
+    c.handle_frame(1, &caught_up(0), 1_200);
+    assert_eq!(c.state(), ConnectionState::CaughtUp);
+    // Heartbeats every 500 ms keep it alive.
+    c.handle_frame(1, r#"{"t":"heartbeat","now_ms":1}"#, 1_700);
+    assert_eq!(c.poll_timeout(), Some(1_700 + 1_500));
+    c.handle_timeout(3_199);
+    assert_eq!(outbox(&mut c).0, []);
+    c.handle_timeout(3_200);
+    assert_eq!(outbox(&mut c).0, [Action::Disconnect { conn: 1 }]);
+    assert_eq!(c.state(), ConnectionState::Reconnecting);
+    // The close event of the socket that was given up on changes nothing.
+    c.handle_close(1, 3_201);
+    let at = c.poll_timeout().unwrap();
+    assert!((3_250..3_300).contains(&at), "{at}");
+    c.handle_timeout(at);
+    assert_eq!(outbox(&mut c).0, [Action::Connect { conn: 2 }]);
+    // A socket that never opens is given up on after the connect timeout.
+    assert_eq!(c.poll_timeout(), Some(at + 10_000));
+}
+
+#[wasm_bindgen_test(unsupported = test)]
+fn backoff_doubles_with_jitter_up_to_the_cap_and_resets_after_welcome() {
+    let mut c = Client::new(ClientConfig::default(), 0);
+    c.subscribe("s1");
+    let mut now = 0;
+    let mut delays = Vec::new();
+    for conn in 1..=9 {
+        assert_eq!(outbox(&mut c).0, [Action::Connect { conn }]);
+        c.handle_close(conn, now);
+        let at = c.poll_timeout().unwrap();
+        delays.push(at - now);
+        now = at;
+        c.handle_timeout(now);
+    }
+    let bases = [100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000];
+    for (d, b) in delays.iter().zip(bases) {
+        assert!(b / 2 <= *d && *d < b, "delay {d} for base {b}: {delays:?}");
+    }
+    handshake(&mut c, 10, now);
+    c.handle_close(10, now);
+    assert!(
+        c.poll_timeout().unwrap() - now < 100,
+        "reset after a welcome"
+    );
+}
+
+#[wasm_bindgen_test(unsupported = test)]
+fn commands_are_correlated_refused_when_offline_and_failed_when_the_connection_drops() {
+    let mut c = Client::new(ClientConfig::default(), 0);
+    outbox(&mut c);
+    assert_eq!(c.start_turn("s1", "hi").unwrap_err().code, "not_connected");
+    c.handle_open(1, 0);
+    c.handle_frame(1, &welcome(500), 0);
+    assert_eq!(
+        c.state(),
+        ConnectionState::CaughtUp,
+        "no session to catch up"
+    );
+    outbox(&mut c);
+    let id = c.start_turn("s1", "hi").unwrap();
+    let (_, sent) = outbox(&mut c);
+    assert_eq!(
+        sent,
+        [r#"{"t":"start_turn","id":"c1","session":"s1","prompt":"hi"}"#]
+    );
+    c.handle_frame(
+        1,
+        r#"{"t":"reply","id":"c1","ok":true,"result":{"turnId":"turn_1"}}"#,
+        0,
+    );
+    assert_eq!(c.poll_reply(), Some((id, Ok(json!({"turnId": "turn_1"})))));
+    let deny = c.answer_approval("s1", "req_1", Decision::Deny).unwrap();
+    c.handle_frame(
+        1,
+        r#"{"t":"reply","id":"c2","ok":false,"error":{"code":"unknown_request","message":"no such request"}}"#,
+        0,
+    );
+    let (_, result) = c.poll_reply().unwrap();
+    assert_eq!(result.unwrap_err().code, "unknown_request");
+    // A reply for nobody is ignored; a command in flight fails when the connection drops.
+    c.handle_frame(1, r#"{"t":"reply","id":"c9","ok":true}"#, 0);
+    let lost = c.interrupt("s1").unwrap();
+    c.handle_close(1, 0);
+    let (id, result) = c.poll_reply().unwrap();
+    assert_eq!(
+        (id, result.unwrap_err().code),
+        (lost, "connection_lost".into())
+    );
+    assert_eq!(c.poll_reply(), None);
+    assert_ne!(deny, "");
+    c.close();
+    assert_eq!(c.state(), ConnectionState::Closed);
+    assert_eq!(c.interrupt("s1").unwrap_err().code, "closed");
+    c.handle_timeout(1_000_000);
+    assert_eq!(outbox(&mut c).0, [], "a closed client never reconnects");
+}
+
+#[wasm_bindgen_test(unsupported = test)]
+fn frames_of_an_old_socket_are_ignored_and_bad_frames_are_noted() {
+    let log = log();
+    let mut c = Client::new(ClientConfig::default(), 0);
+    c.subscribe("s1");
+    outbox(&mut c);
+    handshake(&mut c, 1, 0);
+    c.handle_close(1, 0);
+    c.handle_timeout(c.poll_timeout().unwrap());
+    outbox(&mut c);
+    for f in encode_events("s1", "e1", &log[..3], 4096) {
+        c.handle_frame(1, &f.text, 0);
+    }
+    c.handle_frame(2, "not json", 0);
+    // A session the server does not know is not awaited forever.
+    c.handle_open(2, 0);
+    c.handle_frame(2, &welcome(500), 0);
+    assert_eq!(c.state(), ConnectionState::Live);
+    c.handle_frame(
+        2,
+        r#"{"t":"error","code":"unknown_session","message":"no","session":"s1"}"#,
+        0,
+    );
+    assert_eq!(c.state(), ConnectionState::CaughtUp);
+    let batch = c.drain();
+    let sessions: Vec<_> = batch
+        .batch
+        .sessions
+        .iter()
+        .map(|s| (s.after, s.notes.len()))
+        .collect();
+    assert_eq!(sessions, [(0, 1)], "only the error note: {batch:?}");
+    assert_eq!(batch.batch.notes.len(), 1, "{batch:?}");
+    c.handle_frame(
+        2,
+        r#"{"t":"error","code":"unsupported_protocol","message":"no"}"#,
+        0,
+    );
+    assert_eq!(c.state(), ConnectionState::Closed);
+    assert_eq!(outbox(&mut c).0, [Action::Disconnect { conn: 2 }]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// However the connections of a client break (closed by the server, gone silent, cut
+    /// after any number of frames), once one stays up the page has the whole log, once.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn any_pattern_of_drops_ends_with_the_whole_log(
+        cuts in proptest::collection::vec((0usize..6, any::<bool>()), 0..10),
+    ) {
+        let log = log();
+        let mut c = Client::new(ClientConfig { seed: cuts.len() as u64, ..ClientConfig::default() }, 0);
+        c.subscribe("s1");
+        let mut now = 0;
+        let mut conn = 0;
+        let mut plan = cuts.clone();
+        plan.push((usize::MAX, false));
+        for (delivered, silent) in plan {
+            let (actions, _) = outbox(&mut c);
+            let connect = actions.iter().rev().find_map(|a| match a {
+                Action::Connect { conn } => Some(*conn),
+                Action::Disconnect { .. } => None,
+            });
+            conn = connect.unwrap_or(conn);
+            let after = handshake(&mut c, conn, now);
+            let frames = encode_events("s1", "e1", &log[after as usize..], 4096);
+            for f in frames.iter().take(delivered) {
+                c.handle_frame(conn, &f.text, now);
+            }
+            if delivered == usize::MAX {
+                break;
+            }
+            if silent {
+                now = c.poll_timeout().unwrap();
+                c.handle_timeout(now);
+            } else {
+                c.handle_close(conn, now);
+            }
+            now = c.poll_timeout().unwrap();
+            c.handle_timeout(now);
+        }
+        let mut want = crate::core::timeline::Timeline::new();
+        log.iter().for_each(|e| want.handle_event(e));
+        prop_assert_eq!(c.projector().items("s1"), want.items());
+        prop_assert_eq!(c.projector().cursor("s1").unwrap().after, log.len() as u64);
+    }
+}

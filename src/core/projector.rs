@@ -1,0 +1,562 @@
+//! The client's state without a transport: server frames (or a provider's raw output) in,
+//! one compact [`Batch`] of changes per drain out. The wasm package's `Projector` and
+//! `Client` are thin shells over this type; `agentwire tail` could be too.
+//!
+//! Per session the pipeline is the one the companion guarantees end to end:
+//! [`Cursor`] (each sequence once, in order, across replays) → [`Dedup`] (by id) →
+//! [`TurnProjector`] (lifecycle) → [`Timeline`] (the items a page shows).
+//!
+//! **Driving rule.** Feed every text frame of the WebSocket, in arrival order, to
+//! [`Projector::handle_frame`] (or a transcript's bytes to [`Projector::handle_provider_text`]
+//! then [`Projector::handle_eof`]), acting on the returned [`Signal`] (a transport
+//! resubscribes on [`Signal::Resubscribe`]). Call [`Projector::drain`] whenever the page should
+//! catch up (once per animation frame, not per frame): it costs O(what changed).
+//!
+//! Invariants:
+//! - Replay invariance: however the log is cut into frames, replayed from earlier cursors,
+//!   duplicated or interrupted by reconnects, the timeline of a session ends the same as one
+//!   uninterrupted pass over its log, and applying every drained batch in order to an empty
+//!   list rebuilds [`Projector::timeline`] exactly (a batch with `reset` starts over).
+//! - Invalid external input (a malformed frame) is an `Err` and a note, never a panic; the
+//!   state it leaves is the state before the frame.
+//! - Memory per session is the timeline plus bounded filters: nothing here keeps the frames.
+
+use std::collections::HashMap;
+use std::mem;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::dedup::Dedup;
+use super::event::{Event, Provider};
+use super::lifecycle::{Lifecycle, LifecycleConfig, TurnProjector, ViolationKind};
+use super::normalize::{Config, DiagnosticKind, Format, Normalizer};
+use super::time::Timestamp;
+use super::timeline::{Change, Item, Timeline};
+use super::wire::{Cursor, DecodeError, ServerMsg, WireError};
+
+/// What the transport should know about a frame it just handed over.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Signal {
+    /// Nothing for the transport (events, heartbeats, pongs, resets…).
+    None,
+    /// The server's `welcome`: subscriptions may be sent now.
+    Welcome {
+        epoch: String,
+        max_frame: usize,
+        heartbeat_ms: u64,
+    },
+    /// A gap in the session's stream: subscribe again from its cursor.
+    Resubscribe { session: String },
+    /// Everything stored for the session was delivered; what follows is live.
+    CaughtUp { session: String },
+    /// The server fell behind and is catching the session up again (a `caught_up` follows).
+    Resync { session: String },
+    /// The answer to a command.
+    Reply {
+        id: String,
+        result: Result<Value, WireError>,
+    },
+    /// A protocol error from the server (also noted in the batch).
+    Error {
+        session: Option<String>,
+        error: WireError,
+    },
+}
+
+/// Something a page (or a transport) should know besides the changes, as data.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "note", rename_all = "snake_case")]
+pub enum Note {
+    /// Everything stored up to `latest` was delivered.
+    CaughtUp { latest: u64 },
+    /// The server rebuilt its log (`stale_epoch`) or the cursor lay beyond it (`cursor_ahead`):
+    /// the session's items were dropped and the log is replayed from the start.
+    Reset { epoch: String, reason: String },
+    /// The server switched the session back to catch-up from `after` (nothing is skipped).
+    Resync { after: u64 },
+    /// Sequences were missing; the transport resubscribes from `after`.
+    Gap { after: u64, next_received: u64 },
+    /// An event broke a lifecycle invariant (it was applied or skipped as `applied` says).
+    Violation {
+        kind: ViolationKind,
+        sequence: u64,
+        applied: bool,
+    },
+    /// A line of a raw transcript that could not be read.
+    Diagnostic {
+        line: u64,
+        kind: DiagnosticKind,
+        message: String,
+    },
+    /// A protocol error, or a frame this client could not read.
+    Error { code: String, message: String },
+}
+
+/// A session's lifecycle as a page shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LifecycleState {
+    pub state: Lifecycle,
+    /// The turn in progress (the foreground one when there is one), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_turn: Option<String>,
+}
+
+/// What changed in one session since the previous drain.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SessionBatch {
+    pub session: String,
+    /// Drop every item held for this session before applying `changes`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reset: bool,
+    pub changes: Vec<Change>,
+    /// Present when the lifecycle or the active turn changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<LifecycleState>,
+    /// The cursor: the last sequence applied, and its epoch.
+    pub after: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<Note>,
+}
+
+/// One drain: the sessions that changed, in order of first change, and notes that belong to
+/// no session (protocol errors).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Batch {
+    pub sessions: Vec<SessionBatch>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<Note>,
+}
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty() && self.notes.is_empty()
+    }
+
+    /// The batch as JSON: what the wasm package hands the page.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a batch always serializes")
+    }
+}
+
+/// One session's pipeline.
+struct Session {
+    id: String,
+    cursor: Cursor,
+    dedup: Dedup,
+    lifecycle: TurnProjector,
+    timeline: Timeline,
+    /// Touched since the last drain (listed in `Projector::touched`).
+    touched: bool,
+    reset: bool,
+    notes: Vec<Note>,
+    reported_lifecycle: Option<LifecycleState>,
+    reported_after: u64,
+    duplicates: u64,
+}
+
+impl Session {
+    fn new(id: &str) -> Session {
+        Session {
+            id: id.to_owned(),
+            cursor: Cursor::default(),
+            dedup: Dedup::new(),
+            lifecycle: TurnProjector::new(LifecycleConfig::new(id, Provider::Generic)),
+            timeline: Timeline::new(),
+            touched: false,
+            reset: false,
+            notes: Vec::new(),
+            reported_lifecycle: None,
+            reported_after: 0,
+            duplicates: 0,
+        }
+    }
+
+    /// Forgets everything: the log is replayed from the start of `epoch`.
+    fn reset(&mut self, epoch: &str) {
+        let fresh = Session::new(&self.id);
+        self.dedup = fresh.dedup;
+        self.lifecycle = fresh.lifecycle;
+        self.timeline = fresh.timeline;
+        self.cursor.reset(epoch);
+        self.reset = true;
+        self.reported_lifecycle = None;
+        self.reported_after = 0;
+    }
+
+    /// One event the cursor admitted: dedup, lifecycle, timeline.
+    fn apply(&mut self, event: &Event, now_ms: i64) {
+        if !self.dedup.admit(event).is_new() {
+            self.duplicates += 1;
+            return;
+        }
+        self.lifecycle.handle_event(event, now_ms);
+        while let Some(v) = self.lifecycle.poll_violation() {
+            self.notes.push(Note::Violation {
+                kind: v.kind,
+                sequence: v.sequence,
+                applied: v.applied,
+            });
+        }
+        // Only timeouts, interrupts and closes synthesize events, and a client calls none.
+        while self.lifecycle.poll_event().is_some() {}
+        // As `agentwire project` does: the timeline sees every event of the log.
+        self.timeline.handle_event(event);
+    }
+
+    fn lifecycle_state(&self) -> LifecycleState {
+        let active = self
+            .lifecycle
+            .active_foreground()
+            .or_else(|| self.lifecycle.active_turns().first().copied());
+        LifecycleState {
+            state: self.lifecycle.lifecycle(),
+            active_turn: active.map(str::to_owned),
+        }
+    }
+
+    fn drain(&mut self) -> Option<SessionBatch> {
+        self.touched = false;
+        let changes = self.timeline.drain();
+        let now = self.lifecycle_state();
+        let lifecycle = (self.reported_lifecycle.as_ref() != Some(&now)).then(|| {
+            self.reported_lifecycle = Some(now.clone());
+            now
+        });
+        let moved = self.cursor.after != self.reported_after;
+        self.reported_after = self.cursor.after;
+        let reset = mem::take(&mut self.reset);
+        let notes = mem::take(&mut self.notes);
+        let empty = changes.is_empty() && lifecycle.is_none() && !moved && !reset;
+        if empty && notes.is_empty() {
+            return None;
+        }
+        Some(SessionBatch {
+            session: self.id.clone(),
+            reset,
+            changes,
+            lifecycle,
+            after: self.cursor.after,
+            epoch: self.cursor.epoch.clone(),
+            notes,
+        })
+    }
+}
+
+/// Where events come from.
+enum Source {
+    /// Server frames (docs/protocol.md).
+    Wire,
+    /// A provider's raw output, normalized here; the events belong to session 0.
+    Transcript(Box<Normalizer>),
+}
+
+/// The epoch given to a transcript's events (they come from no server log).
+const TRANSCRIPT_EPOCH: &str = "transcript";
+
+/// Client state for any number of sessions. See the module docs for the driving rule.
+pub struct Projector {
+    source: Source,
+    sessions: Vec<Session>,
+    index: HashMap<String, usize>,
+    /// Sessions touched since the last drain, in order of first touch.
+    touched: Vec<usize>,
+    notes: Vec<Note>,
+}
+
+impl Default for Projector {
+    fn default() -> Projector {
+        Projector::new()
+    }
+}
+
+/// Why a frame could not be handled: the frame was not a server message.
+pub type FrameError = DecodeError;
+
+impl Projector {
+    /// A projector of server frames.
+    pub fn new() -> Projector {
+        Projector {
+            source: Source::Wire,
+            sessions: Vec::new(),
+            index: HashMap::new(),
+            touched: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// A projector of one provider transcript (`format: None` detects it), as session
+    /// `session`: what `agentwire project` shows, live as the bytes arrive.
+    pub fn transcript(format: Option<Format>, session: &str) -> Projector {
+        let mut p = Projector::new();
+        p.source = Source::Transcript(Box::new(Normalizer::new(format, Config::new(session))));
+        p.session_index(session);
+        p
+    }
+
+    /// Registers a session (a page that follows it before any frame arrives).
+    pub fn track(&mut self, session: &str) {
+        self.session_index(session);
+    }
+
+    /// Handles one server text frame. An `Err` is also noted in the next batch.
+    pub fn handle_frame(&mut self, frame: &str, now_ms: i64) -> Result<Signal, FrameError> {
+        match ServerMsg::decode(frame, usize::MAX) {
+            Ok(msg) => Ok(self.handle_msg(msg, now_ms)),
+            Err(e) => {
+                self.notes.push(Note::Error {
+                    code: e.code().to_owned(),
+                    message: e.to_string(),
+                });
+                Err(e)
+            }
+        }
+    }
+
+    /// Handles one decoded server message.
+    pub fn handle_msg(&mut self, msg: ServerMsg, now_ms: i64) -> Signal {
+        match msg {
+            ServerMsg::Welcome {
+                epoch,
+                max_frame,
+                heartbeat_ms,
+                ..
+            } => Signal::Welcome {
+                epoch,
+                max_frame,
+                heartbeat_ms,
+            },
+            ServerMsg::Events {
+                session,
+                epoch,
+                events,
+            } => self.accept(&session, &epoch, events, now_ms),
+            ServerMsg::EventPart {
+                session,
+                epoch,
+                sequence,
+                index,
+                last,
+                text,
+            } => {
+                let i = self.session_index(&session);
+                let Some(json) = self.sessions[i]
+                    .cursor
+                    .accept_part(sequence, index, last, text)
+                else {
+                    return Signal::None;
+                };
+                match serde_json::from_str::<Event>(&json) {
+                    Ok(event) => self.accept(&session, &epoch, vec![event], now_ms),
+                    Err(e) => {
+                        self.note(
+                            i,
+                            Note::Error {
+                                code: "malformed_event".into(),
+                                message: format!("event {sequence} reassembled badly: {e}"),
+                            },
+                        );
+                        Signal::Resubscribe { session }
+                    }
+                }
+            }
+            ServerMsg::CaughtUp { session, latest } => {
+                let i = self.session_index(&session);
+                self.note(i, Note::CaughtUp { latest });
+                Signal::CaughtUp { session }
+            }
+            ServerMsg::Reset {
+                session,
+                epoch,
+                reason,
+            } => {
+                let i = self.session_index(&session);
+                self.sessions[i].reset(&epoch);
+                self.note(i, Note::Reset { epoch, reason });
+                Signal::None
+            }
+            ServerMsg::Resync { session, after } => {
+                let i = self.session_index(&session);
+                self.note(i, Note::Resync { after });
+                Signal::Resync { session }
+            }
+            ServerMsg::Heartbeat { .. } | ServerMsg::Pong { .. } => Signal::None,
+            ServerMsg::Reply {
+                id,
+                ok,
+                result,
+                error,
+            } => {
+                let result = if ok {
+                    Ok(result.unwrap_or(Value::Null))
+                } else {
+                    Err(error.unwrap_or_else(|| {
+                        WireError::new("unknown_error", "the server refused without a reason")
+                    }))
+                };
+                Signal::Reply { id, result }
+            }
+            ServerMsg::Error { error, session } => {
+                let note = Note::Error {
+                    code: error.code.clone(),
+                    message: error.message.clone(),
+                };
+                match &session {
+                    Some(s) => {
+                        let i = self.session_index(s);
+                        self.note(i, note);
+                    }
+                    None => self.notes.push(note),
+                }
+                Signal::Error { session, error }
+            }
+        }
+    }
+
+    /// Feeds a piece of a provider's raw output (any chunking) to a transcript projector.
+    /// On a projector of server frames it is an error (`not_a_transcript`).
+    pub fn handle_provider_text(&mut self, text: &str, now_ms: i64) -> Result<(), WireError> {
+        let Source::Transcript(n) = &mut self.source else {
+            return Err(not_a_transcript());
+        };
+        n.handle_bytes(text.as_bytes(), Timestamp::from_unix_millis(now_ms));
+        self.pump_transcript(now_ms);
+        Ok(())
+    }
+
+    /// The end of a transcript: a last line without a newline is read now.
+    pub fn handle_eof(&mut self, now_ms: i64) -> Result<(), WireError> {
+        let Source::Transcript(n) = &mut self.source else {
+            return Err(not_a_transcript());
+        };
+        n.handle_eof(Timestamp::from_unix_millis(now_ms));
+        self.pump_transcript(now_ms);
+        Ok(())
+    }
+
+    /// True for a transcript projector.
+    pub fn is_transcript(&self) -> bool {
+        matches!(self.source, Source::Transcript(_))
+    }
+
+    fn pump_transcript(&mut self, now_ms: i64) {
+        let Source::Transcript(n) = &mut self.source else {
+            return;
+        };
+        let events: Vec<Event> = std::iter::from_fn(|| n.poll_event()).collect();
+        let diagnostics: Vec<_> = std::iter::from_fn(|| n.poll_diagnostic()).collect();
+        let session = self.sessions[0].id.clone();
+        for d in diagnostics {
+            self.note(
+                0,
+                Note::Diagnostic {
+                    line: d.line,
+                    kind: d.kind,
+                    message: d.message,
+                },
+            );
+        }
+        if !events.is_empty() {
+            self.accept(&session, TRANSCRIPT_EPOCH, events, now_ms);
+        }
+    }
+
+    /// The changes since the previous drain. O(what changed).
+    pub fn drain(&mut self) -> Batch {
+        let mut sessions = Vec::with_capacity(self.touched.len());
+        for i in self.touched.drain(..) {
+            sessions.extend(self.sessions[i].drain());
+        }
+        Batch {
+            sessions,
+            notes: mem::take(&mut self.notes),
+        }
+    }
+
+    /// The sessions known, in order of first appearance.
+    pub fn sessions(&self) -> impl Iterator<Item = &str> + '_ {
+        self.sessions.iter().map(|s| s.id.as_str())
+    }
+
+    pub fn cursor(&self, session: &str) -> Option<&Cursor> {
+        self.session(session).map(|s| &s.cursor)
+    }
+
+    pub fn lifecycle(&self, session: &str) -> Option<LifecycleState> {
+        self.session(session).map(Session::lifecycle_state)
+    }
+
+    pub fn timeline(&self, session: &str) -> Option<&Timeline> {
+        self.session(session).map(|s| &s.timeline)
+    }
+
+    /// The session's items now (for a page that mounts late).
+    pub fn items(&self, session: &str) -> &[Item] {
+        self.timeline(session).map_or(&[], Timeline::items)
+    }
+
+    /// Events dropped by the dedup after the cursor admitted them (same id, other sequence).
+    pub fn duplicates(&self, session: &str) -> u64 {
+        self.session(session).map_or(0, |s| s.duplicates)
+    }
+
+    fn session(&self, session: &str) -> Option<&Session> {
+        self.index.get(session).map(|&i| &self.sessions[i])
+    }
+
+    fn session_index(&mut self, session: &str) -> usize {
+        if let Some(&i) = self.index.get(session) {
+            return i;
+        }
+        let i = self.sessions.len();
+        self.sessions.push(Session::new(session));
+        self.index.insert(session.to_owned(), i);
+        i
+    }
+
+    fn touch(&mut self, i: usize) {
+        if !self.sessions[i].touched {
+            self.sessions[i].touched = true;
+            self.touched.push(i);
+        }
+    }
+
+    fn note(&mut self, i: usize, note: Note) {
+        self.sessions[i].notes.push(note);
+        self.touch(i);
+    }
+
+    fn accept(&mut self, session: &str, epoch: &str, events: Vec<Event>, now_ms: i64) -> Signal {
+        let i = self.session_index(session);
+        self.touch(i);
+        let s = &mut self.sessions[i];
+        let accepted = s.cursor.accept(epoch, events);
+        for event in &accepted.events {
+            s.apply(event, now_ms);
+        }
+        match accepted.gap {
+            Some(gap) => {
+                s.notes.push(Note::Gap {
+                    after: gap.after,
+                    next_received: gap.next_received,
+                });
+                Signal::Resubscribe {
+                    session: session.to_owned(),
+                }
+            }
+            None => Signal::None,
+        }
+    }
+}
+
+fn not_a_transcript() -> WireError {
+    WireError::new(
+        "not_a_transcript",
+        "this projector reads server frames; make one with Projector.transcript() for raw lines",
+    )
+}
+
+#[cfg(test)]
+mod tests;

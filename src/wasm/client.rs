@@ -1,0 +1,439 @@
+//! `Client`: the transport. It owns one WebSocket at a time, one timer and one pending
+//! animation frame, and does what [`crate::core::client::Client`] decides: which socket to
+//! open or close, what to send, when to reconnect, which promise a reply settles. The page
+//! gets one batch per animation frame through `onChange`, however many frames arrived.
+//!
+//! Browser callbacks hold a `Weak` handle, so dropping the `Client` (`free()`) ends it; every
+//! callback borrows the state, calls the core, releases the borrow, and only then calls into
+//! page code (promise settlements, `onChange`), so page code may call back in.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::{Rc, Weak};
+
+use js_sys::{Function, Promise, Reflect};
+use wasm_bindgen::prelude::*;
+use web_sys::{MessageEvent, WebSocket};
+
+use super::{error, from_json, now_ms, wire_error};
+use crate::core::client::{Action, Client as Core, ClientConfig};
+use crate::core::wire::{Decision, WireError};
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_name = setTimeout)]
+    fn set_timeout(callback: &Function, ms: f64) -> JsValue;
+    #[wasm_bindgen(js_name = clearTimeout)]
+    fn clear_timeout(id: &JsValue);
+    #[wasm_bindgen(js_name = requestAnimationFrame, catch)]
+    fn request_animation_frame(callback: &Function) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(js_name = cancelAnimationFrame, catch)]
+    fn cancel_animation_frame(id: &JsValue) -> Result<(), JsValue>;
+}
+
+/// The page's next delivery: an animation frame, or a timeout where there are no frames.
+enum FrameRequest {
+    Animation(JsValue),
+    Timeout(JsValue),
+}
+
+/// Follows sessions on an agentwire server over a WebSocket, resuming by itself.
+#[wasm_bindgen]
+pub struct Client {
+    inner: Rc<RefCell<Inner>>,
+}
+
+/// How a command's reply settles its promise.
+#[derive(Clone, Copy)]
+enum Resolve {
+    /// With the reply's result (`{turnId}`).
+    Result,
+    /// With `undefined`.
+    Nothing,
+}
+
+struct Socket {
+    conn: u64,
+    ws: WebSocket,
+    _on_open: Closure<dyn FnMut()>,
+    _on_message: Closure<dyn FnMut(MessageEvent)>,
+    _on_close: Closure<dyn FnMut()>,
+}
+
+impl Socket {
+    /// Detaches the handlers (so no callback outlives its closure) and closes.
+    fn close(self) {
+        self.ws.set_onopen(None);
+        self.ws.set_onmessage(None);
+        self.ws.set_onclose(None);
+        let _ = self.ws.close();
+    }
+}
+
+struct Inner {
+    core: Core,
+    url: String,
+    socket: Option<Socket>,
+    on_change: Function,
+    pending: HashMap<String, (Function, Function, Resolve)>,
+    timer: Option<JsValue>,
+    on_timer: Option<Closure<dyn FnMut()>>,
+    frame: Option<FrameRequest>,
+    on_frame: Option<Closure<dyn FnMut()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(socket) = self.socket.take() {
+            socket.close();
+        }
+        if let Some(timer) = self.timer.take() {
+            clear_timeout(&timer);
+        }
+        match self.frame.take() {
+            Some(FrameRequest::Animation(id)) => {
+                let _ = cancel_animation_frame(&id);
+            }
+            Some(FrameRequest::Timeout(id)) => clear_timeout(&id),
+            None => {}
+        }
+    }
+}
+
+/// `ClientOptions`, read and checked.
+struct Options {
+    /// The WebSocket URL with the token in its query (browsers cannot set headers).
+    url: String,
+    on_change: Function,
+    sessions: Vec<String>,
+    config: ClientConfig,
+}
+
+impl Options {
+    fn read(options: &JsValue) -> Result<Options, JsValue> {
+        let get = |key: &str| Reflect::get(options, &key.into()).unwrap_or(JsValue::UNDEFINED);
+        let bad = |message: &str| error("bad_options", message);
+        let url = get("url")
+            .as_string()
+            .filter(|u| u.starts_with("ws://") || u.starts_with("wss://"));
+        let url = url.ok_or_else(|| bad("options.url must be a ws:// or wss:// URL"))?;
+        let token = get("token")
+            .as_string()
+            .ok_or_else(|| bad("options.token must be a string"))?;
+        let on_change = get("onChange").dyn_into::<Function>();
+        let on_change = on_change.map_err(|_| bad("options.onChange must be a function"))?;
+        let sessions = match get("sessions") {
+            v if v.is_undefined() => Vec::new(),
+            v => v
+                .dyn_into::<js_sys::Array>()
+                .ok()
+                .and_then(|a| a.iter().map(|s| s.as_string()).collect::<Option<Vec<_>>>())
+                .ok_or_else(|| bad("options.sessions must be an array of strings"))?,
+        };
+        let mut config = ClientConfig {
+            seed: (js_sys::Math::random() * 2f64.powi(53)) as u64,
+            ..ClientConfig::default()
+        };
+        for (key, field) in [
+            ("backoffMinMs", &mut config.backoff_min_ms),
+            ("backoffMaxMs", &mut config.backoff_max_ms),
+            ("connectTimeoutMs", &mut config.connect_timeout_ms),
+        ] {
+            if let Some(ms) = get(key).as_f64() {
+                *field = ms as i64;
+            }
+        }
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let token = String::from(js_sys::encode_uri_component(&token));
+        Ok(Options {
+            url: format!("{url}{sep}token={token}"),
+            on_change,
+            sessions,
+            config,
+        })
+    }
+}
+
+impl Inner {
+    /// The state and its two long-lived callbacks (timer, animation frame), which hold it weakly.
+    fn new(core: Core, url: String, on_change: Function) -> Rc<RefCell<Inner>> {
+        let inner = Rc::new(RefCell::new(Inner {
+            core,
+            url,
+            socket: None,
+            on_change,
+            pending: HashMap::new(),
+            timer: None,
+            on_timer: None,
+            frame: None,
+            on_frame: None,
+        }));
+        let weak = Rc::downgrade(&inner);
+        let on_timer = callback(&weak, |core| core.handle_timeout(now_ms()));
+        let on_frame = move || {
+            if let Some(inner) = weak.upgrade() {
+                deliver(&inner);
+            }
+        };
+        let mut s = inner.borrow_mut();
+        s.on_timer = Some(Closure::<dyn FnMut()>::new(on_timer));
+        s.on_frame = Some(Closure::<dyn FnMut()>::new(on_frame));
+        drop(s);
+        inner
+    }
+}
+
+#[wasm_bindgen]
+impl Client {
+    /// Connects at once and follows `options.sessions`; see `ClientOptions`.
+    #[wasm_bindgen(constructor)]
+    pub fn new(
+        #[wasm_bindgen(unchecked_param_type = "ClientOptions")] options: JsValue,
+    ) -> Result<Client, JsValue> {
+        let options = Options::read(&options)?;
+        let mut core = Core::new(options.config, now_ms());
+        options.sessions.iter().for_each(|s| core.subscribe(s));
+        let inner = Inner::new(core, options.url, options.on_change);
+        pump(&inner);
+        Ok(Client { inner })
+    }
+
+    /// `connecting`, `live`, `caught_up`, `reconnecting` or `closed`.
+    #[wasm_bindgen(getter, unchecked_return_type = "ConnectionState")]
+    pub fn state(&self) -> String {
+        self.inner.borrow().core.state().as_str().to_owned()
+    }
+
+    /// How many connections dropped and were resumed so far.
+    #[wasm_bindgen(getter)]
+    pub fn drops(&self) -> f64 {
+        self.inner.borrow().core.drops() as f64
+    }
+
+    /// Follows one more session, from its cursor.
+    pub fn subscribe(&self, session: &str) {
+        self.inner.borrow_mut().core.subscribe(session);
+        pump(&self.inner);
+    }
+
+    pub fn unsubscribe(&self, session: &str) {
+        self.inner.borrow_mut().core.unsubscribe(session);
+        pump(&self.inner);
+    }
+
+    /// Starts a turn; resolves to `{turnId}` once the agent accepted the prompt.
+    #[wasm_bindgen(js_name = startTurn, unchecked_return_type = "Promise<{ turnId: string }>")]
+    pub fn start_turn(&self, session: &str, prompt: &str) -> Promise {
+        let sent = self.inner.borrow_mut().core.start_turn(session, prompt);
+        self.command(sent, Resolve::Result)
+    }
+
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+    pub fn interrupt(&self, session: &str) -> Promise {
+        let sent = self.inner.borrow_mut().core.interrupt(session);
+        self.command(sent, Resolve::Nothing)
+    }
+
+    #[wasm_bindgen(js_name = answerApproval, unchecked_return_type = "Promise<void>")]
+    pub fn answer_approval(
+        &self,
+        session: &str,
+        #[wasm_bindgen(js_name = requestId)] request_id: &str,
+        #[wasm_bindgen(unchecked_param_type = "Decision")] decision: &str,
+    ) -> Promise {
+        let decision = match decision {
+            "allow" => Decision::Allow,
+            "deny" => Decision::Deny,
+            other => {
+                let message = format!("decision {other:?} is neither \"allow\" nor \"deny\"");
+                return Promise::reject(&error("bad_decision", &message));
+            }
+        };
+        let sent = (self.inner.borrow_mut().core).answer_approval(session, request_id, decision);
+        self.command(sent, Resolve::Nothing)
+    }
+
+    /// The session's items now (what the batches so far add up to).
+    #[wasm_bindgen(unchecked_return_type = "Item[]")]
+    pub fn snapshot(&self, session: &str) -> JsValue {
+        let inner = self.inner.borrow();
+        let items = inner.core.projector().items(session);
+        from_json(&serde_json::to_string(items).expect("items serialize"))
+    }
+
+    /// The last sequence applied for the session (0 for none).
+    pub fn after(&self, session: &str) -> f64 {
+        let inner = self.inner.borrow();
+        inner
+            .core
+            .projector()
+            .cursor(session)
+            .map_or(0.0, |c| c.after as f64)
+    }
+
+    #[wasm_bindgen(unchecked_return_type = "Lifecycle | undefined")]
+    pub fn lifecycle(&self, session: &str) -> JsValue {
+        let inner = self.inner.borrow();
+        let lifecycle = inner.core.projector().lifecycle(session);
+        lifecycle.map_or(JsValue::UNDEFINED, |l| JsValue::from_str(l.state.as_str()))
+    }
+
+    #[wasm_bindgen(js_name = activeTurn)]
+    pub fn active_turn(&self, session: &str) -> Option<String> {
+        let inner = self.inner.borrow();
+        inner
+            .core
+            .projector()
+            .lifecycle(session)
+            .and_then(|l| l.active_turn)
+    }
+
+    /// Closes for good; pending commands reject with code `closed`.
+    pub fn close(&self) {
+        self.inner.borrow_mut().core.close();
+        pump(&self.inner);
+    }
+
+    fn command(&self, sent: Result<String, WireError>, resolve: Resolve) -> Promise {
+        let id = match sent {
+            Ok(id) => id,
+            Err(e) => return Promise::reject(&wire_error(e)),
+        };
+        let mut settle = None;
+        let promise = Promise::new(&mut |ok, fail| settle = Some((ok, fail)));
+        let (ok, fail) = settle.expect("the executor runs at once");
+        self.inner
+            .borrow_mut()
+            .pending
+            .insert(id, (ok, fail, resolve));
+        pump(&self.inner);
+        promise
+    }
+}
+
+/// A browser callback: feed the core, then act on what it decided.
+fn callback(weak: &Weak<RefCell<Inner>>, f: impl Fn(&mut Core) + 'static) -> impl FnMut() {
+    let weak = weak.clone();
+    move || {
+        if let Some(inner) = weak.upgrade() {
+            f(&mut inner.borrow_mut().core);
+            pump(&inner);
+        }
+    }
+}
+
+/// Carries out the core's decisions: sockets, frames, the timer, replies, the next frame.
+fn pump(inner: &Rc<RefCell<Inner>>) {
+    let mut settled = Vec::new();
+    {
+        let mut s = inner.borrow_mut();
+        let s = &mut *s;
+        while let Some(action) = s.core.poll_action() {
+            match action {
+                Action::Connect { conn } => {
+                    if let Some(old) = s.socket.take() {
+                        old.close();
+                    }
+                    match open(&s.url, conn, Rc::downgrade(inner)) {
+                        Ok(socket) => s.socket = Some(socket),
+                        Err(_) => s.core.handle_close(conn, now_ms()),
+                    }
+                }
+                Action::Disconnect { conn } => {
+                    if s.socket.as_ref().is_some_and(|sock| sock.conn == conn) {
+                        s.socket.take().expect("checked above").close();
+                    }
+                }
+            }
+        }
+        while let Some(frame) = s.core.poll_transmit() {
+            if let Some(socket) = &s.socket {
+                let _ = socket.ws.send_with_str(&frame);
+            }
+        }
+        while let Some((id, result)) = s.core.poll_reply() {
+            if let Some(entry) = s.pending.remove(&id) {
+                settled.push((entry, result));
+            }
+        }
+        if let Some(timer) = s.timer.take() {
+            clear_timeout(&timer);
+        }
+        if let (Some(at), Some(on_timer)) = (s.core.poll_timeout(), &s.on_timer) {
+            let delay = (at - now_ms()).max(0) as f64;
+            s.timer = Some(set_timeout(on_timer.as_ref().unchecked_ref(), delay));
+        }
+        if let (None, Some(on_frame)) = (&s.frame, &s.on_frame) {
+            let f: &Function = on_frame.as_ref().unchecked_ref();
+            s.frame = Some(match request_animation_frame(f) {
+                Ok(id) => FrameRequest::Animation(id),
+                Err(_) => FrameRequest::Timeout(set_timeout(f, 16.0)),
+            });
+        }
+    }
+    for ((ok, fail, resolve), result) in settled {
+        let _ = match (result, resolve) {
+            (Ok(value), Resolve::Result) => {
+                ok.call1(&JsValue::NULL, &from_json(&value.to_string()))
+            }
+            (Ok(_), Resolve::Nothing) => ok.call0(&JsValue::NULL),
+            (Err(e), _) => fail.call1(&JsValue::NULL, &wire_error(e)),
+        };
+    }
+}
+
+/// The animation frame: one batch for the page, if anything changed.
+fn deliver(inner: &Rc<RefCell<Inner>>) {
+    let (batch, on_change) = {
+        let mut s = inner.borrow_mut();
+        s.frame = None;
+        let batch = s.core.drain();
+        if batch.is_empty() {
+            return;
+        }
+        (batch.to_json(), s.on_change.clone())
+    };
+    if let Err(e) = on_change.call1(&JsValue::NULL, &from_json(&batch)) {
+        // The page's handler threw: report it like an uncaught error, keep running.
+        web_sys::console::error_1(&e);
+    }
+}
+
+fn open(url: &str, conn: u64, weak: Weak<RefCell<Inner>>) -> Result<Socket, JsValue> {
+    let ws = WebSocket::new(url)?;
+    let on_open = Closure::<dyn FnMut()>::new(callback(&weak, move |core| {
+        core.handle_open(conn, now_ms())
+    }));
+    let on_close = Closure::<dyn FnMut()>::new({
+        let weak = weak.clone();
+        move || {
+            if let Some(inner) = weak.upgrade() {
+                {
+                    let mut s = inner.borrow_mut();
+                    s.core.handle_close(conn, now_ms());
+                    if s.socket.as_ref().is_some_and(|sock| sock.conn == conn) {
+                        s.socket.take().expect("checked above").close();
+                    }
+                }
+                pump(&inner);
+            }
+        }
+    });
+    let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
+        let (Some(inner), Some(text)) = (weak.upgrade(), e.data().as_string()) else {
+            return;
+        };
+        inner.borrow_mut().core.handle_frame(conn, &text, now_ms());
+        pump(&inner);
+    });
+    ws.set_onopen(Some(on_open.as_ref().unchecked_ref()));
+    ws.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    ws.set_onclose(Some(on_close.as_ref().unchecked_ref()));
+    Ok(Socket {
+        conn,
+        ws,
+        _on_open: on_open,
+        _on_message: on_message,
+        _on_close: on_close,
+    })
+}

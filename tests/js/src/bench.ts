@@ -1,0 +1,72 @@
+// Throughput of the package's hot path in Node (V8, the engine of Chromium), not run by
+// scripts/test: `node tests/js/build/bench.js [events...]`. A recorded-like session (turns of
+// a prompt, 40 streamed deltas, a tool call, usage, a terminal) is sent as live frames (one
+// event each) and as catch-up frames (100 events each); the page drains once per 16 frames.
+
+import { Projector } from "../../../pkg-web/agentwire.js";
+import { loadPackage } from "./fixtures.js";
+
+loadPackage();
+
+function session(n: number): object[] {
+  const out: object[] = [];
+  let seq = 0;
+  const ev = (type: string, run: string | null, data: object) => {
+    seq += 1;
+    out.push({
+      id: `evt_${seq.toString(16).padStart(32, "0")}`, type, session_id: "s1",
+      ...(run ? { run_id: run } : {}), sequence: seq, timestamp: "2026-01-01T00:00:00.000Z",
+      provider: "demo", data, metadata: {}, schema_version: 1,
+    });
+  };
+  for (let t = 0; out.length < n; t++) {
+    const run = `turn_${t}`;
+    ev("run_started", run, {});
+    ev("message_sent", run, { content: `prompt ${t}` });
+    for (let i = 0; i < 40; i++) ev("message_streamed", run, { delta: `word${i} `, message_id: `m${t}` });
+    ev("message_received", run, { content: "…", message_id: `m${t}`, role: "assistant" });
+    ev("tool_call_started", run, { tool_call_id: `c${t}`, tool_name: "Bash", tool_input: { command: "ls" } });
+    ev("tool_call_completed", run, { tool_call_id: `c${t}`, tool_name: "Bash", tool_input: { command: "ls" }, tool_output: "a\nb\n" });
+    ev("token_usage_updated", run, { input_tokens: 10 * t, output_tokens: 5 * t });
+    ev("run_completed", run, {});
+  }
+  return out.slice(0, n);
+}
+
+function frames(events: object[], perFrame: number): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < events.length; i += perFrame) {
+    out.push(JSON.stringify({ t: "events", session: "s1", epoch: "e1", events: events.slice(i, i + perFrame) }));
+  }
+  return out;
+}
+
+function run(label: string, fs: string[], events: number, drain: (p: Projector) => unknown): void {
+  const p = new Projector();
+  const times: number[] = [];
+  const start = performance.now();
+  fs.forEach((f, i) => {
+    const t0 = performance.now();
+    p.ingest(f, 0);
+    if (i % 16 === 15) drain(p);
+    times.push(performance.now() - t0);
+  });
+  drain(p);
+  const ms = performance.now() - start;
+  times.sort((a, b) => a - b);
+  const p99 = times[Math.floor(times.length * 0.99)] ?? 0;
+  console.log(
+    `${label.padEnd(34)} ${String(events).padStart(7)} events  ${(events / ms * 1000 / 1e3).toFixed(0).padStart(5)}k events/s  p99 ${(p99 * 1000).toFixed(0)} µs/frame`,
+  );
+  p.free();
+}
+
+const sizes = process.argv.slice(2).map(Number);
+for (const n of sizes.length ? sizes : [1_000, 10_000, 100_000]) {
+  const evs = session(n);
+  for (const [name, per] of [["live (1 event/frame)", 1], ["catch-up (100 events/frame)", 100]] as const) {
+    const fs = frames(evs, per);
+    run(`${name}, drain()`, fs, n, (p) => p.drain());
+    run(`${name}, drainJson()+parse`, fs, n, (p) => JSON.parse(p.drainJson()));
+  }
+}
