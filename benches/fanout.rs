@@ -56,10 +56,10 @@ async fn main() {
         HubConfig::new(std::env::current_exe().unwrap()),
     );
     let token = "bench-token-0123456789".to_owned();
-    let state = AppState {
+    let state = AppState::new(
         hub,
-        config: Arc::new(ServerConfig::new(token.clone(), dir.path().into())),
-    };
+        Arc::new(ServerConfig::new(token.clone(), dir.path().into())),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(server::serve(listener, state, std::future::pending()));
