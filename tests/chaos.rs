@@ -3,6 +3,8 @@
 //! at the end it has printed exactly the stored log: no gap, no duplicate.
 //! `CHAOS_TURNS=N` lengthens the run (the long mode); the default keeps it to seconds.
 
+#![cfg(not(target_arch = "wasm32"))]
+
 mod common;
 
 use std::io::{BufRead, BufReader};

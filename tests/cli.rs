@@ -1,5 +1,7 @@
 //! The `agentwire normalize` and `project` command lines: output, diagnostics and exit codes.
 
+#![cfg(not(target_arch = "wasm32"))]
+
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 

@@ -1,6 +1,8 @@
 //! The fake model server (`agentwire fake-model`) over plain HTTP, one test per API shape: what
 //! the real CLIs will parse must be what each API really sends.
 
+#![cfg(not(target_arch = "wasm32"))]
+
 mod common;
 
 use std::process::{Command, Stdio};

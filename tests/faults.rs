@@ -2,6 +2,8 @@
 //! unreadable output or crashes ends in the documented terminal event with a useful
 //! `provider_error`, within a bounded time, while another session keeps streaming.
 
+#![cfg(not(target_arch = "wasm32"))]
+
 mod common;
 
 use agentwire::core::event::{Event, EventType};

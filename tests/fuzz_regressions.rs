@@ -2,6 +2,8 @@
 //! through every format: no panic, chunking never changes the output. New fuzz crashes go to
 //! tests/data/fuzz-regressions/ (see scripts/fuzz).
 
+#![cfg(not(target_arch = "wasm32"))]
+
 use agentwire::core::normalize::{normalize, Config, Format, Normalizer};
 use agentwire::core::time::Timestamp;
 use agentwire::core::wire::{ClientMsg, ServerMsg};

@@ -3,6 +3,8 @@
 //! stored log, and writes the figures (events/s, delivery latency p50/p99, server peak memory)
 //! to target/reliability/load.txt. `LOAD_SESSIONS`, `LOAD_TURNS` scale it (the long mode).
 
+#![cfg(not(target_arch = "wasm32"))]
+
 mod common;
 
 use std::time::{Duration, Instant};

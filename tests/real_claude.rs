@@ -6,6 +6,8 @@
 //! CLI. `RECORD_TRANSCRIPTS=1` keeps each test's session traffic as
 //! tests/data/claude/agentwire-fake__<name>.jsonl (see the README there).
 
+#![cfg(not(target_arch = "wasm32"))]
+
 mod common;
 
 use agentwire::core::event::{Event, EventType};

@@ -4,6 +4,8 @@
 //! `RECORD_TRANSCRIPTS=1` keeps each session's traffic as
 //! tests/data/codex-app-server/agentwire-fake__<name>.jsonl (see the README there).
 
+#![cfg(not(target_arch = "wasm32"))]
+
 mod common;
 
 use agentwire::core::event::EventType;
