@@ -1,0 +1,214 @@
+// The demo page: sessions of a live `agentwire serve`, followed through the `agentwire` npm
+// package's Client exactly as a frontend would, and saved transcripts projected in the browser.
+// The HTTP API creates and lists sessions; everything live rides the Client's WebSocket.
+
+import init, { Client } from "agentwire";
+import { TimelineView } from "./timeline.js";
+
+const $ = (id) => document.getElementById(id);
+const token = new URLSearchParams(location.search).get("token") ?? "";
+
+async function api(method, path, body) {
+  const response = await fetch(path, {
+    method,
+    headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const data = response.status === 204 ? null : await response.json();
+  if (!response.ok) {
+    const error = new Error(data?.error?.message ?? response.statusText);
+    error.code = data?.error?.code ?? "http_" + response.status;
+    throw error;
+  }
+  return data;
+}
+
+function notice(text) {
+  $("notice").textContent = text;
+}
+
+function fail(error) {
+  notice(error.code ? `${error.code}: ${error.message}` : String(error.message ?? error));
+}
+
+const state = {
+  sessions: [], // from the API
+  lifecycles: new Map(), // session -> lifecycle (from the Client)
+  current: null, // the session shown, or {transcript: name}
+  client: null,
+};
+
+const view = new TimelineView($("timeline"), {
+  onAnswer: (requestId, decision) => {
+    if (typeof state.current !== "string") return;
+    state.client.answerApproval(state.current, requestId, decision).catch(fail);
+  },
+});
+
+function badge(text, cls) {
+  const b = document.createElement("span");
+  b.className = `badge ${cls}`;
+  b.textContent = text;
+  return b;
+}
+
+function renderSessions() {
+  const list = $("sessions");
+  list.replaceChildren();
+  for (const s of state.sessions) {
+    const li = document.createElement("li");
+    li.dataset.session = s.id;
+    if (s.id === state.current) li.classList.add("selected");
+    const name = document.createElement("span");
+    name.textContent = `${s.provider} · ${s.id.slice(4, 12)}`;
+    const lifecycle = state.lifecycles.get(s.id);
+    const shown = lifecycle ?? s.state;
+    li.append(name, badge(shown, `lifecycle-${shown}`));
+    li.onclick = () => select(s.id);
+    list.append(li);
+  }
+}
+
+function renderHead() {
+  const current = state.current;
+  if (current === null) {
+    $("session-title").textContent = "No session selected";
+    $("lifecycle").replaceChildren();
+    $("usage").textContent = "";
+    return;
+  }
+  if (typeof current !== "string") {
+    $("session-title").textContent = `Transcript: ${current.transcript}`;
+    $("lifecycle").replaceChildren(badge(current.lifecycle ?? "idle", `lifecycle-${current.lifecycle ?? "idle"}`));
+  } else {
+    const s = state.sessions.find((x) => x.id === current);
+    $("session-title").textContent = s ? `${s.provider} session ${s.id}` : current;
+    const lifecycle = state.lifecycles.get(current) ?? "initializing";
+    $("lifecycle").replaceChildren(badge(lifecycle, `lifecycle-${lifecycle}`));
+  }
+  const u = view.usage;
+  $("usage").textContent = u
+    ? `${u.input_tokens} in · ${u.output_tokens} out` + (u.cost_usd ? ` · $${u.cost_usd.toFixed(4)}` : "")
+    : "";
+  const live = typeof current === "string";
+  $("send").disabled = !live;
+  $("interrupt").disabled = !live;
+}
+
+function select(id) {
+  state.current = id;
+  view.clear();
+  view.usage = undefined;
+  // The Client holds every followed session's items: mount them at once.
+  const items = state.client.snapshot(id);
+  view.apply(items.map((item, index) => ({ op: "insert", index, item })));
+  renderSessions();
+  renderHead();
+}
+
+function onChange(batch) {
+  if (batch.state) {
+    const s = $("connection");
+    s.replaceChildren(badge(batch.state.replace("_", " "), `conn-${batch.state}`));
+    s.dataset.state = batch.state;
+  }
+  let sessionsChanged = false;
+  for (const b of batch.sessions) {
+    if (b.lifecycle) {
+      state.lifecycles.set(b.session, b.lifecycle.state);
+      sessionsChanged = true;
+    }
+    if (b.session !== state.current) continue;
+    if (b.reset) view.clear();
+    view.apply(b.changes);
+    for (const n of b.notes ?? []) if (n.note === "error") notice(`${n.code}: ${n.message}`);
+  }
+  if (sessionsChanged) renderSessions();
+  renderHead();
+}
+
+async function refreshSessions() {
+  const { sessions } = await api("GET", "/api/sessions");
+  const known = new Set(state.sessions.map((s) => s.id));
+  state.sessions = sessions.reverse();
+  for (const s of sessions) if (!known.has(s.id)) state.client.subscribe(s.id);
+  renderSessions();
+}
+
+async function main() {
+  await init();
+  const info = await api("GET", "/api/info");
+  const providers = $("provider");
+  for (const p of info.providers) {
+    const option = document.createElement("option");
+    option.value = option.textContent = p;
+    providers.append(option);
+  }
+  const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
+  state.client = new Client({ url, token, sessions: [], onChange });
+  await refreshSessions();
+  if (state.sessions.length > 0) select(state.sessions[0].id);
+  setInterval(() => refreshSessions().catch(() => {}), 3000);
+
+  $("create").onclick = async () => {
+    try {
+      const cwd = $("cwd").value.trim() || undefined;
+      const s = await api("POST", "/api/sessions", { provider: providers.value, cwd });
+      notice("");
+      await refreshSessions();
+      select(s.id);
+    } catch (e) {
+      fail(e);
+    }
+  };
+  const send = async () => {
+    const prompt = $("prompt").value;
+    if (!prompt.trim() || typeof state.current !== "string") return;
+    try {
+      await state.client.startTurn(state.current, prompt);
+      $("prompt").value = "";
+      notice("");
+    } catch (e) {
+      fail(e);
+    }
+  };
+  $("send").onclick = send;
+  $("prompt").onkeydown = (e) => {
+    if (e.key === "Enter" && (e.metaKey || e.ctrlKey)) send();
+  };
+  $("interrupt").onclick = () => {
+    if (typeof state.current === "string") state.client.interrupt(state.current).catch(fail);
+  };
+  $("transcript").onchange = async (e) => {
+    const file = e.target.files[0];
+    if (!file) return;
+    try {
+      await openTranscript(file.name, await file.text());
+    } catch (err) {
+      fail(err);
+    }
+  };
+  window.agentwirePage = { state, view }; // for the end-to-end tests
+}
+
+// A saved provider transcript, projected entirely in the browser (no server involved).
+async function openTranscript(name, text) {
+  const transcripts = await import("agentwire/transcripts");
+  await transcripts.default();
+  const projector = transcripts.Projector.transcript(null, "transcript");
+  projector.ingest(text, Date.now());
+  projector.finish(Date.now());
+  const batch = projector.drain();
+  const b = batch.sessions.find((x) => x.session === "transcript");
+  state.current = { transcript: name, lifecycle: b?.lifecycle?.state };
+  view.clear();
+  view.usage = undefined;
+  if (b) view.apply(b.changes);
+  const diagnostics = (b?.notes ?? []).filter((n) => n.note === "diagnostic").length;
+  notice(diagnostics ? `${diagnostics} line(s) of the transcript could not be read` : "");
+  projector.free();
+  renderSessions();
+  renderHead();
+}
+
+main().catch(fail);
