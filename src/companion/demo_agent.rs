@@ -210,7 +210,7 @@ enum Scenario {
     Background,
     /// A long answer, to have time to interrupt it.
     Slow,
-    /// Unreadable output (not JSON, binary bytes, a 5 MiB line) before a plain answer.
+    /// Unreadable output (not JSON, binary bytes, a 50 MiB line) before a plain answer.
     Garbage,
     /// Starts answering, then writes nothing more and ignores everything: a hung agent.
     Hang,
@@ -438,7 +438,7 @@ impl<W: Write> DemoAgent<W> {
                 self.raw(b"this is not JSON\n")?;
                 self.raw(b"\xff\xfe\x00binary\n")?;
                 let mut long = b"{\"type\":\"assistant\",\"padding\":\"".to_vec();
-                long.resize(5 << 20, b'x');
+                long.resize(50 << 20, b'x');
                 long.extend_from_slice(b"\"}\n");
                 self.raw(&long)?;
                 let text = "After some noise, a readable answer.".to_owned();
