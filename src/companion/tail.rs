@@ -147,9 +147,10 @@ async fn connect_once(options: &TailOptions, cursor: &mut Cursor) -> Result<Outc
                 text,
                 ..
             } => {
-                if let Some(json) = cursor.accept_part(sequence, index, last, text) {
-                    let event: Event =
-                        serde_json::from_str(&json).context("reassembling a large event")?;
+                let event = cursor
+                    .accept_part(sequence, index, last, text)
+                    .context("a large event")?;
+                if let Some(event) = event {
                     printed = cursor.accept(&epoch, vec![event]).events;
                 }
             }

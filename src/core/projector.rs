@@ -342,20 +342,19 @@ impl Projector {
                 text,
             } => {
                 let i = self.session_index(&session);
-                let Some(json) = self.sessions[i]
+                match self.sessions[i]
                     .cursor
                     .accept_part(sequence, index, last, text)
-                else {
-                    return Signal::None;
-                };
-                match serde_json::from_str::<Event>(&json) {
-                    Ok(event) => self.accept(&session, &epoch, vec![event], now_ms),
+                {
+                    Ok(None) => Signal::None,
+                    Ok(Some(event)) => self.accept(&session, &epoch, vec![event], now_ms),
                     Err(e) => {
+                        let message = e.to_string();
                         self.note(
                             i,
                             Note::Error {
                                 code: "malformed_event".into(),
-                                message: format!("event {sequence} reassembled badly: {e}"),
+                                message,
                             },
                         );
                         Signal::Resubscribe { session }

@@ -424,15 +424,16 @@ impl Cursor {
         out
     }
 
-    /// Collects an `event_part`; returns the whole event's JSON when the last piece arrives.
-    /// Pieces of another sequence than the one being assembled restart the assembly.
+    /// Collects an `event_part`; returns the whole event when its last piece arrives (an
+    /// error when the pieces do not make an event). Pieces of another sequence than the one
+    /// being assembled restart the assembly.
     pub fn accept_part(
         &mut self,
         sequence: u64,
         index: u32,
         last: bool,
         text: String,
-    ) -> Option<String> {
+    ) -> Result<Option<Event>, DecodeError> {
         if sequence != self.parts_sequence {
             self.parts.clear();
             self.parts_sequence = sequence;
@@ -440,10 +441,12 @@ impl Cursor {
         self.parts.insert(index, text);
         let complete = last && self.parts.len() == index as usize + 1;
         if !complete {
-            return None;
+            return Ok(None);
         }
         let json: String = std::mem::take(&mut self.parts).into_values().collect();
-        Some(json)
+        serde_json::from_str(&json)
+            .map(Some)
+            .map_err(|e| DecodeError::Malformed(format!("event {sequence} reassembled badly: {e}")))
     }
 }
 
@@ -536,8 +539,7 @@ mod tests {
                     text,
                     ..
                 } => {
-                    if let Some(json) = cursor.accept_part(sequence, index, last, text) {
-                        let e: Event = serde_json::from_str(&json).unwrap();
+                    if let Some(e) = cursor.accept_part(sequence, index, last, text).unwrap() {
                         got.extend(cursor.accept(&epoch, vec![e]).events);
                     }
                 }

@@ -444,8 +444,11 @@ impl Collector {
                 text,
                 ..
             } => {
-                if let Some(json) = self.cursor.accept_part(sequence, index, last, text) {
-                    let e: Event = serde_json::from_str(&json).unwrap();
+                if let Some(e) = self
+                    .cursor
+                    .accept_part(sequence, index, last, text)
+                    .unwrap()
+                {
                     self.events
                         .extend(self.cursor.accept(&epoch, vec![e]).events);
                 }
