@@ -4,8 +4,10 @@
 //! dead network would) and inserts stalls and delays on the way. The same seed gives the same
 //! plan for the same sequence of connections and chunks.
 //!
-//! It prints `chaos-proxy: listening 127.0.0.1:PORT`, then one `cut N` line per connection it
-//! cuts, so a test can count the cuts.
+//! Only WebSocket connections (an HTTP request with `Upgrade: websocket`) are shaken; other
+//! connections pass untouched, so a page can be loaded through the proxy (same origin as its
+//! WebSocket) while its socket is cut. It prints `chaos-proxy: listening 127.0.0.1:PORT`,
+//! then one `cut N` line per connection it cuts, so a test can count the cuts.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,6 +71,11 @@ pub async fn run(options: ChaosOptions) -> std::io::Result<()> {
             let Ok(upstream) = TcpStream::connect(options.upstream).await else {
                 return;
             };
+            if !is_websocket(&client).await {
+                let (mut client, mut upstream) = (client, upstream);
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                return;
+            }
             let life = rng.lock().expect("rng").range(options.cut_after_ms);
             let pipes = async {
                 let (cr, cw) = client.into_split();
@@ -85,6 +92,22 @@ pub async fn run(options: ChaosOptions) -> std::io::Result<()> {
             }
         });
     }
+}
+
+/// Whether the connection's first request asks for a WebSocket upgrade (peeked, not read).
+async fn is_websocket(client: &TcpStream) -> bool {
+    let mut head = vec![0u8; 4096];
+    for _ in 0..50 {
+        let Ok(n) = client.peek(&mut head).await else {
+            return false;
+        };
+        let text = String::from_utf8_lossy(&head[..n]).to_ascii_lowercase();
+        if text.contains("\r\n\r\n") || n == head.len() {
+            return text.contains("upgrade: websocket");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    false
 }
 
 async fn pump(

@@ -1,0 +1,135 @@
+// Reconnect chaos in the browser: the demo page (www/, the real one) is loaded through
+// `agentwire chaos-proxy`, which lets its HTTP requests through and cuts, stalls and delays
+// its WebSocket at seeded random points. Several slow demo turns stream while the proxy cuts
+// the socket at least 100 times; at the end the page's timeline equals that of a page that
+// followed the same session directly, with no duplicate and no gap.
+
+import { strict as assert } from "node:assert";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+
+import { chromium, type Page } from "playwright-core";
+import { bin, root } from "./fixtures.js";
+
+const TOKEN = "chaos-test-token-0123";
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const DEADLINE_MS = 120_000;
+const tmp = mkdtempSync(join(tmpdir(), "agentwire-chaos-"));
+const children: ChildProcess[] = [];
+
+/** Spawns `agentwire …` and resolves with the first stdout line matching `pattern`. */
+function start(args: string[], pattern: RegExp, onLine?: (line: string) => void): Promise<string> {
+  const child = spawn(bin, args, { stdio: ["ignore", "pipe", "inherit"] });
+  children.push(child);
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${args[0]} did not start`)), 30_000);
+    createInterface({ input: child.stdout! }).on("line", (line) => {
+      const m = pattern.exec(line);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]!);
+      }
+      onLine?.(line);
+    });
+    child.on("exit", (code) => reject(new Error(`${args[0]} exited (${code})`)));
+  });
+}
+
+async function api(addr: string, method: string, path: string, body?: unknown): Promise<any> {
+  const r = await fetch(`http://${addr}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${TOKEN}`, "Content-Type": "application/json" },
+    body: body === undefined ? null : JSON.stringify(body),
+  });
+  const data = r.status === 204 ? null : await r.json();
+  assert.ok(r.ok, `${method} ${path}: ${r.status} ${JSON.stringify(data)}`);
+  return data;
+}
+
+async function until<T>(what: string, probe: () => Promise<T | undefined | false>): Promise<T> {
+  const start = Date.now();
+  for (;;) {
+    const v = await probe();
+    if (v) return v;
+    assert.ok(Date.now() - start < DEADLINE_MS, `timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const items = (page: Page) => page.evaluate(() => (window as any).agentwirePage.view.items);
+
+try {
+  const addr = await start(
+    ["serve", "--addr", "127.0.0.1:0", "--token", TOKEN, "--db", join(tmp, "store.db"),
+      "--www", join(root, "www"), "--demo-delay-ms", "20", "--heartbeat-ms", "500"],
+    /^agentwire: serving http:\/\/([^/]+)\//,
+  );
+  let cuts = 0;
+  const proxy = await start(
+    ["chaos-proxy", "--upstream", addr, "--seed", "11", "--cut-min-ms", "40", "--cut-max-ms", "200",
+      "--stall-per-mille", "30", "--max-delay-ms", "3"],
+    /^chaos-proxy: listening (.+)$/,
+    (line) => {
+      if (line.startsWith("cut ")) cuts++;
+    },
+  );
+  const session = (await api(addr, "POST", "/api/sessions", { provider: "demo" })).id as string;
+
+  const context = await chromium.launchPersistentContext(join(tmp, "profile"), {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    ],
+  });
+  try {
+    const shaken = context.pages()[0] ?? (await context.newPage());
+    const errors: string[] = [];
+    shaken.on("pageerror", (e) => errors.push(e.message));
+    await shaken.goto(`http://${proxy}/?token=${TOKEN}`);
+    await shaken.waitForSelector(`#sessions li[data-session="${session}"].selected`, { timeout: 30_000 });
+
+    // Slow turns, one after the other, until the proxy has cut the socket 100 times.
+    let turns = 0;
+    while (cuts < 100) {
+      const { turnId } = await api(addr, "POST", `/api/sessions/${session}/turns`, { prompt: "a slow answer please" });
+      turns++;
+      await until("the turn to end", async () => {
+        const { events } = await api(addr, "GET", `/api/sessions/${session}/events?run_id=${turnId}&type=run_completed`);
+        return events.length > 0;
+      });
+    }
+
+    // A page that follows the same session directly, with no proxy in between.
+    const direct = await context.newPage();
+    await direct.goto(`http://${addr}/?token=${TOKEN}`);
+    await direct.waitForSelector(`#sessions li[data-session="${session}"].selected`, { timeout: 30_000 });
+    const reference = await until("the direct page to hold every turn", async () => {
+      const got = await items(direct);
+      const answers = got.filter((i: any) => i.kind === "assistant_message" && !i.streaming);
+      return answers.length === turns ? got : undefined;
+    });
+    const settled = await until("the shaken page to catch up", async () => {
+      const got = await items(shaken);
+      return JSON.stringify(got) === JSON.stringify(reference) ? got : undefined;
+    });
+    assert.deepEqual(settled, reference, "the shaken page's timeline = the direct page's");
+    const messageIds = settled.filter((i: any) => i.kind === "assistant_message").map((i: any) => i.message_id);
+    assert.equal(new Set(messageIds).size, messageIds.length, "no message twice");
+    const drops = await shaken.evaluate(() => (window as any).agentwirePage.state.client.drops);
+    assert.ok(cuts >= 100, `cuts: ${cuts}`);
+    // A cut that lands before the handshake completes is a failed attempt, not a drop.
+    assert.ok(drops >= cuts * 0.8, `the client saw the cuts: ${drops} drops for ${cuts} cuts`);
+    assert.deepEqual(errors, [], "no page errors");
+    console.log(`chaos (browser): ${turns} slow turns, ${cuts} cuts, ${drops} client reconnects, ${settled.length} items, identical to the direct page`);
+  } finally {
+    await context.close();
+  }
+} finally {
+  for (const c of children) c.kill("SIGKILL");
+  rmSync(tmp, { recursive: true, force: true });
+}
