@@ -302,8 +302,20 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             hub.store().epoch()
         );
         let state = server::AppState::new(hub, std::sync::Arc::new(config));
+        // Ctrl-C or SIGTERM: stop accepting, close every session (killing its agent), exit.
         let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
+            use tokio::signal::unix::{signal, SignalKind};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                }
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
         };
         server::serve(listener, state, shutdown)
             .await

@@ -771,3 +771,32 @@ async fn a_client_flooding_commands_without_reading_does_not_starve_the_others()
     let (status, _) = server.api("GET", "/api/info", None);
     assert_eq!(status, 200);
 }
+
+#[tokio::test]
+async fn sigterm_closes_sessions_and_their_agents() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let mut server = Server::start(&db, 0, &[]);
+    let session = server.create_demo_session();
+    server.start_turn(&session, "slow please");
+    server.wait_events(&session, "the turn to stream", |e| {
+        e.iter().any(|e| e.kind() == EventType::MessageStreamed)
+    });
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = server.child.wait().unwrap();
+    assert!(exit.success(), "a graceful exit: {exit:?}");
+    // Closed on the way out: the next start finds nothing to recover.
+    let server = Server::start(&db, 0, &[]);
+    let log = server.events(&session);
+    assert_eq!(log.last().unwrap().kind(), EventType::SessionCompleted);
+    assert!(
+        log.iter().any(|e| e.kind() == EventType::RunCancelled),
+        "the open turn was cancelled"
+    );
+    let (_, body) = server.api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(body["session"]["state"], "closed");
+}
