@@ -125,6 +125,7 @@ function onChange(batch) {
   }
   if (sessionsChanged) renderSessions();
   renderHead();
+  view.flush(); // this batch shows in this animation frame
 }
 
 async function refreshSessions() {

@@ -62,6 +62,11 @@ export class TimelineView {
     }
   }
 
+  /** Lays out what changed now (call at the end of a batch). */
+  flush() {
+    this.list.flush();
+  }
+
   toggle(index) {
     if (this.open.has(index)) this.open.delete(index);
     else this.open.add(index);
