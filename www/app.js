@@ -3,7 +3,7 @@
 // The HTTP API creates and lists sessions; everything live rides the Client's WebSocket.
 
 import init, { Client } from "agentwire";
-import { TimelineView } from "./timeline.js";
+import { SessionModel, TimelineView } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
 const token = new URLSearchParams(location.search).get("token") ?? "";
@@ -34,6 +34,7 @@ function fail(error) {
 const state = {
   sessions: [], // from the API
   lifecycles: new Map(), // session -> lifecycle (from the Client)
+  models: new Map(), // session -> SessionModel, from the Client's batches
   current: null, // the session shown, or {transcript: name}
   client: null,
 };
@@ -95,13 +96,16 @@ function renderHead() {
   $("interrupt").disabled = !live;
 }
 
+function model(session) {
+  let m = state.models.get(session);
+  if (!m) state.models.set(session, (m = new SessionModel()));
+  return m;
+}
+
 function select(id) {
   state.current = id;
-  view.clear();
-  view.usage = undefined;
-  // The Client holds every followed session's items: mount them at once.
-  const items = state.client.snapshot(id);
-  view.apply(items.map((item, index) => ({ op: "insert", index, item })));
+  // Every followed session's model is kept up to date: mount what its batches added up to.
+  view.show(model(id));
   renderSessions();
   renderHead();
 }
@@ -118,9 +122,12 @@ function onChange(batch) {
       state.lifecycles.set(b.session, b.lifecycle.state);
       sessionsChanged = true;
     }
+    const m = b.reset ? new SessionModel() : model(b.session);
+    if (b.reset) state.models.set(b.session, m);
+    m.apply(b.changes);
     if (b.session !== state.current) continue;
-    if (b.reset) view.clear();
-    view.apply(b.changes);
+    if (b.reset) view.show(m);
+    else view.changed(b.changes);
     for (const n of b.notes ?? []) if (n.note === "error") notice(`${n.code}: ${n.message}`);
   }
   if (sessionsChanged) renderSessions();
@@ -202,9 +209,9 @@ async function openTranscript(name, text) {
   const batch = projector.drain();
   const b = batch.sessions.find((x) => x.session === "transcript");
   state.current = { transcript: name, lifecycle: b?.lifecycle?.state };
-  view.clear();
-  view.usage = undefined;
-  if (b) view.apply(b.changes);
+  const m = new SessionModel();
+  if (b) m.apply(b.changes);
+  view.show(m);
   const diagnostics = (b?.notes ?? []).filter((n) => n.note === "diagnostic").length;
   notice(diagnostics ? `${diagnostics} line(s) of the transcript could not be read` : "");
   projector.free();
