@@ -106,6 +106,8 @@ function select(id) {
   state.current = id;
   // Every followed session's model is kept up to date: mount what its batches added up to.
   view.show(model(id));
+  // The session shown survives a reload.
+  history.replaceState(null, "", `${location.pathname}${location.search}#${encodeURIComponent(id)}`);
   renderSessions();
   renderHead();
 }
@@ -155,7 +157,9 @@ async function main() {
   const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
   state.client = new Client({ url, token, sessions: [], onChange });
   await refreshSessions();
-  if (state.sessions.length > 0) select(state.sessions[0].id);
+  const shown = decodeURIComponent(location.hash.slice(1));
+  const first = state.sessions.find((s) => s.id === shown) ?? state.sessions[0];
+  if (first) select(first.id);
   setInterval(() => refreshSessions().catch(() => {}), 3000);
 
   $("create").onclick = async () => {
@@ -212,6 +216,7 @@ async function openTranscript(name, text) {
   const m = new SessionModel();
   if (b) m.apply(b.changes);
   view.show(m);
+  history.replaceState(null, "", `${location.pathname}${location.search}`);
   const diagnostics = (b?.notes ?? []).filter((n) => n.note === "diagnostic").length;
   notice(diagnostics ? `${diagnostics} line(s) of the transcript could not be read` : "");
   projector.free();
