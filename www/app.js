@@ -160,7 +160,10 @@ async function main() {
   const shown = decodeURIComponent(location.hash.slice(1));
   const first = state.sessions.find((s) => s.id === shown) ?? state.sessions[0];
   if (first) select(first.id);
-  setInterval(() => refreshSessions().catch(() => {}), 3000);
+  // Sessions started elsewhere appear; not while a transcript is shown (no server then).
+  setInterval(() => {
+    if (typeof state.current !== "object" || state.current === null) refreshSessions().catch(() => {});
+  }, 3000);
 
   $("create").onclick = async () => {
     try {
