@@ -3,7 +3,7 @@
 // The HTTP API creates and lists sessions; everything live rides the Client's WebSocket.
 
 import init, { Client } from "agentwire";
-import { TimelineView } from "./timeline.js";
+import { SessionModel, TimelineView } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
 const token = new URLSearchParams(location.search).get("token") ?? "";
@@ -34,6 +34,7 @@ function fail(error) {
 const state = {
   sessions: [], // from the API
   lifecycles: new Map(), // session -> lifecycle (from the Client)
+  models: new Map(), // session -> SessionModel, from the Client's batches
   current: null, // the session shown, or {transcript: name}
   client: null,
 };
@@ -95,13 +96,18 @@ function renderHead() {
   $("interrupt").disabled = !live;
 }
 
+function model(session) {
+  let m = state.models.get(session);
+  if (!m) state.models.set(session, (m = new SessionModel()));
+  return m;
+}
+
 function select(id) {
   state.current = id;
-  view.clear();
-  view.usage = undefined;
-  // The Client holds every followed session's items: mount them at once.
-  const items = state.client.snapshot(id);
-  view.apply(items.map((item, index) => ({ op: "insert", index, item })));
+  // Every followed session's model is kept up to date: mount what its batches added up to.
+  view.show(model(id));
+  // The session shown survives a reload.
+  history.replaceState(null, "", `${location.pathname}${location.search}#${encodeURIComponent(id)}`);
   renderSessions();
   renderHead();
 }
@@ -118,13 +124,17 @@ function onChange(batch) {
       state.lifecycles.set(b.session, b.lifecycle.state);
       sessionsChanged = true;
     }
+    const m = b.reset ? new SessionModel() : model(b.session);
+    if (b.reset) state.models.set(b.session, m);
+    m.apply(b.changes);
     if (b.session !== state.current) continue;
-    if (b.reset) view.clear();
-    view.apply(b.changes);
+    if (b.reset) view.show(m);
+    else view.changed(b.changes);
     for (const n of b.notes ?? []) if (n.note === "error") notice(`${n.code}: ${n.message}`);
   }
   if (sessionsChanged) renderSessions();
   renderHead();
+  view.flush(); // this batch shows in this animation frame
 }
 
 async function refreshSessions() {
@@ -147,8 +157,13 @@ async function main() {
   const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
   state.client = new Client({ url, token, sessions: [], onChange });
   await refreshSessions();
-  if (state.sessions.length > 0) select(state.sessions[0].id);
-  setInterval(() => refreshSessions().catch(() => {}), 3000);
+  const shown = decodeURIComponent(location.hash.slice(1));
+  const first = state.sessions.find((s) => s.id === shown) ?? state.sessions[0];
+  if (first) select(first.id);
+  // Sessions started elsewhere appear; not while a transcript is shown (no server then).
+  setInterval(() => {
+    if (typeof state.current !== "object" || state.current === null) refreshSessions().catch(() => {});
+  }, 3000);
 
   $("create").onclick = async () => {
     try {
@@ -201,9 +216,10 @@ async function openTranscript(name, text) {
   const batch = projector.drain();
   const b = batch.sessions.find((x) => x.session === "transcript");
   state.current = { transcript: name, lifecycle: b?.lifecycle?.state };
-  view.clear();
-  view.usage = undefined;
-  if (b) view.apply(b.changes);
+  const m = new SessionModel();
+  if (b) m.apply(b.changes);
+  view.show(m);
+  history.replaceState(null, "", `${location.pathname}${location.search}`);
   const diagnostics = (b?.notes ?? []).filter((n) => n.note === "diagnostic").length;
   notice(diagnostics ? `${diagnostics} line(s) of the transcript could not be read` : "");
   projector.free();

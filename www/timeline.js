@@ -1,6 +1,6 @@
-// The timeline of one session on the page: the items the `agentwire` package hands over as
-// compact changes, kept in an array and shown through a virtualized list. Applying a batch
-// costs what changed, not the length of the session.
+// The timeline on the page: each session's items, built from the compact changes the
+// `agentwire` package hands over (SessionModel), and the one shown, through a virtualized list
+// (TimelineView). Applying a batch costs what changed, not the length of the session.
 
 import { VirtualList } from "./virtual-list.js";
 
@@ -13,24 +13,16 @@ const el = (tag, cls, text) => {
 
 const json = (v) => (typeof v === "string" ? v : JSON.stringify(v, null, 2));
 
-export class TimelineView {
-  /**
-   * @param {HTMLElement} viewport
-   * @param {{onAnswer: (requestId: string, decision: "allow"|"deny") => void}} actions
-   */
-  constructor(viewport, actions) {
+/**
+ * One session's items, kept up to date from the batches: every followed session has one, shown
+ * or not, so that showing a session is mounting what its batches added up to (never a snapshot
+ * taken between two batches, which the next batch would then apply a second time).
+ */
+export class SessionModel {
+  constructor() {
     this.items = [];
-    this.actions = actions;
-    this.pending = new Set();
-    this.open = new Set(); // indexes of expanded rows
-    this.list = new VirtualList(viewport, (item, index) => this.row(item, index));
-  }
-
-  clear() {
-    this.items = [];
-    this.pending.clear();
-    this.open.clear();
-    this.list.clear();
+    this.usage = undefined;
+    this.pending = []; // request ids of the approvals pending
   }
 
   /** Applies the changes of one session batch, in order. */
@@ -38,22 +30,20 @@ export class TimelineView {
     for (const c of changes) {
       switch (c.op) {
         case "insert":
-          this.items[c.index] = c.item;
-          this.list.insert(c.index, c.item);
+          if (c.index !== this.items.length) throw new Error(`insert at ${c.index} of ${this.items.length}`);
+          this.items.push(c.item);
           break;
         case "append": {
           const item = this.items[c.index];
           if (item.kind === "tool_call") item.output += c.text;
           else item.text += c.text;
-          this.list.update(c.index, item);
           break;
         }
         case "update":
           this.items[c.index] = c.item;
-          this.list.update(c.index, c.item);
           break;
         case "approvals":
-          this.pending = new Set(c.pending);
+          this.pending = c.pending;
           break;
         case "usage":
           this.usage = c.totals;
@@ -61,11 +51,54 @@ export class TimelineView {
       }
     }
   }
+}
+
+export class TimelineView {
+  /**
+   * @param {HTMLElement} viewport
+   * @param {{onAnswer: (requestId: string, decision: "allow"|"deny") => void}} actions
+   */
+  constructor(viewport, actions) {
+    this.model = new SessionModel();
+    this.actions = actions;
+    this.open = new Set(); // indexes of expanded rows
+    this.list = new VirtualList(viewport, (item, index) => this.row(item, index));
+  }
+
+  /** The items shown. */
+  get items() {
+    return this.model.items;
+  }
+
+  get usage() {
+    return this.model.usage;
+  }
+
+  /** Shows a model from the start (what its batches added up to). */
+  show(model) {
+    this.model = model;
+    this.open.clear();
+    this.list.clear();
+    model.items.forEach((item, index) => this.list.insert(index, item));
+  }
+
+  /** Lays out what changed now (call at the end of a batch). */
+  flush() {
+    this.list.flush();
+  }
+
+  /** Shows the changes just applied to the model shown: costs what changed. */
+  changed(changes) {
+    for (const c of changes) {
+      if (c.op === "insert") this.list.insert(c.index, this.model.items[c.index]);
+      else if (c.op === "append" || c.op === "update") this.list.update(c.index, this.model.items[c.index]);
+    }
+  }
 
   toggle(index) {
     if (this.open.has(index)) this.open.delete(index);
     else this.open.add(index);
-    this.list.update(index, this.items[index]);
+    this.list.update(index, this.model.items[index]);
   }
 
   row(item, index) {

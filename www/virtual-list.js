@@ -73,7 +73,7 @@ export class VirtualList {
     this.spacer.style.position = "relative";
     viewport.replaceChildren(this.spacer);
     this.stickToBottom = true;
-    this.scheduled = false;
+    this.frame = null; // the animation frame requested for the next layout
     viewport.addEventListener("scroll", () => {
       const { scrollTop, scrollHeight, clientHeight } = viewport;
       this.stickToBottom = scrollHeight - scrollTop - clientHeight < 40;
@@ -108,20 +108,42 @@ export class VirtualList {
     this.items[index] = item;
     const row = this.rows.get(index);
     if (row) {
-      row.remove();
-      this.rows.delete(index);
+      // Replaced in place, never removed until the next layout: a row that streams must not
+      // vanish for a frame on each change.
+      const fresh = this.place(index);
+      fresh.style.top = row.style.top;
+      row.replaceWith(fresh);
+      this.rows.set(index, fresh);
     }
     this.measured[index] = false;
     this.schedule();
   }
 
   schedule() {
-    if (this.scheduled) return;
-    this.scheduled = true;
-    requestAnimationFrame(() => {
-      this.scheduled = false;
+    if (this.frame !== null) return;
+    this.frame = requestAnimationFrame(() => {
+      this.frame = null;
       this.layout();
     });
+  }
+
+  /** Lays out now, e.g. at the end of a batch (already in an animation frame), so that the
+   * changes show in this frame, not the next. */
+  flush() {
+    if (this.frame === null) return;
+    cancelAnimationFrame(this.frame);
+    this.frame = null;
+    this.layout();
+  }
+
+  /** Builds row `index`, positioned but not yet placed in the list. */
+  place(index) {
+    const el = this.render(this.items[index], index);
+    el.style.position = "absolute";
+    el.style.left = "0";
+    el.style.right = "0";
+    el.dataset.index = String(index);
+    return el;
   }
 
   layout() {
@@ -146,11 +168,7 @@ export class VirtualList {
     for (let i = first; i <= last; i++) {
       let el = this.rows.get(i);
       if (!el) {
-        el = this.render(this.items[i], i);
-        el.style.position = "absolute";
-        el.style.left = "0";
-        el.style.right = "0";
-        el.dataset.index = String(i);
+        el = this.place(i);
         this.spacer.appendChild(el);
         this.rows.set(i, el);
       }
