@@ -9,12 +9,14 @@ apt_install() { # command-or-package pairs: cmd:package ...
   for pair in "$@"; do
     command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
   done
-  if [ ${#missing[@]} -gt 0 ]; then
-    local sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo=sudo
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-  fi
+  [ ${#missing[@]} -eq 0 ] || apt_get_install "${missing[@]}"
+}
+
+apt_get_install() { # packages ...
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
 }
 
 setup_rust() {
@@ -33,6 +35,19 @@ setup_browser() {
   step "browser: chromium, chromium-driver (apt-get, when missing)"
   apt_install chromium:chromium chromedriver:chromium-driver
   echo "$(chromium --version), $(chromedriver --version | cut -d' ' -f1-2)"
+}
+
+# The server binaries that scripts/throwaway-postgres runs for the PostgreSQL store's tests
+# (Debian keeps them off PATH, in /usr/lib/postgresql/VERSION/bin). No service is used: each
+# test process starts its own throwaway server.
+setup_postgres() {
+  step "PostgreSQL server binaries (apt-get, when missing)"
+  if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    apt_get_install postgresql
+  fi
+  local initdb
+  initdb=$(command -v initdb || ls /usr/lib/postgresql/*/bin/initdb | sort -V | tail -1)
+  "$initdb" --version
 }
 
 setup_wasm_tools() {

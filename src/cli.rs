@@ -104,9 +104,20 @@ struct ServeArgs {
     /// Where to listen. A non-loopback address needs an explicit --token.
     #[arg(long, default_value = "127.0.0.1:7777")]
     addr: std::net::SocketAddr,
-    /// The SQLite event store.
+    /// The SQLite event store (the default store; one companion per file).
     #[arg(long, default_value = "agentwire.db")]
     db: PathBuf,
+    /// Use a PostgreSQL event store instead of --db, shared by every companion pointed at it:
+    /// postgres://USER@127.0.0.1:5432/DB, or a Unix socket directory
+    /// (postgres://USER@%2Fvar%2Frun%2Fpostgresql/DB). No TLS: the server must be on this
+    /// machine (tunnel to a remote one).
+    #[arg(
+        long,
+        env = "AGENTWIRE_STORE",
+        value_name = "URL",
+        conflicts_with = "db"
+    )]
+    store: Option<String>,
     /// The access token (or AGENTWIRE_TOKEN); a random one is made when absent.
     #[arg(long, env = "AGENTWIRE_TOKEN")]
     token: Option<String>,
@@ -255,7 +266,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn serve(args: ServeArgs) -> Result<ExitCode> {
-    use crate::companion::{host, server, store::SqliteStore, tail};
+    use crate::companion::store::{PostgresStore, SqliteStore, Store};
+    use crate::companion::{host, server, tail};
     let explicit_token = args.token.is_some();
     if !args.addr.ip().is_loopback() && !explicit_token {
         bail!(
@@ -269,9 +281,23 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     }
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(async move {
-        let store = SqliteStore::open(&args.db)
-            .with_context(|| format!("opening {}", args.db.display()))?;
-        let store: std::sync::Arc<dyn crate::companion::store::Store> = std::sync::Arc::new(store);
+        let (store, location): (std::sync::Arc<dyn Store>, String) = match &args.store {
+            Some(url) => {
+                if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+                    bail!("--store takes a postgres:// URL (the SQLite store is --db)");
+                }
+                let store = PostgresStore::connect(url)
+                    .await
+                    .context("connecting to the PostgreSQL store")?;
+                let location = store.target().to_owned();
+                (std::sync::Arc::new(store), location)
+            }
+            None => {
+                let store = SqliteStore::open(&args.db)
+                    .with_context(|| format!("opening {}", args.db.display()))?;
+                (std::sync::Arc::new(store), args.db.display().to_string())
+            }
+        };
         let program = std::env::current_exe().context("locating this binary")?;
         let mut hub_config = host::HubConfig::new(program);
         hub_config.demo_delay_ms = args.demo_delay_ms;
@@ -297,8 +323,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         let addr = listener.local_addr().context("reading the bound address")?;
         println!("agentwire: serving http://{addr}/?token={token}");
         println!(
-            "agentwire: store {} (epoch {})",
-            args.db.display(),
+            "agentwire: store {location} (epoch {})",
             hub.store().epoch()
         );
         let state = server::AppState::new(hub, std::sync::Arc::new(config));

@@ -800,3 +800,39 @@ async fn sigterm_closes_sessions_and_their_agents() {
     let (_, body) = server.api("GET", &format!("/api/sessions/{session}"), None);
     assert_eq!(body["session"]["state"], "closed");
 }
+
+/// Two companions on one PostgreSQL database (`--store`): a session hosted by A is followed
+/// live from B, and both serve the same log.
+#[tokio::test]
+async fn two_companions_on_one_postgres_database_serve_each_others_sessions() {
+    let url = postgres::fresh_database().await;
+    let a = Server::start_on_postgres(&url, &[]);
+    let b = Server::start_on_postgres(&url, &[]);
+    assert_eq!(a.epoch, b.epoch, "one log");
+    let session = a.create_demo_session();
+    let (mut socket, epoch) = hello(&b.ws_url()).await;
+    assert_eq!(epoch, a.epoch);
+    send(
+        &mut socket,
+        &ClientMsg::Subscribe {
+            session: session.clone(),
+            after: 0,
+            epoch: None,
+        },
+    )
+    .await;
+    let mut c = Collector::new();
+    collect_until(&mut socket, &mut c, |c| c.caught_up >= 1).await;
+    // B hosts a session of its own meanwhile: both companions append to the database at once.
+    let other = b.create_demo_session();
+    let other_turn = b.start_turn(&other, "hello");
+    let turn = a.start_turn(&session, "please use a tool");
+    collect_until(&mut socket, &mut c, |c| ended(&c.events, &turn)).await;
+    assert_contiguous(&c.events);
+    assert_eq!(c.events, a.events(&session), "B streamed A's log");
+    assert_eq!(c.events, b.events(&session));
+    let theirs = a.wait_events(&other, "B's turn, read through A", |e| {
+        ended(e, &other_turn)
+    });
+    assert_contiguous(&theirs);
+}

@@ -1,9 +1,12 @@
-//! The store conformance suite, and the SQLite store's own tests.
+//! The store conformance suite, and each store's own tests.
 //!
 //! `conformance` is written once against `Arc<dyn Store>`: every backend runs the same
-//! functions (today SQLite, through `sqlite_conformance!`; a PostgreSQL store adds one more
-//! invocation). The tests below it cover what only SQLite has: migrations, the file, the
-//! writer thread and its group commit.
+//! functions, SQLite through `sqlite_conformance!` and PostgreSQL through
+//! `postgres_conformance!` (a fresh database per test on a throwaway server that the test
+//! process starts itself: `tests/common/postgres.rs`). Below them, what only SQLite has
+//! (migrations, the file, the writer thread and its group commit) and what only PostgreSQL
+//! has (several stores on one log: concurrent appends from two companions, a tail woken
+//! across them, migrations).
 //!
 //! Nothing here sleeps to wait: waits are on a store answer or a `Committed`, under a
 //! generous deadline that only matters when something is broken.
@@ -17,11 +20,15 @@ use std::task::Poll;
 use std::time::Duration;
 
 use agentwire::companion::store::{
-    Appended, Committed, EventQuery, SessionRecord, SessionState, SqliteStore, Store, StoreError,
+    Appended, Committed, EventQuery, PostgresStore, SessionRecord, SessionState, SqliteStore,
+    Store, StoreError,
 };
 use agentwire::core::event::{Event, EventId, EventInit, EventType, Provider};
 use agentwire::core::time::Timestamp;
 use tempfile::TempDir;
+
+#[path = "common/postgres.rs"]
+mod postgres;
 
 /// How long anything may take before a test calls it broken. Never a timing assertion.
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -96,6 +103,9 @@ async fn within<F: Future>(f: F) -> F::Output {
         .await
         .expect("the store did not answer before the deadline")
 }
+
+/// Opens a store on one log, again and again.
+type Opener<'a> = &'a dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Store>> + 'a>>;
 
 /// The backend-independent semantics of [`Store`]; see `src/companion/store/mod.rs`.
 mod conformance {
@@ -496,8 +506,8 @@ mod conformance {
     }
 
     /// `open` opens the same log again (the same file, the same database).
-    pub async fn reopen_preserves_the_log(open: &dyn Fn() -> Arc<dyn Store>) {
-        let store = open();
+    pub async fn reopen_preserves_the_log(open: Opener<'_>) {
+        let store = open().await;
         let epoch = store.epoch().to_owned();
         assert!(epoch.len() >= 16, "epoch {epoch:?}");
         store.create_session(session("r", 1)).await.unwrap();
@@ -507,7 +517,7 @@ mod conformance {
             .unwrap();
         drop(store);
 
-        let store = open();
+        let store = open().await;
         assert_eq!(store.epoch(), epoch, "same log, same epoch");
         assert_eq!(store.latest_sequence("r").await.unwrap(), 2);
         let stored = store.get_events("r", &EventQuery::default()).await.unwrap();
@@ -545,24 +555,62 @@ macro_rules! sqlite_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn reopen_preserves_the_log() {
                 let dir = temp_dir();
-                conformance::reopen_preserves_the_log(&|| open_sqlite(&dir) as Arc<dyn Store>).await;
+                conformance::reopen_preserves_the_log(&|| {
+                    Box::pin(async { open_sqlite(&dir) as Arc<dyn Store> })
+                })
+                .await;
             }
         }
     };
 }
 
-sqlite_conformance!(
-    sessions_round_trip,
-    sequences_start_at_one_and_are_contiguous,
-    empty_and_unknown_sessions,
-    append_is_idempotent,
-    a_batch_is_atomic,
-    filters_and_their_combination,
-    long_poll_returns_on_the_next_append,
-    long_poll_returns_at_once_or_empty_on_timeout,
-    concurrent_appenders_get_contiguous_sequences,
-    subscribers_hear_only_after_commit,
-);
+async fn open_postgres(url: &str) -> Arc<PostgresStore> {
+    Arc::new(PostgresStore::connect(url).await.unwrap())
+}
+
+macro_rules! postgres_conformance {
+    ($($name:ident),* $(,)?) => {
+        mod postgres_conformance {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let url = postgres::fresh_database().await;
+                    conformance::$name(open_postgres(&url).await).await;
+                }
+            )*
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn reopen_preserves_the_log() {
+                let url = postgres::fresh_database().await;
+                conformance::reopen_preserves_the_log(&|| {
+                    Box::pin(async { open_postgres(&url).await as Arc<dyn Store> })
+                })
+                .await;
+            }
+        }
+    };
+}
+
+/// Every conformance function, once per backend.
+macro_rules! conformance_suite {
+    ($($backend:ident),*) => {$(
+        $backend!(
+            sessions_round_trip,
+            sequences_start_at_one_and_are_contiguous,
+            empty_and_unknown_sessions,
+            append_is_idempotent,
+            a_batch_is_atomic,
+            filters_and_their_combination,
+            long_poll_returns_on_the_next_append,
+            long_poll_returns_at_once_or_empty_on_timeout,
+            concurrent_appenders_get_contiguous_sequences,
+            subscribers_hear_only_after_commit,
+        );
+    )*};
+}
+
+conformance_suite!(sqlite_conformance, postgres_conformance);
 
 // ---------------------------------------------------------------------------------------------
 // SQLite only.
@@ -774,4 +822,267 @@ async fn reads_from_the_memory_tail_agree_with_the_file() {
         let want: Vec<u64> = (after + 1..=(after + 50).min(700)).collect();
         assert_eq!(seqs(&cold), want, "after {after}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL only: several stores (companions) on one log.
+
+/// Two companions append to one session at once, each batch from either; ids that both append
+/// are stored once. Sequences stay contiguous with no duplicate, and both read the same log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_companions_appending_to_one_session_get_contiguous_sequences() {
+    let url = postgres::fresh_database().await;
+    let (a, b) = (open_postgres(&url).await, open_postgres(&url).await);
+    assert_eq!(a.epoch(), b.epoch(), "one log, one epoch");
+    a.create_session(session("shared", 1)).await.unwrap();
+    let companions: [Arc<dyn Store>; 2] = [a.clone(), b.clone()];
+
+    const TASKS: usize = 16;
+    let barrier = Arc::new(tokio::sync::Barrier::new(TASKS));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let (store, barrier) = (companions[t % 2].clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let mut got = Vec::new();
+                for i in 0..8 {
+                    let mut batch: Vec<Event> = (0..=(t + i) % 3)
+                        .map(|j| ev("shared", &format!("{t}.{i}.{j}")))
+                        .collect();
+                    // Task 2k (companion A) and task 2k+1 (companion B) both append this one.
+                    batch.push(ev("shared", &format!("both.{}.{i}", t / 2)));
+                    let appended = store.append("shared", batch).await.unwrap();
+                    let new: Vec<u64> = appended
+                        .iter()
+                        .filter(|a| !a.duplicate)
+                        .map(|a| a.event.sequence())
+                        .collect();
+                    assert!(
+                        new.windows(2).all(|w| w[1] == w[0] + 1),
+                        "a batch is contiguous: {new:?}"
+                    );
+                    got.extend(appended);
+                }
+                got
+            })
+        })
+        .collect();
+    let mut appended = Vec::new();
+    for task in tasks {
+        appended.extend(within(task).await.unwrap());
+    }
+
+    let mut fresh: Vec<u64> = appended
+        .iter()
+        .filter(|a| !a.duplicate)
+        .map(|a| a.event.sequence())
+        .collect();
+    fresh.sort_unstable();
+    let n = fresh.len() as u64;
+    assert_eq!(fresh, (1..=n).collect::<Vec<_>>(), "no gap, no duplicate");
+    assert_eq!(
+        n,
+        (TASKS * 8 / 2
+            + (0..TASKS)
+                .map(|t| (0..8).map(|i| (t + i) % 3 + 1).sum::<usize>())
+                .sum::<usize>()) as u64
+    );
+
+    let stored = a
+        .get_events("shared", &EventQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(seqs(&stored), (1..=n).collect::<Vec<_>>());
+    assert_eq!(
+        stored,
+        b.get_events("shared", &EventQuery::default())
+            .await
+            .unwrap()
+    );
+    // Whoever lost the race for a shared id got the stored event back, with its sequence.
+    for a in &appended {
+        assert_eq!(&stored[a.event.sequence() as usize - 1], &a.event);
+    }
+    assert_eq!(a.latest_sequence("shared").await.unwrap(), n);
+    assert_eq!(b.latest_sequence("shared").await.unwrap(), n);
+}
+
+/// One id appended at the same moment to two sessions through two companions: one stores it,
+/// the other gets the stored event back, and neither session is left with a gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_one_id_into_two_sessions_leaves_no_gap() {
+    let url = postgres::fresh_database().await;
+    let (a, b) = (open_postgres(&url).await, open_postgres(&url).await);
+    a.create_session(session("left", 1)).await.unwrap();
+    b.create_session(session("right", 2)).await.unwrap();
+    for k in 0..40 {
+        let id = format!("race/{k}");
+        let left = event_with_id("left", &id, EventType::MessageStreamed, None, 1_000);
+        let right = event_with_id("right", &id, EventType::MessageStreamed, None, 1_000);
+        // Each batch also carries an event of its own, numbered after the contested one.
+        let left = vec![left, ev("left", &format!("own/{k}"))];
+        let right = vec![right, ev("right", &format!("own/{k}"))];
+        let (l, r) = tokio::join!(a.append("left", left), b.append("right", right));
+        let (l, r) = (l.unwrap(), r.unwrap());
+        assert!(
+            l[0].duplicate != r[0].duplicate,
+            "exactly one stores race/{k}"
+        );
+        assert_eq!(l[0].event, r[0].event);
+    }
+    for (store, name) in [(&a, "left"), (&b, "right")] {
+        let events = store
+            .get_events(name, &EventQuery::default())
+            .await
+            .unwrap();
+        let latest = store.latest_sequence(name).await.unwrap();
+        assert_eq!(seqs(&events), (1..=latest).collect::<Vec<_>>(), "{name}");
+        assert!(events.iter().all(|e| e.session_id() == name));
+    }
+    let total =
+        a.latest_sequence("left").await.unwrap() + b.latest_sequence("right").await.unwrap();
+    assert_eq!(total, 40 * 3, "each contested id once, each own event once");
+}
+
+/// A subscriber of companion B hears of an append made through companion A (LISTEN/NOTIFY
+/// wakes B, which re-reads), and B's long-poll returns it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_on_one_companion_is_woken_by_an_append_through_another() {
+    let url = postgres::fresh_database().await;
+    let (a, b) = (open_postgres(&url).await, open_postgres(&url).await);
+    a.create_session(session("tail", 1)).await.unwrap();
+    let mut commits = b.subscribe();
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let query = EventQuery {
+                after: Some(0),
+                ..EventQuery::default()
+            };
+            b.wait_events("tail", &query, DEADLINE.as_millis() as u64)
+                .await
+        }
+    });
+    let mut heard = 0;
+    for i in 1..=20 {
+        let appended = a
+            .append("tail", vec![ev("tail", &format!("{i}"))])
+            .await
+            .unwrap();
+        assert_eq!(appended[0].event.sequence(), i);
+        // B never appends: whatever it hears came through the database.
+        while heard < i {
+            let Committed {
+                session_id,
+                latest_sequence,
+            } = within(commits.recv()).await.unwrap();
+            assert_eq!(session_id, "tail");
+            assert!(latest_sequence > heard, "announcements only move forward");
+            let query = EventQuery {
+                after: Some(heard),
+                ..EventQuery::default()
+            };
+            let events = b.get_events("tail", &query).await.unwrap();
+            assert_eq!(
+                seqs(&events),
+                (heard + 1..=latest_sequence).collect::<Vec<_>>(),
+                "told means readable"
+            );
+            heard = latest_sequence;
+        }
+    }
+    let first = within(waiting).await.unwrap().unwrap();
+    assert_eq!(seqs(&first[..1]), [1]);
+    assert_eq!(b.commits(), 0, "B wrote nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn companions_starting_together_migrate_once_and_a_newer_schema_is_refused() {
+    let url = postgres::fresh_database().await;
+    let (a, b) = tokio::join!(PostgresStore::connect(&url), PostgresStore::connect(&url));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.epoch(), b.epoch());
+    assert!(
+        a.epoch().len() == 32 && a.epoch().bytes().all(|c| c.is_ascii_hexdigit()),
+        "{:?}",
+        a.epoch()
+    );
+    drop((a, b));
+
+    let raw = postgres::connect(&url).await;
+    let version: i32 = raw
+        .query_one("SELECT version FROM agentwire.schema_version", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, PostgresStore::SCHEMA_VERSION);
+    raw.execute(
+        "UPDATE agentwire.schema_version SET version = $1",
+        &[&(PostgresStore::SCHEMA_VERSION + 1)],
+    )
+    .await
+    .unwrap();
+    match PostgresStore::connect(&url).await {
+        Err(StoreError::Database(message)) => assert!(message.contains("newer"), "{message}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_postgres_row_is_an_error_not_a_panic() {
+    let url = postgres::fresh_database().await;
+    let store = open_postgres(&url).await;
+    store.create_session(session("s", 1)).await.unwrap();
+    store
+        .append("s", vec![ev("s", "1"), ev("s", "2"), ev("s", "3")])
+        .await
+        .unwrap();
+    let raw = postgres::connect(&url).await;
+    raw.batch_execute(
+        "UPDATE agentwire.events SET body = '{\"not\": \"an event\"}'
+         WHERE session_id = 's' AND seq = 2;
+         UPDATE agentwire.sessions SET state = 'exploded' WHERE id = 's';",
+    )
+    .await
+    .unwrap();
+    match store.get_events("s", &EventQuery::default()).await {
+        Err(StoreError::Corrupt(message)) => assert!(message.contains("\"s\" seq 2"), "{message}"),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    let before = EventQuery {
+        before: Some(2),
+        ..EventQuery::default()
+    };
+    assert_eq!(seqs(&store.get_events("s", &before).await.unwrap()), [1]);
+    assert!(matches!(
+        store.get_session("s").await,
+        Err(StoreError::Corrupt(message)) if message.contains("exploded")
+    ));
+    // Appending the corrupt event's id again is refused, and stores nothing.
+    assert!(matches!(
+        store.append("s", vec![ev("s", "4"), ev("s", "2")]).await,
+        Err(StoreError::Corrupt(_))
+    ));
+    assert_eq!(store.latest_sequence("s").await.unwrap(), 3);
+}
+
+/// Connections carry no TLS, so only a server on this machine is accepted; nothing is dialed.
+#[tokio::test]
+async fn a_postgres_server_elsewhere_is_refused() {
+    for url in [
+        "postgres://agentwire@db.example.com/agentwire",
+        "postgres://agentwire@10.1.2.3:5432/agentwire",
+        "host=192.168.0.9 user=agentwire",
+    ] {
+        match PostgresStore::connect(url).await {
+            Err(StoreError::Database(message)) => {
+                assert!(message.contains("not on this machine"), "{url}: {message}")
+            }
+            other => panic!("{url}: expected a refusal, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        PostgresStore::connect("postgres://[::1").await,
+        Err(StoreError::Database(message)) if message.contains("bad PostgreSQL URL")
+    ));
 }

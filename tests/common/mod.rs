@@ -3,6 +3,7 @@
 //! Nothing here sleeps to wait: every wait is on a condition with a deadline.
 #![allow(dead_code)]
 
+pub mod postgres;
 pub mod real;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -49,6 +50,19 @@ impl Server {
         Server::spawn(db, 0, 2, extra, Some(env))
     }
 
+    /// Starts a server on port 0 with the PostgreSQL store at `url` (`--store`).
+    pub fn start_on_postgres(url: &str, extra: &[&str]) -> Server {
+        let mut server = Server::spawn(
+            Path::new(""),
+            0,
+            2,
+            &[&["--store", url], extra].concat(),
+            None,
+        );
+        server.db = PathBuf::new();
+        server
+    }
+
     fn spawn(
         db: &Path,
         port: u16,
@@ -71,8 +85,14 @@ impl Server {
                 "--token",
                 TOKEN,
             ])
-            .arg("--db")
-            .arg(db)
+            // No `--db` with `--store` (an empty `db`): they conflict.
+            .args(
+                Some(db)
+                    .filter(|db| !db.as_os_str().is_empty())
+                    .map(|db| [Path::new("--db"), db])
+                    .into_iter()
+                    .flatten(),
+            )
             .args([
                 "--demo-delay-ms",
                 &delay_ms.to_string(),

@@ -1,15 +1,18 @@
 //! The durable event log: per-session, gap-free sequences behind the [`Store`] trait.
 //!
-//! Semantics every backend keeps (SQLite now, PostgreSQL later; the conformance tests in
-//! `tests/store.rs` run against each):
+//! Two backends: [`SqliteStore`], embedded, one companion per file (the default), and
+//! [`PostgresStore`], a log that several companions share. Semantics both keep (the
+//! conformance tests in `tests/store.rs` run the same functions against each):
 //!
 //! * Sequences are per session, from 1, contiguous, assigned by the store in append order.
 //! * Appending an event whose id is already stored returns the stored event with its
 //!   sequence and adds nothing ([`Appended::duplicate`]); this holds across sessions, and for
 //!   a repeated id inside one batch.
 //! * A batch is atomic: all its new events get contiguous sequences, or none is stored.
-//! * An append resolves only once its events are durable (committed and synced); only then are
-//!   subscribers told ([`Store::subscribe`]). Concurrent appends share one commit (group commit).
+//! * An append resolves only once its events are durable (committed and synced), and
+//!   subscribers ([`Store::subscribe`]) are told of events only once they are durable and
+//!   readable; with PostgreSQL, subscribers of every store on the same log are told.
+//!   Concurrent appends share one commit (group commit).
 //! * [`Store::get_events`] returns events oldest first; `after` and `before` are exclusive
 //!   sequence bounds, `since` is an *inclusive* lower bound on the timestamp
 //!   (`timestamp >= since`), then `run_id`, `kind`, and `limit`.
@@ -17,9 +20,10 @@
 //!   else waits (woken by commits, never polling in a loop) up to `wait_ms` and returns what
 //!   matched, possibly nothing.
 //! * [`Store::epoch`] names this log's incarnation: it stays the same across restarts on the
-//!   same file and changes only when the log is rebuilt, so a client can tell "resume" from
+//!   same file or database and changes only when the log is rebuilt, so a client can tell "resume" from
 //!   "reset".
 
+pub mod postgres;
 pub mod sqlite;
 
 use async_trait::async_trait;
@@ -29,6 +33,7 @@ use tokio::sync::broadcast;
 use crate::core::event::{Event, EventType};
 use crate::core::time::Timestamp;
 
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 /// The state of a session as recorded in the sessions table.
@@ -178,4 +183,27 @@ pub trait Store: Send + Sync + 'static {
         query: &EventQuery,
         wait_ms: u64,
     ) -> Result<Vec<Event>, StoreError>;
+}
+
+/// Decodes a stored body; the row's sequence is authoritative. Never panics.
+fn decode(session_id: &str, seq: i64, body: &str) -> Result<Event, StoreError> {
+    let corrupt =
+        |why: String| StoreError::Corrupt(format!("session {session_id:?} seq {seq}: {why}"));
+    let event: Event = serde_json::from_str(body).map_err(|e| corrupt(e.to_string()))?;
+    if event.session_id() != session_id {
+        return Err(corrupt(format!(
+            "body names session {:?}",
+            event.session_id()
+        )));
+    }
+    let seq = u64::try_from(seq).map_err(|_| corrupt("negative sequence".into()))?;
+    Ok(event.into_sequenced(seq))
+}
+
+/// A new epoch: 128 random bits as 32 lowercase hex digits.
+fn new_epoch() -> Result<String, StoreError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| StoreError::Database(format!("no randomness for the epoch: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -31,7 +31,10 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-use super::{Appended, Committed, EventQuery, SessionRecord, SessionState, Store, StoreError};
+use super::{
+    decode, new_epoch, Appended, Committed, EventQuery, SessionRecord, SessionState, Store,
+    StoreError,
+};
 use crate::core::event::Event;
 use crate::core::time::Timestamp;
 
@@ -257,14 +260,6 @@ fn migrate(conn: &mut Connection) -> Result<String, StoreError> {
     };
     tx.commit()?;
     Ok(epoch)
-}
-
-/// 128 random bits as 32 lowercase hex digits.
-fn new_epoch() -> Result<String, StoreError> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes)
-        .map_err(|e| StoreError::Database(format!("no randomness for the epoch: {e}")))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -555,21 +550,6 @@ impl Step<'_> {
         self.writes.push((record.id.clone(), 0));
         Ok(record)
     }
-}
-
-/// Decodes a stored body; the row's sequence is authoritative. Never panics.
-fn decode(session_id: &str, seq: i64, body: &str) -> Result<Event, StoreError> {
-    let corrupt =
-        |why: String| StoreError::Corrupt(format!("session {session_id:?} seq {seq}: {why}"));
-    let event: Event = serde_json::from_str(body).map_err(|e| corrupt(e.to_string()))?;
-    if event.session_id() != session_id {
-        return Err(corrupt(format!(
-            "body names session {:?}",
-            event.session_id()
-        )));
-    }
-    let seq = u64::try_from(seq).map_err(|_| corrupt("negative sequence".into()))?;
-    Ok(event.into_sequenced(seq))
 }
 
 // ---------------------------------------------------------------------------------------------

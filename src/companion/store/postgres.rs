@@ -1,0 +1,1191 @@
+//! The shared store: one PostgreSQL database that several companions append to and read from.
+//!
+//! Shape, as invariants:
+//!
+//! * **The session row is the sequence lock.** `sessions.latest_seq` holds each session's
+//!   latest sequence. Every write transaction first locks the rows of the sessions it touches
+//!   (`SELECT … FOR NO KEY UPDATE`, sorted by id, so two companions never deadlock on each
+//!   other) and numbers new events from the locked value. Nothing is cached across
+//!   transactions: another companion may have appended since.
+//! * **Idempotence is the unique index on `events.id`.** A group reads the stored events with
+//!   its ids before numbering, then inserts with `ON CONFLICT (id) DO NOTHING`. If the insert
+//!   skipped a row, another companion committed that id in between (in another session, whose
+//!   row this transaction does not hold): the transaction rolls back and the group runs again,
+//!   now seeing the stored event. Deadlocks and serialization failures are retried the same way.
+//! * **One writer per store, group commit.** Each store has one writer task and connection;
+//!   it commits everything pending in ONE transaction. A refused request (unknown session,
+//!   duplicate session, corrupt stored row) is refused before it writes anything, so it never
+//!   needs a savepoint and never spoils its group.
+//! * **LISTEN/NOTIFY is only a wake-up.** A group that moved a session sends
+//!   `NOTIFY agentwire_commits` inside its transaction (delivered only if it commits). Each
+//!   store's listener connection, woken by any notification (the payload is ignored), re-reads
+//!   every session's `latest_seq` and announces the sessions that moved as [`Committed`]:
+//!   subscribers then read the events by cursor, as for local commits. The writer announces its
+//!   own commits directly after COMMIT; announcements per session only move forward, whoever
+//!   makes them. While the listener is reconnecting, other companions' commits are heard late
+//!   (on reconnect it re-reads everything), never lost.
+//! * Reads go to a small pool of read-only connections; `READ COMMITTED` statements see every
+//!   commit that finished before they started, so whoever hears of a commit can read it.
+//! * Migrations run on connect, under a transaction-scoped advisory lock, so two companions
+//!   starting at once migrate once. The schema version is the `schema_version` table and the
+//!   epoch a row of `meta`, all in the `agentwire` schema of the database.
+//!
+//! Connections use no TLS: the server must be on this machine (a loopback address or a Unix
+//! socket directory); [`PostgresStore::connect`] refuses any other host. Reach a remote server
+//! through a local tunnel (for example `ssh -L`).
+//!
+//! Dropping the store closes its request channel: the writer task commits what is still queued
+//! and ends, without the drop waiting for it.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use tokio_postgres::config::Host;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Statement};
+
+use super::{
+    decode, new_epoch, Appended, Committed, EventQuery, SessionRecord, SessionState, Store,
+    StoreError,
+};
+use crate::core::event::Event;
+use crate::core::time::Timestamp;
+
+/// The schema, one step per version: step `i` takes `schema_version` from `i` to `i + 1`.
+/// Steps are only ever appended; a released step is never edited.
+const MIGRATIONS: &[&str] = &[
+    // 1: the log.
+    "CREATE TABLE agentwire.meta (
+         key   text PRIMARY KEY,
+         value text NOT NULL
+     );
+     CREATE TABLE agentwire.sessions (
+         id                  text PRIMARY KEY,
+         ord                 bigint GENERATED ALWAYS AS IDENTITY,
+         provider            text NOT NULL,
+         cwd                 text NOT NULL,
+         state               text NOT NULL,
+         provider_session_id text,
+         created_at          bigint NOT NULL,
+         updated_at          bigint NOT NULL,
+         latest_seq          bigint NOT NULL DEFAULT 0 CHECK (latest_seq >= 0)
+     );
+     CREATE TABLE agentwire.events (
+         session_id   text NOT NULL REFERENCES agentwire.sessions (id),
+         seq          bigint NOT NULL CHECK (seq >= 1),
+         id           text NOT NULL UNIQUE,
+         run_id       text,
+         type         text NOT NULL,
+         timestamp_ms bigint NOT NULL,
+         body         text NOT NULL,
+         PRIMARY KEY (session_id, seq)
+     );
+     CREATE INDEX events_by_run  ON agentwire.events (session_id, run_id, seq);
+     CREATE INDEX events_by_type ON agentwire.events (session_id, type, seq);
+     CREATE INDEX events_by_time ON agentwire.events (session_id, timestamp_ms);",
+];
+
+/// The advisory lock key that serializes migrations ("agentwir" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6167_656e_7477_6972;
+/// The notification channel; its payload is never read.
+const CHANNEL: &str = "agentwire_commits";
+
+/// Requests waiting for the writer before `append` callers wait for room.
+const QUEUE: usize = 1024;
+/// At most this many requests share one transaction.
+const MAX_GROUP: usize = 1024;
+/// Times a group is run again after losing a race with another companion.
+const RETRIES: usize = 16;
+/// Read connections kept open.
+const READERS: usize = 4;
+/// Distinct read statements prepared per read connection (one per filter shape).
+const STATEMENTS: usize = 64;
+/// Room in the [`Committed`] broadcast before slow receivers lag (and must re-read).
+const BROADCAST: usize = 1024;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The listener's reconnect delays.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// The PostgreSQL store. See the module docs for its shape; share it as `Arc<dyn Store>`.
+pub struct PostgresStore {
+    epoch: String,
+    /// Where it connects, without credentials (for `Debug` and the CLI).
+    target: String,
+    /// `None` only while dropping.
+    requests: Option<mpsc::Sender<Request>>,
+    readers: Arc<Readers>,
+    announcer: Arc<Announcer>,
+    listener: JoinHandle<()>,
+    commits: Arc<AtomicU64>,
+}
+
+impl PostgresStore {
+    /// The `schema_version` this build migrates to.
+    pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+    /// Connects to the database at `url` (`postgres://user@127.0.0.1:5432/db`, or a Unix
+    /// socket directory: `postgres://user@%2Fvar%2Frun%2Fpostgresql/db`), migrates it, and
+    /// starts the writer and the listener on the current tokio runtime.
+    ///
+    /// A database whose schema is newer than this build is refused, and so is a server that is
+    /// not on this machine (no TLS; see the module docs).
+    pub async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        let mut config: Config = url
+            .parse()
+            .map_err(|e| StoreError::Database(format!("bad PostgreSQL URL: {e}")))?;
+        check_local(&config)?;
+        config
+            .application_name("agentwire")
+            .connect_timeout(CONNECT_TIMEOUT);
+        let target = describe_target(&config);
+
+        let mut client = connect(&config).await?;
+        let epoch = migrate(&mut client).await?;
+        let writer = Writer::new(config.clone(), client).await?;
+
+        let (committed, _) = broadcast::channel(BROADCAST);
+        let announcer = Arc::new(Announcer {
+            known: Mutex::new(HashMap::new()),
+            committed,
+        });
+        // LISTEN before the first read of the sessions, so no commit falls between them.
+        let listening = Listening::start(&config).await?;
+        listening.catch_up(&announcer, false).await?;
+        let listener = tokio::spawn(listen(config.clone(), announcer.clone(), listening));
+
+        let (requests, rx) = mpsc::channel(QUEUE);
+        let commits = writer.commits.clone();
+        tokio::spawn(writer.run(rx, announcer.clone()));
+        Ok(PostgresStore {
+            epoch,
+            target,
+            requests: Some(requests),
+            readers: Arc::new(Readers::new(config)),
+            announcer,
+            listener,
+            commits,
+        })
+    }
+
+    /// Where this store connects, without credentials: `postgres://user@host:port/db`.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// How many write transactions this store's writer has committed. Under concurrent appends
+    /// this stays below the number of appends: that is group commit.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    /// Hands `op` to the writer and waits for its answer, which comes after the commit.
+    /// If the caller stops waiting, the request still commits.
+    async fn submit(&self, op: Op) -> Result<Done, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let requests = self.requests.as_ref().ok_or(StoreError::Closed)?;
+        requests
+            .send(Request { op, reply })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        // Closing the channel lets the writer commit what is queued and end.
+        self.requests.take();
+        self.listener.abort();
+    }
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("target", &self.target)
+            .field("epoch", &self.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> StoreError {
+        StoreError::Database(describe(&e))
+    }
+}
+
+/// The error with the server's message, or with its cause (tokio-postgres's own `Display`
+/// says only "db error" or "error connecting to server").
+fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return db.to_string();
+    }
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
+}
+
+/// Refuses a server that is not on this machine: connections carry no TLS.
+fn check_local(config: &Config) -> Result<(), StoreError> {
+    let refuse = |host: &str| {
+        Err(StoreError::Database(format!(
+            "PostgreSQL host {host:?} is not on this machine; agentwire connects without TLS, \
+             so only a loopback address or a Unix socket is allowed (tunnel to a remote server)"
+        )))
+    };
+    if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+        return Err(StoreError::Database(
+            "the PostgreSQL URL names no host (use 127.0.0.1 or a socket directory)".into(),
+        ));
+    }
+    for host in config.get_hosts() {
+        match host {
+            Host::Tcp(name) => {
+                let loopback = name.eq_ignore_ascii_case("localhost")
+                    || name
+                        .trim_matches(|c| c == '[' || c == ']')
+                        .parse::<IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback());
+                if !loopback {
+                    return refuse(name);
+                }
+            }
+            Host::Unix(_) => {}
+        }
+    }
+    for addr in config.get_hostaddrs() {
+        if !addr.is_loopback() {
+            return refuse(&addr.to_string());
+        }
+    }
+    Ok(())
+}
+
+/// `postgres://user@host:port/db`, never the password.
+fn describe_target(config: &Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(name)) => name.clone(),
+        Some(Host::Unix(dir)) => dir.display().to_string(),
+        None => config
+            .get_hostaddrs()
+            .first()
+            .map_or_else(String::new, IpAddr::to_string),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let user = config.get_user().unwrap_or("");
+    let db = config.get_dbname().unwrap_or(user);
+    format!("postgres://{user}@{host}:{port}/{db}")
+}
+
+/// Opens a connection whose driver runs on its own task. Commits made on it are durable when
+/// they return, whatever the server's default (`synchronous_commit = on`).
+async fn connect(config: &Config) -> Result<Client, StoreError> {
+    let (client, connection) = config.connect(NoTls).await?;
+    tokio::spawn(async move {
+        // Ends when the client is dropped or the server goes away; `is_closed` tells callers.
+        let _ = connection.await;
+    });
+    client.batch_execute("SET synchronous_commit = on").await?;
+    Ok(client)
+}
+
+/// Brings the schema to [`PostgresStore::SCHEMA_VERSION`] in one transaction and returns the
+/// epoch, drawing it when the log is new.
+async fn migrate(client: &mut Client) -> Result<String, StoreError> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    tx.batch_execute(
+        "CREATE SCHEMA IF NOT EXISTS agentwire;
+         CREATE TABLE IF NOT EXISTS agentwire.schema_version (
+             only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+             version  integer NOT NULL
+         );",
+    )
+    .await?;
+    let version: i32 = tx
+        .query_opt("SELECT version FROM agentwire.schema_version", &[])
+        .await?
+        .map_or(0, |row| row.get(0));
+    if version > PostgresStore::SCHEMA_VERSION {
+        return Err(StoreError::Database(format!(
+            "schema version {version} is newer than this build's {}",
+            PostgresStore::SCHEMA_VERSION
+        )));
+    }
+    let from = usize::try_from(version)
+        .map_err(|_| StoreError::Corrupt(format!("schema version {version}")))?;
+    for step in &MIGRATIONS[from..] {
+        tx.batch_execute(step).await?;
+    }
+    tx.execute(
+        "INSERT INTO agentwire.schema_version (version) VALUES ($1)
+         ON CONFLICT (only_row) DO UPDATE SET version = excluded.version",
+        &[&PostgresStore::SCHEMA_VERSION],
+    )
+    .await?;
+    tx.execute(
+        "INSERT INTO agentwire.meta (key, value) VALUES ('epoch', $1)
+         ON CONFLICT (key) DO NOTHING",
+        &[&new_epoch()?],
+    )
+    .await?;
+    let epoch: String = tx
+        .query_one("SELECT value FROM agentwire.meta WHERE key = 'epoch'", &[])
+        .await?
+        .get(0);
+    tx.commit().await?;
+    Ok(epoch)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Announcements.
+
+/// Tells subscribers of sessions that moved, once per new latest sequence, whether the writer
+/// (after its COMMIT) or the listener (after a re-read) saw it first.
+struct Announcer {
+    /// The latest sequence announced per session.
+    known: Mutex<HashMap<String, u64>>,
+    committed: broadcast::Sender<Committed>,
+}
+
+impl Announcer {
+    /// Records `latest` for the session; tells subscribers if it moved and `tell` is set.
+    fn observe(&self, session_id: &str, latest: u64, tell: bool) {
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = known.get(session_id).copied().unwrap_or(0);
+        if latest <= seen {
+            return;
+        }
+        known.insert(session_id.to_owned(), latest);
+        if tell {
+            // Sent under the lock, so each session's announcements leave in order.
+            let _ = self.committed.send(Committed {
+                session_id: session_id.to_owned(),
+                latest_sequence: latest,
+            });
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The listener.
+
+/// A connection that has run `LISTEN`, and the wake-ups its notifications turn into.
+struct Listening {
+    client: Client,
+    sessions: Statement,
+    /// One message per burst of notifications; closed when the connection ends.
+    wake: mpsc::Receiver<()>,
+}
+
+impl Listening {
+    async fn start(config: &Config) -> Result<Listening, StoreError> {
+        let (client, mut connection) = config.connect(NoTls).await?;
+        let (wake_tx, wake) = mpsc::channel(1);
+        tokio::spawn(async move {
+            // Drives the connection (the client's queries too) and turns notifications into
+            // wake-ups. The payload is never read.
+            while let Some(Ok(message)) =
+                std::future::poll_fn(|cx| connection.poll_message(cx)).await
+            {
+                if let AsyncMessage::Notification(_) = message {
+                    // A full channel already holds a wake-up that will see this commit.
+                    let _ = wake_tx.try_send(());
+                }
+            }
+        });
+        client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+        let sessions = client
+            .prepare("SELECT id, latest_seq FROM agentwire.sessions")
+            .await?;
+        Ok(Listening {
+            client,
+            sessions,
+            wake,
+        })
+    }
+
+    /// Re-reads every session's latest sequence; announces the moves if `tell`.
+    async fn catch_up(&self, announcer: &Announcer, tell: bool) -> Result<(), StoreError> {
+        for row in self.client.query(&self.sessions, &[]).await? {
+            let latest: i64 = row.try_get(1)?;
+            announcer.observe(row.try_get(0)?, latest.max(0) as u64, tell);
+        }
+        Ok(())
+    }
+}
+
+/// The listener task: re-reads on every wake-up; reconnects (and re-reads) when the connection
+/// ends. Runs until the store aborts it.
+async fn listen(config: Config, announcer: Arc<Announcer>, first: Listening) {
+    let mut listening = Some(first);
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        let current = match listening.take() {
+            Some(l) => Ok(l),
+            None => Listening::start(&config).await,
+        };
+        if let Ok(mut l) = current {
+            // Commits made while disconnected were not heard: re-read first.
+            while l.catch_up(&announcer, true).await.is_ok() {
+                backoff = BACKOFF_MIN;
+                if l.wake.recv().await.is_none() {
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The writer.
+
+struct Request {
+    op: Op,
+    reply: oneshot::Sender<Result<Done, StoreError>>,
+}
+
+enum Op {
+    Append {
+        session_id: String,
+        events: Vec<Event>,
+    },
+    CreateSession(SessionRecord),
+    SetState {
+        id: String,
+        state: SessionState,
+        now: Timestamp,
+    },
+    SetProviderSessionId {
+        id: String,
+        provider_session_id: String,
+    },
+}
+
+impl Op {
+    /// The existing session whose row this request locks, if any.
+    fn locks(&self) -> Option<&str> {
+        match self {
+            Op::Append { session_id, .. } => Some(session_id),
+            Op::SetState { id, .. } | Op::SetProviderSessionId { id, .. } => Some(id),
+            Op::CreateSession(_) => None,
+        }
+    }
+}
+
+enum Done {
+    Appended(Vec<Appended>),
+    Session(SessionRecord),
+    Unit,
+}
+
+/// Why a group did not commit.
+enum GroupError {
+    /// Lost a race with another companion; nothing was committed: run the group again.
+    Retry,
+    Failed(StoreError),
+}
+
+impl From<tokio_postgres::Error> for GroupError {
+    fn from(e: tokio_postgres::Error) -> GroupError {
+        match e.code() {
+            Some(&SqlState::T_R_DEADLOCK_DETECTED) | Some(&SqlState::T_R_SERIALIZATION_FAILURE) => {
+                GroupError::Retry
+            }
+            _ => GroupError::Failed(e.into()),
+        }
+    }
+}
+
+impl From<StoreError> for GroupError {
+    fn from(e: StoreError) -> GroupError {
+        GroupError::Failed(e)
+    }
+}
+
+/// A committed group: each request's answer, and the sessions that moved.
+struct Outcome {
+    results: Vec<Result<Done, StoreError>>,
+    moved: Vec<(String, u64)>,
+}
+
+/// The writer's connection and its prepared statements (prepared again on reconnect).
+struct WriteConn {
+    client: Client,
+    lock: Statement,
+    find: Statement,
+    insert: Statement,
+    advance: Statement,
+    create: Statement,
+    set_state: Statement,
+    set_provider_session_id: Statement,
+}
+
+impl WriteConn {
+    async fn prepare(client: Client) -> Result<WriteConn, StoreError> {
+        Ok(WriteConn {
+            lock: client
+                .prepare(
+                    "SELECT id, latest_seq FROM agentwire.sessions WHERE id = ANY($1::text[])
+                     ORDER BY id FOR NO KEY UPDATE",
+                )
+                .await?,
+            find: client
+                .prepare(
+                    "SELECT id, session_id, seq, body FROM agentwire.events
+                     WHERE id = ANY($1::text[])",
+                )
+                .await?,
+            insert: client
+                .prepare(
+                    "INSERT INTO agentwire.events
+                         (session_id, seq, id, run_id, type, timestamp_ms, body)
+                     SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[],
+                                          $5::text[], $6::int8[], $7::text[])
+                     ON CONFLICT (id) DO NOTHING",
+                )
+                .await?,
+            advance: client
+                .prepare(
+                    "UPDATE agentwire.sessions AS s SET latest_seq = u.seq
+                     FROM unnest($1::text[], $2::int8[]) AS u (id, seq)
+                     WHERE s.id = u.id",
+                )
+                .await?,
+            create: client
+                .prepare(
+                    "INSERT INTO agentwire.sessions
+                         (id, provider, cwd, state, provider_session_id, created_at, updated_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)
+                     ON CONFLICT (id) DO NOTHING",
+                )
+                .await?,
+            set_state: client
+                .prepare("UPDATE agentwire.sessions SET state = $2, updated_at = $3 WHERE id = $1")
+                .await?,
+            set_provider_session_id: client
+                .prepare("UPDATE agentwire.sessions SET provider_session_id = $2 WHERE id = $1")
+                .await?,
+            client,
+        })
+    }
+}
+
+struct Writer {
+    config: Config,
+    /// `None` after the connection failed, until the next group reconnects.
+    conn: Option<WriteConn>,
+    commits: Arc<AtomicU64>,
+}
+
+impl Writer {
+    async fn new(config: Config, client: Client) -> Result<Writer, StoreError> {
+        Ok(Writer {
+            config,
+            conn: Some(WriteConn::prepare(client).await?),
+            commits: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    async fn run(mut self, mut rx: mpsc::Receiver<Request>, announcer: Arc<Announcer>) {
+        while let Some(first) = rx.recv().await {
+            let mut group = vec![first];
+            while group.len() < MAX_GROUP {
+                match rx.try_recv() {
+                    Ok(request) => group.push(request),
+                    Err(_) => break,
+                }
+            }
+            self.commit_group(group, &announcer).await;
+        }
+    }
+
+    /// Runs a group in one transaction (again, after a lost race), then answers each request,
+    /// then tells subscribers.
+    async fn commit_group(&mut self, group: Vec<Request>, announcer: &Announcer) {
+        let (ops, replies): (Vec<Op>, Vec<_>) = group.into_iter().map(|r| (r.op, r.reply)).unzip();
+        let mut outcome = Err(StoreError::Database(format!(
+            "gave up after {RETRIES} conflicts with other companions"
+        )));
+        for _ in 0..=RETRIES {
+            match self.try_group(&ops).await {
+                Ok(done) => {
+                    outcome = Ok(done);
+                    break;
+                }
+                Err(GroupError::Retry) => continue,
+                Err(GroupError::Failed(e)) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        match outcome {
+            Ok(Outcome { results, moved }) => {
+                self.commits.fetch_add(1, Ordering::Relaxed);
+                for (reply, result) in replies.into_iter().zip(results) {
+                    // A caller that stopped waiting still had its request committed.
+                    let _ = reply.send(result);
+                }
+                for (session_id, latest) in moved {
+                    announcer.observe(&session_id, latest, true);
+                }
+            }
+            Err(e) => {
+                if self.conn.as_ref().is_some_and(|c| c.client.is_closed()) {
+                    self.conn = None;
+                }
+                let message = e.to_string();
+                for reply in replies {
+                    let _ = reply.send(Err(StoreError::Database(message.clone())));
+                }
+            }
+        }
+    }
+
+    async fn try_group(&mut self, ops: &[Op]) -> Result<Outcome, GroupError> {
+        if self.conn.as_ref().is_none_or(|c| c.client.is_closed()) {
+            self.conn = None;
+            let client = connect(&self.config).await?;
+            self.conn = Some(WriteConn::prepare(client).await?);
+        }
+        let conn = self.conn.as_mut().expect("connected above");
+        let tx = conn.client.transaction().await?;
+
+        // Lock the sessions this group touches, in one order for every companion.
+        let mut ids: Vec<&str> = ops.iter().filter_map(Op::locks).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut latest: HashMap<String, u64> = HashMap::new();
+        if !ids.is_empty() {
+            for row in tx.query(&conn.lock, &[&ids]).await? {
+                let seq: i64 = row.try_get(1)?;
+                latest.insert(row.try_get(0)?, seq.max(0) as u64);
+            }
+        }
+        let before = latest.clone();
+
+        // The events already stored under this group's ids.
+        let event_ids: Vec<&str> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Append { events, .. } => Some(events.iter().map(|e| e.id().as_str())),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let mut stored: HashMap<String, (String, i64, String)> = HashMap::new();
+        if !event_ids.is_empty() {
+            for row in tx.query(&conn.find, &[&event_ids]).await? {
+                stored.insert(
+                    row.try_get(0)?,
+                    (row.try_get(1)?, row.try_get(2)?, row.try_get(3)?),
+                );
+            }
+        }
+
+        let mut plan = Plan {
+            latest,
+            stored,
+            fresh: HashMap::new(),
+            rows: Rows::default(),
+        };
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            let result = match op {
+                Op::Append { session_id, events } => {
+                    plan.append(session_id, events).map(Done::Appended)
+                }
+                Op::CreateSession(record) => {
+                    let n = tx
+                        .execute(
+                            &conn.create,
+                            &[
+                                &record.id,
+                                &record.provider,
+                                &record.cwd,
+                                &record.state.as_str(),
+                                &record.provider_session_id,
+                                &record.created_at.unix_millis(),
+                                &record.updated_at.unix_millis(),
+                            ],
+                        )
+                        .await?;
+                    if n == 0 {
+                        Err(StoreError::SessionExists(record.id.clone()))
+                    } else {
+                        plan.latest.insert(record.id.clone(), 0);
+                        Ok(Done::Session(record.clone()))
+                    }
+                }
+                Op::SetState { id, state, now } => {
+                    let params: [&(dyn ToSql + Sync); 3] =
+                        [id, &state.as_str(), &now.unix_millis()];
+                    match tx.execute(&conn.set_state, &params).await? {
+                        0 => Err(StoreError::UnknownSession(id.clone())),
+                        _ => Ok(Done::Unit),
+                    }
+                }
+                Op::SetProviderSessionId {
+                    id,
+                    provider_session_id,
+                } => {
+                    let params: [&(dyn ToSql + Sync); 2] = [id, provider_session_id];
+                    match tx.execute(&conn.set_provider_session_id, &params).await? {
+                        0 => Err(StoreError::UnknownSession(id.clone())),
+                        _ => Ok(Done::Unit),
+                    }
+                }
+            };
+            results.push(result);
+        }
+
+        let moved: Vec<(String, u64)> = plan
+            .latest
+            .iter()
+            .filter(|(id, &seq)| seq > before.get(*id).copied().unwrap_or(0))
+            .map(|(id, &seq)| (id.clone(), seq))
+            .collect();
+        if !moved.is_empty() {
+            let rows = &plan.rows;
+            let inserted = tx
+                .execute(
+                    &conn.insert,
+                    &[
+                        &rows.session_ids,
+                        &rows.seqs,
+                        &rows.ids,
+                        &rows.run_ids,
+                        &rows.types,
+                        &rows.timestamps,
+                        &rows.bodies,
+                    ],
+                )
+                .await?;
+            if inserted != rows.ids.len() as u64 {
+                // Another companion committed one of these ids after `find` read: its number
+                // would be a gap. Roll back (dropping `tx` does) and run again.
+                return Err(GroupError::Retry);
+            }
+            let (sessions, seqs): (Vec<&str>, Vec<i64>) = moved
+                .iter()
+                .map(|(id, seq)| (id.as_str(), *seq as i64))
+                .unzip();
+            tx.execute(&conn.advance, &[&sessions, &seqs]).await?;
+            tx.batch_execute(&format!("NOTIFY {CHANNEL}")).await?;
+        }
+        tx.commit().await?;
+        Ok(Outcome { results, moved })
+    }
+}
+
+/// The new rows of a group, as the columns of one `INSERT … SELECT FROM unnest(…)`.
+#[derive(Default)]
+struct Rows {
+    session_ids: Vec<String>,
+    seqs: Vec<i64>,
+    ids: Vec<String>,
+    run_ids: Vec<Option<String>>,
+    types: Vec<&'static str>,
+    timestamps: Vec<i64>,
+    bodies: Vec<String>,
+}
+
+/// A group's writes, planned in memory in request order over what the transaction read.
+struct Plan {
+    /// Latest sequence per locked (or created) session, as this group leaves it so far.
+    latest: HashMap<String, u64>,
+    /// Stored events by id: `(session_id, seq, body)`.
+    stored: HashMap<String, (String, i64, String)>,
+    /// Events this group numbered, by id.
+    fresh: HashMap<String, Event>,
+    rows: Rows,
+}
+
+impl Plan {
+    /// Numbers one append's new events; adds nothing unless it succeeds.
+    fn append(&mut self, session_id: &str, events: &[Event]) -> Result<Vec<Appended>, StoreError> {
+        let mut seq = *self
+            .latest
+            .get(session_id)
+            .ok_or_else(|| StoreError::UnknownSession(session_id.to_owned()))?;
+        let mut out: Vec<Appended> = Vec::with_capacity(events.len());
+        // Id -> index in `out` of its first occurrence in this batch.
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        let mut new: Vec<Event> = Vec::new();
+        for event in events {
+            let id = event.id().as_str();
+            if let Some(&first) = seen.get(id) {
+                out.push(Appended {
+                    event: out[first].event.clone(),
+                    duplicate: true,
+                });
+                continue;
+            }
+            seen.insert(id, out.len());
+            let earlier = match (self.fresh.get(id), self.stored.get(id)) {
+                (Some(event), _) => Some(event.clone()),
+                (None, Some((session, seq, body))) => Some(decode(session, *seq, body)?),
+                (None, None) => None,
+            };
+            if let Some(event) = earlier {
+                out.push(Appended {
+                    event,
+                    duplicate: true,
+                });
+                continue;
+            }
+            seq += 1;
+            let event = event.clone().into_sequenced(seq);
+            new.push(event.clone());
+            out.push(Appended {
+                event,
+                duplicate: false,
+            });
+        }
+        self.latest.insert(session_id.to_owned(), seq);
+        for event in new {
+            let rows = &mut self.rows;
+            rows.session_ids.push(session_id.to_owned());
+            rows.seqs.push(event.sequence() as i64);
+            rows.ids.push(event.id().as_str().to_owned());
+            rows.run_ids.push(event.run_id().map(str::to_owned));
+            rows.types.push(event.kind().as_str());
+            rows.timestamps.push(event.timestamp().unix_millis());
+            rows.bodies.push(event.to_json());
+            self.fresh.insert(event.id().as_str().to_owned(), event);
+        }
+        Ok(out)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The readers.
+
+/// A read connection and the statements prepared on it, by SQL text.
+struct Reader {
+    client: Client,
+    statements: HashMap<String, Statement>,
+}
+
+impl Reader {
+    async fn statement(&mut self, sql: &str) -> Result<Statement, StoreError> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql).await?;
+        if self.statements.len() >= STATEMENTS {
+            self.statements.clear();
+        }
+        self.statements.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    async fn query(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        let statement = self.statement(sql).await?;
+        Ok(self.client.query(&statement, params).await?)
+    }
+}
+
+struct Readers {
+    config: Config,
+    idle: Mutex<Vec<Reader>>,
+    permits: Arc<Semaphore>,
+}
+
+/// A reader on loan; back to the pool when dropped, unless its connection ended.
+struct Loan<'a> {
+    readers: &'a Readers,
+    reader: Option<Reader>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl std::ops::Deref for Loan<'_> {
+    type Target = Reader;
+    fn deref(&self) -> &Reader {
+        self.reader.as_ref().expect("present until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Loan<'_> {
+    fn deref_mut(&mut self) -> &mut Reader {
+        self.reader.as_mut().expect("present until dropped")
+    }
+}
+
+impl Drop for Loan<'_> {
+    fn drop(&mut self) {
+        if let Some(reader) = self.reader.take().filter(|r| !r.client.is_closed()) {
+            self.readers
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(reader);
+        }
+    }
+}
+
+impl Readers {
+    fn new(config: Config) -> Readers {
+        Readers {
+            config,
+            idle: Mutex::new(Vec::new()),
+            permits: Arc::new(Semaphore::new(READERS)),
+        }
+    }
+
+    /// An idle read connection, or a new one.
+    async fn take(&self) -> Result<Loan<'_>, StoreError> {
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let reader = match idle {
+            Some(reader) => reader,
+            None => {
+                let client = connect(&self.config).await?;
+                client
+                    .batch_execute("SET default_transaction_read_only = on")
+                    .await?;
+                Reader {
+                    client,
+                    statements: HashMap::new(),
+                }
+            }
+        };
+        Ok(Loan {
+            readers: self,
+            reader: Some(reader),
+            _permit: permit,
+        })
+    }
+}
+
+const SESSION_COLUMNS: &str =
+    "id, provider, cwd, state, provider_session_id, created_at, updated_at";
+
+fn session_row(row: &tokio_postgres::Row) -> Result<SessionRecord, StoreError> {
+    let id: String = row.try_get(0)?;
+    let state: &str = row.try_get(3)?;
+    let state = SessionState::parse(state)
+        .ok_or_else(|| StoreError::Corrupt(format!("session {id:?}: unknown state {state:?}")))?;
+    Ok(SessionRecord {
+        provider: row.try_get(1)?,
+        cwd: row.try_get(2)?,
+        state,
+        provider_session_id: row.try_get(4)?,
+        created_at: Timestamp::from_unix_millis(row.try_get(5)?),
+        updated_at: Timestamp::from_unix_millis(row.try_get(6)?),
+        id,
+    })
+}
+
+/// The session's latest sequence, or `UnknownSession`.
+async fn latest_of(reader: &mut Reader, session_id: &str) -> Result<u64, StoreError> {
+    let rows = reader
+        .query(
+            "SELECT latest_seq FROM agentwire.sessions WHERE id = $1",
+            &[&session_id],
+        )
+        .await?;
+    let row = rows
+        .first()
+        .ok_or_else(|| StoreError::UnknownSession(session_id.to_owned()))?;
+    let latest: i64 = row.try_get(0)?;
+    Ok(latest.max(0) as u64)
+}
+
+/// One query for the whole filter; see the module docs of `store` for the semantics.
+async fn read_events(
+    reader: &mut Reader,
+    session_id: &str,
+    query: &EventQuery,
+) -> Result<Vec<Event>, StoreError> {
+    let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let after = query.after.map(clamp);
+    let before = query.before.map(clamp);
+    let since = query.since.map(Timestamp::unix_millis);
+    let kind = query.kind.map(|k| k.as_str());
+    let limit = query.limit.map(|n| clamp(n as u64));
+    let mut clauses: Vec<(&str, &(dyn ToSql + Sync))> = Vec::new();
+    if let Some(after) = &after {
+        clauses.push(("seq >", after));
+    }
+    if let Some(before) = &before {
+        clauses.push(("seq <", before));
+    }
+    if let Some(since) = &since {
+        clauses.push(("timestamp_ms >=", since));
+    }
+    if let Some(run_id) = &query.run_id {
+        clauses.push(("run_id =", run_id));
+    }
+    if let Some(kind) = &kind {
+        clauses.push(("type =", kind));
+    }
+    let mut sql = String::from("SELECT seq, body FROM agentwire.events WHERE session_id = $1");
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&session_id];
+    for (clause, value) in clauses {
+        params.push(value);
+        sql.push_str(&format!(" AND {clause} ${}", params.len()));
+    }
+    sql.push_str(" ORDER BY seq");
+    if let Some(limit) = &limit {
+        params.push(limit);
+        sql.push_str(&format!(" LIMIT ${}", params.len()));
+    }
+    let rows = reader.query(&sql, &params).await?;
+    let mut events = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let seq: i64 = row.try_get(0)?;
+        let body: &str = row.try_get(1)?;
+        events.push(decode(session_id, seq, body)?);
+    }
+    if events.is_empty() {
+        // Distinguishes "no match" from "no such session".
+        latest_of(reader, session_id).await?;
+    }
+    Ok(events)
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<Committed> {
+        self.announcer.committed.subscribe()
+    }
+
+    async fn create_session(&self, session: SessionRecord) -> Result<SessionRecord, StoreError> {
+        match self.submit(Op::CreateSession(session)).await? {
+            Done::Session(record) => Ok(record),
+            _ => unreachable!("the writer answers CreateSession with Session"),
+        }
+    }
+
+    async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let sql = format!("SELECT {SESSION_COLUMNS} FROM agentwire.sessions WHERE id = $1");
+        let rows = self.readers.take().await?.query(&sql, &[&id]).await?;
+        rows.first().map(session_row).transpose()
+    }
+
+    async fn list_sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
+        let sql =
+            format!("SELECT {SESSION_COLUMNS} FROM agentwire.sessions ORDER BY created_at, ord");
+        let rows = self.readers.take().await?.query(&sql, &[]).await?;
+        rows.iter().map(session_row).collect()
+    }
+
+    async fn set_session_state(
+        &self,
+        id: &str,
+        state: SessionState,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let op = Op::SetState {
+            id: id.to_owned(),
+            state,
+            now,
+        };
+        self.submit(op).await.map(|_| ())
+    }
+
+    async fn set_provider_session_id(
+        &self,
+        id: &str,
+        provider_session_id: &str,
+    ) -> Result<(), StoreError> {
+        let op = Op::SetProviderSessionId {
+            id: id.to_owned(),
+            provider_session_id: provider_session_id.to_owned(),
+        };
+        self.submit(op).await.map(|_| ())
+    }
+
+    async fn append(
+        &self,
+        session_id: &str,
+        events: Vec<Event>,
+    ) -> Result<Vec<Appended>, StoreError> {
+        if let Some(e) = events.iter().find(|e| e.session_id() != session_id) {
+            return Err(StoreError::SessionMismatch {
+                id: e.id().to_string(),
+                event_session: e.session_id().to_owned(),
+                session: session_id.to_owned(),
+            });
+        }
+        let op = Op::Append {
+            session_id: session_id.to_owned(),
+            events,
+        };
+        match self.submit(op).await? {
+            Done::Appended(appended) => Ok(appended),
+            _ => unreachable!("the writer answers Append with Appended"),
+        }
+    }
+
+    async fn get_events(
+        &self,
+        session_id: &str,
+        query: &EventQuery,
+    ) -> Result<Vec<Event>, StoreError> {
+        read_events(&mut *self.readers.take().await?, session_id, query).await
+    }
+
+    async fn latest_sequence(&self, session_id: &str) -> Result<u64, StoreError> {
+        latest_of(&mut *self.readers.take().await?, session_id).await
+    }
+
+    async fn wait_events(
+        &self,
+        session_id: &str,
+        query: &EventQuery,
+        wait_ms: u64,
+    ) -> Result<Vec<Event>, StoreError> {
+        // Subscribe before the first read: a commit after the read is then always heard.
+        let mut commits = self.subscribe();
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(Duration::from_millis(wait_ms))
+            .unwrap_or_else(|| now + Duration::from_secs(365 * 86_400));
+        let after = query.after.unwrap_or(0);
+        loop {
+            let events = self.get_events(session_id, query).await?;
+            if !events.is_empty() {
+                return Ok(events);
+            }
+            // Wait for a commit that could change the answer.
+            loop {
+                match tokio::time::timeout_at(deadline, commits.recv()).await {
+                    Err(_elapsed) => return Ok(Vec::new()),
+                    Ok(Ok(c)) if c.session_id == session_id && c.latest_sequence > after => break,
+                    Ok(Ok(_)) => continue,
+                    // Missed some commits: one of them may have been ours.
+                    Ok(Err(broadcast::error::RecvError::Lagged(_))) => break,
+                    Ok(Err(broadcast::error::RecvError::Closed)) => return Err(StoreError::Closed),
+                }
+            }
+        }
+    }
+}
