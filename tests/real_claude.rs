@@ -37,7 +37,10 @@ fn plain_turns_stream_the_models_text_and_complete_with_distinct_run_ids() {
     let rig = Rig::claude();
     let (status, info) = rig.server.api("GET", "/api/info", None);
     assert_eq!(status, 200);
-    assert_eq!(info["providers"], json!(["demo", "claude", "codex"]));
+    assert_eq!(
+        info["providers"],
+        json!(["demo", "claude", "codex", "gemini", "opencode"])
+    );
     let session = rig.create_session();
     let (first, events) = rig.turn(&session, "hello");
     assert_eq!(terminal(&events, &first).kind(), EventType::RunCompleted);
@@ -320,4 +323,97 @@ fn a_background_task_wakes_the_agent_into_an_autonomous_turn() {
     assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
     assert_only_messages_traffic(&rig);
     rig.keep_transcript(&session, "claude", "background");
+}
+
+#[test]
+fn a_session_resumes_after_a_kill_9_and_the_cli_remembers_the_conversation() {
+    let mut rig = Rig::claude();
+    let session = rig.create_session();
+    let (first, _) = rig.turn(&session, "remember the word pineapple");
+    // The server dies between turns, and the CLI with it.
+    rig.restart();
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(body["session"]["state"], "failed", "{body}");
+    let (status, body) = rig.server.api(
+        "POST",
+        &format!("/api/sessions/{session}/turns"),
+        Some(json!({"prompt": "hello"})),
+    );
+    assert_eq!(status, 409, "not running: {body}");
+    let (status, body) = rig
+        .server
+        .api("POST", &format!("/api/sessions/{session}/resume"), None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "running", "{body}");
+    let (status, body) = rig
+        .server
+        .api("POST", &format!("/api/sessions/{session}/resume"), None);
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "already_running");
+
+    let (next, events) = rig.turn(&session, "which word did I ask you to remember?");
+    assert_ne!(first, next);
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    assert_contiguous(&events);
+    let kinds: Vec<EventType> = events.iter().map(Event::kind).collect();
+    let failed = kinds.iter().position(|k| *k == EventType::SessionFailed);
+    let resumed = kinds.iter().position(|k| *k == EventType::SessionResumed);
+    assert!(failed < resumed && failed.is_some(), "{kinds:?}");
+    // The CLI's own memory: the model sees the first turn in the resumed turn's request.
+    let requests = rig.fake.requests();
+    let last = requests.iter().rfind(|r| r["method"] == "POST").unwrap();
+    let conversation = last["body"]["messages"].to_string();
+    assert!(conversation.contains("pineapple"), "{conversation}");
+    // Claude Code 2.1.197 writes the prompt to its session file at once and the answer
+    // later: killed right after the turn, it resumes without the answer and adds
+    // "Continue from where you left off." to the interrupted-looking turn.
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "resumed");
+}
+
+#[test]
+fn the_permission_mode_changes_live_and_the_cli_confirms_it() {
+    let rig = Rig::claude();
+    let session = rig.create_session();
+    let (first, _) = rig.turn(&session, "hello");
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(body["current_mode"], "default", "{body}");
+    assert_eq!(body["runtime"]["version"], "2.1.197", "{body}");
+    assert!(body["runtime"]["model"].is_string(), "{body}");
+    assert!(body["runtime"]["cwd"].is_string(), "{body}");
+    assert!(
+        body["commands"].as_array().is_some_and(|c| !c.is_empty()),
+        "{body}"
+    );
+    assert_eq!(body["capabilities"]["set_mode"], true);
+    assert_eq!(body["modes"].as_array().unwrap().len(), 6, "{body}");
+    let path = format!("/api/sessions/{session}/mode");
+    let (status, body) = rig
+        .server
+        .api("POST", &path, Some(json!({"mode": "dontAsk"})));
+    assert_eq!(status, 204, "{body}");
+    // In dontAsk mode Claude Code refuses instead of asking.
+    let (turn, events) = rig.turn(&session, "tool\n$ touch refused.txt && echo no");
+    assert_ne!(first, turn);
+    assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
+    assert!(of_run(&events, &turn, EventType::ToolApprovalRequested).is_empty());
+    assert!(!rig.cwd.path().join("refused.txt").exists());
+    // The CLI's next init reports the mode we set.
+    let confirmed = events.iter().any(|e| {
+        e.kind() == EventType::ModeChanged
+            && e.data_str("mode") == Some("dontAsk")
+            && e.data().get("source").is_none()
+    });
+    assert!(confirmed, "the CLI reported the new mode");
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(body["current_mode"], "dontAsk", "{body}");
+    assert_eq!(body["pending_approvals"], json!([]));
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "mode");
 }

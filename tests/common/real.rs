@@ -21,6 +21,9 @@ pub struct Rig {
     pub cwd: tempfile::TempDir,
     pub provider: &'static str,
     record: tempfile::TempDir,
+    /// The server's arguments and environment, to start it again.
+    args: Vec<String>,
+    env: Vec<(String, String)>,
     _home: tempfile::TempDir,
     _db: tempfile::TempDir,
 }
@@ -76,6 +79,62 @@ in_app_updates = false
         })
     }
 
+    /// The Gemini CLI (hosted through ACP), pointed at the fake by `GOOGLE_GEMINI_BASE_URL`,
+    /// with its settings in the scratch `HOME` (API-key auth, no telemetry, no updates).
+    pub fn gemini() -> Rig {
+        Rig::start("gemini", |url, home| {
+            let dir = home.join(".gemini");
+            std::fs::create_dir_all(&dir).unwrap();
+            let settings = json!({
+                "security": {"auth": {"selectedType": "gemini-api-key"}},
+                "privacy": {"usageStatisticsEnabled": false},
+                "telemetry": {"enabled": false},
+                "general": {"disableAutoUpdate": true},
+            });
+            std::fs::write(dir.join("settings.json"), settings.to_string()).unwrap();
+            vec![
+                ("GEMINI_API_KEY".into(), "dummy".into()),
+                ("GOOGLE_GEMINI_BASE_URL".into(), url.to_owned()),
+                ("GEMINI_CLI_TRUST_WORKSPACE".into(), "true".into()),
+                ("GEMINI_CLI_NO_RELAUNCH".into(), "true".into()),
+            ]
+        })
+    }
+
+    /// OpenCode (`opencode serve`), its model an OpenAI-compatible provider at the fake, in a
+    /// config file named by `OPENCODE_CONFIG`; npm pointed at a dead port (it tries to install
+    /// a plugin and goes on without it).
+    pub fn opencode() -> Rig {
+        Rig::start("opencode", |url, home| {
+            let config = json!({
+                "autoupdate": false, "share": "disabled",
+                "model": "fake/fake-model", "small_model": "fake/fake-model",
+                "provider": {"fake": {
+                    "npm": "@ai-sdk/openai-compatible", "name": "Fake local",
+                    "options": {"baseURL": format!("{url}/v1"), "apiKey": "dummy"},
+                    "models": {"fake-model": {"name": "Fake Model", "tool_call": true,
+                        "limit": {"context": 128000, "output": 4096}}}}},
+            });
+            let path = home.join("opencode.json");
+            std::fs::write(&path, config.to_string()).unwrap();
+            let mut env: Vec<(String, String)> = vec![
+                ("OPENCODE_CONFIG".into(), path.display().to_string()),
+                ("npm_config_registry".into(), "http://127.0.0.1:9/".into()),
+            ];
+            for flag in [
+                "OPENCODE_DISABLE_MODELS_FETCH",
+                "OPENCODE_DISABLE_AUTOUPDATE",
+                "OPENCODE_DISABLE_SHARE",
+                "OPENCODE_DISABLE_LSP_DOWNLOAD",
+                "OPENCODE_DISABLE_DEFAULT_PLUGINS",
+                "OPENCODE_DISABLE_CLAUDE_CODE",
+            ] {
+                env.push((flag.into(), "true".into()));
+            }
+            env
+        })
+    }
+
     fn start(
         provider: &'static str,
         env: impl FnOnce(&str, &Path) -> Vec<(String, String)>,
@@ -94,27 +153,31 @@ in_app_updates = false
             ("TERM".to_owned(), "dumb".to_owned()),
         ];
         vars.extend(env(&fake.url(), home.path()));
-        let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let cli_dir = cli_dir();
-        let server = Server::start_with_env(
-            &db.path().join("a.db"),
-            &[
-                "--cli-dir",
-                cli_dir.to_str().unwrap(),
-                "--record-dir",
-                record.path().to_str().unwrap(),
-            ],
-            &vars,
-        );
+        let args = vec![
+            "--cli-dir".to_owned(),
+            cli_dir().display().to_string(),
+            "--record-dir".to_owned(),
+            record.path().display().to_string(),
+        ];
+        let server = serve(&db.path().join("a.db"), &args, &vars);
         Rig {
             fake,
             server,
             cwd: tempfile::tempdir().unwrap(),
             provider,
             record,
+            args,
+            env: vars,
             _home: home,
             _db: db,
         }
+    }
+
+    /// Kills the server outright (`kill -9`; its agents die with it) and starts it again on
+    /// the same store, with the same environment.
+    pub fn restart(&mut self) {
+        self.server.kill();
+        self.server = serve(&self._db.path().join("a.db"), &self.args, &self.env);
     }
 
     pub fn create_session(&self) -> String {
@@ -183,6 +246,12 @@ in_app_updates = false
             .join(format!("tests/data/{format}/agentwire-fake__{name}.jsonl"));
         std::fs::copy(&from, &to).unwrap();
     }
+}
+
+fn serve(db: &Path, args: &[String], env: &[(String, String)]) -> Server {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Server::start_with_env(db, &args, &env)
 }
 
 pub fn of_run<'a>(events: &'a [Event], run: &str, kind: EventType) -> Vec<&'a Event> {

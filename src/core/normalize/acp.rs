@@ -26,6 +26,9 @@
 //!     else `rawOutput`. An update for a call never announced gets its `tool_call_started`.
 //!   * `plan` → `todo_updated {items: [{text, status, priority}]}`.
 //!   * `current_mode_update` → `mode_changed {mode}`.
+//!   * an `agent_message_chunk` reading `[MODE_UPDATE] <mode>`: the Gemini CLI's echo of a
+//!     mode switch, sent outside any turn; ignored (the switch is reported by the answer to
+//!     `session/set_mode`, below), so that it opens no turn.
 //!   * `available_commands_update`, `session_info_update`, `usage_update` (context-window
 //!     size, not per-turn tokens), `config_option_update` → ignored.
 //! * agent → client request `session/request_permission {toolCall, options}` →
@@ -43,6 +46,11 @@
 //!   any other error response is an `error_occurred`.
 //! * `session/new` / `session/load` responses (or the first notification naming a session)
 //!   → `session_started {provider_session_id, cwd, model, mode, version}`, once.
+//! * the client's `session/set_mode {modeId}` / `session/set_model {modelId}` (when the host
+//!   logs its requests), once answered without error → `mode_changed {mode}` /
+//!   `model_changed {model}`.
+//! * a `stopReason` response's usage is `usage` (ACP) or, from the Gemini CLI,
+//!   `_meta.quota.token_count {input_tokens, output_tokens}`.
 //!
 //! Runs open lazily at the first turn-scoped record; a `session/prompt` logged after the
 //! turn's first updates joins that turn. ACP allows one prompt at a time, so a new user
@@ -73,6 +81,8 @@ pub(crate) struct Acp {
     requests: HashMap<String, String>,
     /// Permission requests awaiting the client's answer: request id → options (id → kind).
     permissions: HashMap<String, Vec<(String, String)>>,
+    /// The mode or model a logged `session/set_mode` / `session/set_model` asked for.
+    switches: HashMap<String, String>,
 }
 
 #[derive(Default)]
@@ -136,6 +146,7 @@ impl Acp {
             messages: 0,
             requests: HashMap::new(),
             permissions: HashMap::new(),
+            switches: HashMap::new(),
         }
     }
 }
@@ -203,6 +214,14 @@ impl Acp {
                     self.session.cwd = Some(cwd.clone());
                 }
                 if let Some(id) = id {
+                    let target = match method {
+                        "session/set_mode" => params.and_then(|p| p.get("modeId")),
+                        "session/set_model" => params.and_then(|p| p.get("modelId")),
+                        _ => None,
+                    };
+                    if let Some(t) = target.and_then(Value::as_str) {
+                        self.switches.insert(id.clone(), t.to_owned());
+                    }
                     self.requests.insert(id, method.to_owned());
                 }
                 out.ignore();
@@ -257,6 +276,9 @@ impl Acp {
             // Images, audio, resources: nothing for the text stream.
             return out.ignore();
         };
+        if kind == ChunkKind::Message && text.starts_with("[MODE_UPDATE] ") {
+            return out.ignore();
+        }
         let own_id = update
             .get("messageId")
             .and_then(Value::as_str)
@@ -598,11 +620,20 @@ impl Acp {
         let id = obj.get("id").map(id_string).unwrap_or_default();
         let method = self.requests.remove(&id);
         if let Some(error) = obj.get("error") {
+            self.switches.remove(&id);
             return self.error_response(error, method.as_deref(), out);
         }
         let result = obj.get("result").unwrap_or(&Value::Null);
         if let Some(reason) = result.get("stopReason").and_then(Value::as_str) {
             return self.stop(reason, result, out);
+        }
+        if let Some(target) = self.switches.remove(&id) {
+            let run = self.run.as_ref().map(|r| r.id.clone());
+            let (event, key) = match method.as_deref() {
+                Some("session/set_model") => (EventType::ModelChanged, "model"),
+                _ => (EventType::ModeChanged, "mode"),
+            };
+            return out.emit(event, run.as_deref(), json!({ key: target }));
         }
         if let Some(options) = self.permissions.remove(&id) {
             return self.permission_response(&id, &options, result, out);
@@ -630,6 +661,21 @@ impl Acp {
         let run = self.ensure_run(out);
         if let Some(usage) = result.get("usage").and_then(Value::as_object) {
             out.emit(EventType::TokenUsageUpdated, Some(&run), token_usage(usage));
+        } else if let Some(count) = result
+            .pointer("/_meta/quota/token_count")
+            .and_then(Value::as_object)
+        {
+            let mut data = Map::new();
+            for key in ["input_tokens", "output_tokens"] {
+                if let Some(v) = count.get(key) {
+                    data.insert(key.into(), v.clone());
+                }
+            }
+            out.emit(
+                EventType::TokenUsageUpdated,
+                Some(&run),
+                Value::Object(data),
+            );
         }
         let (event, data) = match reason {
             "cancelled" => (
@@ -982,6 +1028,36 @@ mod tests {
                 17 t1 mode_changed
                 18 t1 token_usage_updated input_tokens=10 output_tokens=5
                 19 t1 run_completed
+            "#]],
+        );
+    }
+
+    #[test]
+    fn gemini_mode_switches_and_quota_usage_as_the_real_cli_sends_them() {
+        // Recorded from the Gemini CLI 0.61.0: `session/set_mode` makes it send a
+        // `[MODE_UPDATE]` message chunk outside any turn, and a prompt's answer carries its
+        // usage under `_meta.quota`.
+        check(
+            Format::GeminiAcp,
+            r#"{"jsonrpc":"2.0","id":"agentwire-3","method":"session/set_mode","params":{"sessionId":"s","modeId":"yolo"}}
+{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"[MODE_UPDATE] yolo"}}}}
+{"jsonrpc":"2.0","id":"agentwire-3","result":{}}
+{"jsonrpc":"2.0","id":"agentwire-4","method":"session/set_model","params":{"sessionId":"s","modelId":"nope"}}
+{"jsonrpc":"2.0","id":"agentwire-4","error":{"code":-32602,"message":"unknown model"}}
+{"jsonrpc":"2.0","id":"agentwire-5","method":"session/prompt","params":{"sessionId":"s","prompt":[{"type":"text","text":"hi"}]}}
+{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Hello"}}}}
+{"jsonrpc":"2.0","id":"agentwire-5","result":{"stopReason":"end_turn","_meta":{"quota":{"token_count":{"input_tokens":42,"output_tokens":3},"model_usage":[]}}}}
+"#,
+            expect![[r#"
+                1 -- session_started
+                2 -- mode_changed
+                3 -- error_occurred error_message="unknown model" provider_error.kind="invalid_params"
+                4 t1 run_started
+                5 t1 message_sent role="user" content="hi"
+                6 t1 message_streamed role="assistant" delta="Hello"
+                7 t1 message_received role="assistant" content="Hello"
+                8 t1 token_usage_updated input_tokens=42 output_tokens=3
+                9 t1 run_completed
             "#]],
         );
     }

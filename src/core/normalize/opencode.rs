@@ -54,7 +54,7 @@
 //!   `permission.replied` → `tool_approval_granted` (`once`, `always`) or `_denied`.
 //! * `todo.updated` → `todo_updated` (`cancelled` items count as `completed`, flagged).
 //! * `session.compacted` → `context_compacted`.
-//! * `server.*`, `session.diff`, `file.*`, `lsp.*`, … → ignored.
+//! * `server.*`, `session.diff`, `file.*`, `lsp.*`, `plugin.*`, `catalog.*`, … → ignored.
 //!
 //! A text or reasoning part still streaming when its run ends, or at the end of input, is
 //! closed with `{content: "", discarded: true}`: OpenCode says explicitly when a part ends.
@@ -420,6 +420,11 @@ impl Opencode {
                 "pty.",
                 "tui.",
                 "mcp.",
+                // 1.18 announces its plugins and catalogs while it boots.
+                "plugin.",
+                "catalog.",
+                "integration.",
+                "reference.",
             ]
             .iter()
             .any(|p| t.starts_with(p)) =>
@@ -1216,6 +1221,24 @@ data: {"type":"session.next.thing","properties":{"sessionID":"ses_1"}}
                 16 t3 message_streamed role="assistant" delta="Never"
                 17 t3 message_received role="assistant" content="" discarded=true
             "#]],
+        );
+    }
+
+    #[test]
+    fn boot_announcements_of_1_18_are_ignored() {
+        // Seen from the real `opencode serve` 1.18.33 while it boots and after a turn.
+        check(
+            Format::Opencode,
+            r#"data: {"id":"evt_1","type":"plugin.added","properties":{"id":"openai-compatible"}}
+
+data: {"id":"evt_2","type":"catalog.updated","properties":{}}
+
+data: {"id":"evt_3","type":"reference.updated","properties":{}}
+
+data: {"id":"evt_4","type":"integration.updated","properties":{}}
+
+"#,
+            expect![[""]],
         );
     }
 
