@@ -240,6 +240,19 @@ fn a_provider_whose_cli_is_missing_fails_with_cli_not_found() {
         message.contains("scripts/install-clis") && message.contains("@anthropic-ai/claude-code"),
         "{message}"
     );
+    // Amp is not among the pinned CLIs: its message says how to get it and sign in.
+    let (status, body) = server.api(
+        "POST",
+        "/api/sessions",
+        Some(json!({"provider": "amp", "cwd": empty.path()})),
+    );
+    assert_eq!(status, 424, "{body}");
+    assert_eq!(body["error"]["code"], "cli_not_found");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("npm install -g @sourcegraph/amp") && message.contains("AMP_API_KEY"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -165,3 +165,26 @@ fn reasoning_text_and_two_parallel_commands_complete_in_one_turn() {
     assert_only_responses_traffic(&rig);
     rig.keep_transcript(&session, "codex-app-server", "think");
 }
+
+#[test]
+fn a_thread_resumes_after_a_kill_9_and_the_model_sees_the_earlier_turn() {
+    let mut rig = Rig::codex();
+    let session = rig.create_session();
+    let (first, _) = rig.turn(&session, "remember the word pineapple");
+    rig.restart();
+    let (status, body) = rig
+        .server
+        .api("POST", &format!("/api/sessions/{session}/resume"), None);
+    assert_eq!(status, 200, "{body}");
+    let (next, events) = rig.turn(&session, "which word did I ask you to remember?");
+    assert_ne!(first, next);
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    assert_contiguous(&events);
+    let requests = rig.fake.requests();
+    let last = requests.last().unwrap();
+    let input = last["body"]["input"].to_string();
+    assert!(input.contains("pineapple"), "{input}");
+    assert!(input.contains("Hello from the fake model."), "{input}");
+    assert_only_responses_traffic(&rig);
+    rig.keep_transcript(&session, "codex-app-server", "resumed");
+}

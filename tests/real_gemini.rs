@@ -140,7 +140,7 @@ fn an_http_401_fails_the_turn_with_a_provider_error() {
     let end = terminal(&events, &turn);
     assert_eq!(end.kind(), EventType::RunFailed, "{}", end.to_json());
     let error: &Value = &end.data()["provider_error"];
-    assert!(error["kind"].is_string(), "{}", end.to_json());
+    assert_eq!(error["kind"], "authentication_failed", "{}", end.to_json());
     let (next, events) = rig.turn(&session, "hello");
     assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
     assert_only_gemini_traffic(&rig);
@@ -184,4 +184,71 @@ fn the_mode_changes_through_the_api_and_an_unknown_one_is_refused() {
     assert_eq!(changed, ["yolo"], "reported once, from the agent's answer");
     assert_only_gemini_traffic(&rig);
     rig.keep_transcript(&session, "gemini-acp", "mode");
+}
+
+/// FIXME: whether the Gemini CLI 0.61.0 can `session/load` a session right after a `kill -9`
+/// depends on timing: it often answers "No previous sessions found for this project." though
+/// its chat file is there. The adapter then falls back to a new ACP session (the failed load
+/// is an `error_occurred` in the log, and the model does not see the earlier turn); when the
+/// load works, the replayed history stays out of the log and the model sees the earlier
+/// turn. This accepts both and checks each is consistent.
+#[test]
+fn a_resumed_session_loads_or_falls_back_to_a_new_acp_session() {
+    let mut rig = Rig::gemini();
+    let session = rig.create_session();
+    let (first, _) = rig.turn(&session, "remember the word pineapple");
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    let handle = body["session"]["provider_session_id"].clone();
+    rig.restart();
+    let (status, body) = rig
+        .server
+        .api("POST", &format!("/api/sessions/{session}/resume"), None);
+    assert_eq!(status, 200, "{body}");
+    let (next, events) = rig.turn(&session, "which word did I ask you to remember?");
+    assert_ne!(first, next);
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    assert_contiguous(&events);
+    let sent: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind() == EventType::MessageSent)
+        .filter_map(|e| e.data_str("content"))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            "remember the word pineapple",
+            "which word did I ask you to remember?"
+        ]
+    );
+    let load_failed = events.iter().any(|e| {
+        e.kind() == EventType::ErrorOccurred && e.data()["details"]["method"] == "session/load"
+    });
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    let requests = rig.fake.requests();
+    let last = requests
+        .iter()
+        .rfind(|r| {
+            r["path"]
+                .as_str()
+                .is_some_and(|p| p.contains("streamGenerateContent"))
+        })
+        .unwrap();
+    let remembered = last["body"]["contents"].to_string().contains("pineapple");
+    eprintln!("gemini session/load after kill -9: failed={load_failed}");
+    if load_failed {
+        assert!(!remembered, "a new session starts empty");
+        assert_ne!(
+            body["session"]["provider_session_id"], handle,
+            "the new ACP session is the next resume handle"
+        );
+    } else {
+        assert!(remembered, "the loaded session carries the earlier turn");
+        assert_eq!(body["session"]["provider_session_id"], handle);
+    }
+    assert_only_gemini_traffic(&rig);
+    rig.keep_transcript(&session, "gemini-acp", "resumed");
 }

@@ -102,17 +102,14 @@ fn interrupting_a_slow_turn_cancels_it_and_the_session_goes_on() {
     let rig = Rig::opencode();
     let session = rig.create_session();
     let turn = rig.server.start_turn(&session, "slow");
-    rig.server
-        .wait_events(&session, "the answer to stream", |e| {
-            e.iter().any(|e| e.kind() == EventType::MessageStreamed)
-        });
+    rig.wait(&session, "the answer to stream", |e| {
+        e.iter().any(|e| e.kind() == EventType::MessageStreamed)
+    });
     let (status, body) =
         rig.server
             .api("POST", &format!("/api/sessions/{session}/interrupt"), None);
     assert_eq!(status, 204, "{body}");
-    let events = rig
-        .server
-        .wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let events = rig.wait(&session, "the turn to end", |e| ended(e, &turn));
     let end = terminal(&events, &turn);
     assert_eq!(end.kind(), EventType::RunCancelled, "{}", end.to_json());
     let (next, events) = rig.turn(&session, "hello after the interrupt");
@@ -166,4 +163,32 @@ fn the_plan_agent_is_a_mode_and_thinking_is_unsupported() {
         system.to_lowercase().contains("plan"),
         "the plan agent's prompt"
     );
+}
+
+#[test]
+fn a_session_resumes_after_a_kill_9_and_the_model_sees_the_earlier_turn() {
+    let mut rig = Rig::opencode();
+    let session = rig.create_session();
+    let (first, _) = rig.turn(&session, "remember the word pineapple");
+    rig.restart();
+    let (status, body) = rig
+        .server
+        .api("POST", &format!("/api/sessions/{session}/resume"), None);
+    assert_eq!(status, 200, "{body}");
+    let (next, events) = rig.turn(&session, "which word did I ask you to remember?");
+    assert_ne!(first, next);
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    assert_contiguous(&events);
+    let requests = rig.fake.requests();
+    let last = requests
+        .iter()
+        .rfind(|r| r["body"]["tools"].is_array())
+        .unwrap();
+    let conversation = last["body"]["messages"].to_string();
+    assert!(conversation.contains("pineapple"), "{conversation}");
+    assert!(
+        conversation.contains("Hello from the fake model."),
+        "{conversation}"
+    );
+    assert_only_chat_traffic(&rig);
 }

@@ -24,6 +24,10 @@ pub struct Rig {
     /// The server's arguments and environment, to start it again.
     args: Vec<String>,
     env: Vec<(String, String)>,
+    /// The longest a turn may take: the common deadline, longer for a CLI slow to boot.
+    pub deadline: std::time::Duration,
+    /// Held by a rig whose CLI is too heavy to run several at once (see [`Rig::opencode`]).
+    _serial: Option<std::sync::MutexGuard<'static, ()>>,
     _home: tempfile::TempDir,
     _db: tempfile::TempDir,
 }
@@ -102,10 +106,13 @@ in_app_updates = false
     }
 
     /// OpenCode (`opencode serve`), its model an OpenAI-compatible provider at the fake, in a
-    /// config file named by `OPENCODE_CONFIG`; npm pointed at a dead port (it tries to install
-    /// a plugin and goes on without it).
+    /// config file named by `OPENCODE_CONFIG`; npm offline and pointed at a dead port (it
+    /// tries to install a plugin and goes on without it). One at a time: each server spends seconds of CPU
+    /// loading its provider plugins, and several at once on two cores outlast the deadlines.
     pub fn opencode() -> Rig {
-        Rig::start("opencode", |url, home| {
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rig = Rig::start("opencode", |url, home| {
             let config = json!({
                 "autoupdate": false, "share": "disabled",
                 "model": "fake/fake-model", "small_model": "fake/fake-model",
@@ -120,6 +127,8 @@ in_app_updates = false
             let mut env: Vec<(String, String)> = vec![
                 ("OPENCODE_CONFIG".into(), path.display().to_string()),
                 ("npm_config_registry".into(), "http://127.0.0.1:9/".into()),
+                ("npm_config_offline".into(), "true".into()),
+                ("npm_config_fetch_retries".into(), "0".into()),
             ];
             for flag in [
                 "OPENCODE_DISABLE_MODELS_FETCH",
@@ -132,7 +141,11 @@ in_app_updates = false
                 env.push((flag.into(), "true".into()));
             }
             env
-        })
+        });
+        rig._serial = Some(serial);
+        // Loading its provider plugins takes seconds of CPU, a minute on a loaded machine.
+        rig.deadline = std::time::Duration::from_secs(120);
+        rig
     }
 
     fn start(
@@ -168,6 +181,8 @@ in_app_updates = false
             record,
             args,
             env: vars,
+            _serial: None,
+            deadline: super::DEADLINE,
             _home: home,
             _db: db,
         }
@@ -193,21 +208,17 @@ in_app_updates = false
     /// Starts a turn and waits for its terminal; returns the turn id and the session's events.
     pub fn turn(&self, session: &str, prompt: &str) -> (String, Vec<Event>) {
         let turn = self.server.start_turn(session, prompt);
-        let events = self
-            .server
-            .wait_events(session, "the turn to end", |e| ended(e, &turn));
+        let events = self.wait(session, "the turn to end", |e| ended(e, &turn));
         (turn, events)
     }
 
     /// Waits for an approval request in `turn`, answers it, and returns the turn's end.
     pub fn approve(&self, session: &str, turn: &str, decision: &str) -> Vec<Event> {
-        let events = self
-            .server
-            .wait_events(session, "an approval request", |e| {
-                e.iter().any(|e| {
-                    e.kind() == EventType::ToolApprovalRequested && e.run_id() == Some(turn)
-                }) || ended(e, turn)
-            });
+        let events = self.wait(session, "an approval request", |e| {
+            e.iter()
+                .any(|e| e.kind() == EventType::ToolApprovalRequested && e.run_id() == Some(turn))
+                || ended(e, turn)
+        });
         let request = of_run(&events, turn, EventType::ToolApprovalRequested);
         assert_eq!(request.len(), 1, "one approval request");
         let request_id = request[0].data_str("request_id").unwrap();
@@ -217,8 +228,13 @@ in_app_updates = false
             Some(json!({ "decision": decision })),
         );
         assert_eq!(status, 204, "{body}");
+        self.wait(session, "the turn to end", |e| ended(e, turn))
+    }
+
+    /// Waits until the session's events satisfy `done`, within the rig's deadline.
+    pub fn wait(&self, session: &str, what: &str, done: impl Fn(&[Event]) -> bool) -> Vec<Event> {
         self.server
-            .wait_events(session, "the turn to end", |e| ended(e, turn))
+            .wait_events_within(session, what, self.deadline, done)
     }
 
     /// The (method, path) of every request the fake model received.

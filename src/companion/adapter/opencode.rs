@@ -3,7 +3,7 @@
 //! The adapter picks a free loopback port and a random password (`OPENCODE_SERVER_PASSWORD`:
 //! HTTP Basic auth, user `opencode`), so no other local program can drive the session.
 //! [`Adapter::connect`] starts a driver task that waits for the server by opening `GET
-//! /event` (retrying for up to a minute while it boots), forwards that Server-Sent Events
+//! /event` (retrying for up to two minutes while it boots), forwards that Server-Sent Events
 //! stream as the normalizer's input, then creates the OpenCode session (`POST /session`, with
 //! a permission ruleset that asks before `bash`, `edit` and `webfetch`), or reuses the one
 //! being resumed. Then, in order:
@@ -35,8 +35,9 @@ use crate::core::event::Provider;
 use crate::core::normalize::Format;
 use crate::core::wire::Decision;
 
-/// How long the server may take to answer its first request.
-const BOOT_DEADLINE: Duration = Duration::from_secs(60);
+/// How long the server may take to answer its first request (seconds when the machine is
+/// idle; it loads its provider plugins first).
+const BOOT_DEADLINE: Duration = Duration::from_secs(120);
 /// How long one attempt to reach it may take.
 const ATTEMPT: Duration = Duration::from_secs(2);
 

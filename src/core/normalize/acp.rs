@@ -42,7 +42,10 @@
 //!   the response has `usage`), `cancelled` → `run_cancelled`, `refusal` → `run_failed` with
 //!   kind `refusal`. The error response to `session/prompt` (or an error answering no
 //!   logged request while a turn is open) ends the turn with `run_failed` (kind from the
-//!   JSON-RPC code: `-32603` → `internal_error`, `-32000` → `authentication_failed`, …);
+//!   JSON-RPC code: `-32603` → `internal_error`, `-32000` → `authentication_failed`, …; an
+//!   HTTP status as the code, as the Gemini CLI sends a model API failure: `401` →
+//!   `authentication_failed`, `429` → `rate_limit`, `5xx` → `server_error`, the message
+//!   taken from the API error document it carries);
 //!   any other error response is an `error_occurred`.
 //! * `session/new` / `session/load` responses (or the first notification naming a session)
 //!   → `session_started {provider_session_id, cwd, model, mode, version}`, once.
@@ -58,8 +61,9 @@
 //! output means the earlier turn ended without its response being logged (a `session/load`
 //! replay does this): that turn gets `run_completed {inferred: true}` before the new one
 //! starts. At every turn end, tool calls that never finished get `tool_call_cancelled`.
-//! Only one session is followed (the first created, loaded or named); records naming
-//! another `sessionId` are ignored.
+//! Only one session is followed (the first created, loaded or named, and then any session
+//! the client creates or loads: a host that resumes into a new session moves on to it);
+//! records naming another `sessionId` are ignored.
 
 use std::collections::HashMap;
 
@@ -643,6 +647,15 @@ impl Acp {
             self.session.agent = info.get("name").cloned();
         }
         if let Some(session) = result.get("sessionId") {
+            if matches!(method.as_deref(), Some("session/new" | "session/load")) {
+                // The client moved on to another session (a resumed host whose load failed
+                // creates a new one): follow it from here.
+                let id = session.as_str().map(str::to_owned);
+                if self.session.id.is_some() && self.session.id != id {
+                    self.session.id = id;
+                    self.session.started = false;
+                }
+            }
             let model = result
                 .get("models")
                 .and_then(|m| m.get("currentModelId"))
@@ -696,11 +709,29 @@ impl Acp {
 
     fn error_response(&mut self, error: &Value, method: Option<&str>, out: &mut Out<'_>) {
         let code = error.get("code").and_then(Value::as_i64);
-        let message = error
+        let raw = error
             .get("message")
             .and_then(Value::as_str)
             .unwrap_or("JSON-RPC error");
+        // The Gemini CLI passes a model API failure on as the HTTP status for a code and the
+        // API's error document for a message.
+        let inner: Option<String> = serde_json::from_str::<Value>(raw).ok().and_then(|v| {
+            v.pointer("/error/message")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+        let details = error.pointer("/data/details").and_then(Value::as_str);
+        let message = match (inner, details) {
+            (Some(inner), _) => inner,
+            (None, Some(details)) => format!("{raw}: {details}"),
+            (None, None) => raw.to_owned(),
+        };
+        let message = message.as_str();
         let kind = match code {
+            Some(401 | 403) => "authentication_failed",
+            Some(429) => "rate_limit",
+            Some(400) => "invalid_request",
+            Some(500..=599) => "server_error",
             Some(-32700) => "parse_error",
             Some(-32600) => "invalid_request",
             Some(-32601) => "method_not_found",
@@ -1058,6 +1089,40 @@ mod tests {
                 7 t1 message_received role="assistant" content="Hello"
                 8 t1 token_usage_updated input_tokens=42 output_tokens=3
                 9 t1 run_completed
+            "#]],
+        );
+    }
+
+    #[test]
+    fn gemini_api_failures_and_a_host_that_moves_to_a_new_session() {
+        // Recorded from the Gemini CLI 0.61.0 against a model API answering 401, then a
+        // resumed host whose `session/load` failed and that created a new session.
+        check(
+            Format::GeminiAcp,
+            r#"{"jsonrpc":"2.0","id":"agentwire-2","method":"session/new","params":{"cwd":"/w","mcpServers":[]}}
+{"jsonrpc":"2.0","id":"agentwire-2","result":{"sessionId":"s1"}}
+{"jsonrpc":"2.0","id":"agentwire-3","method":"session/prompt","params":{"sessionId":"s1","prompt":[{"type":"text","text":"http401"}]}}
+{"jsonrpc":"2.0","id":"agentwire-3","error":{"code":401,"message":"{\"error\":{\"code\":401,\"message\":\"invalid x-api-key\",\"status\":\"UNAUTHENTICATED\"}}"}}
+{"jsonrpc":"2.0","id":"agentwire-4","method":"session/load","params":{"sessionId":"s1","cwd":"/w","mcpServers":[]}}
+{"jsonrpc":"2.0","id":"agentwire-4","error":{"code":-32603,"message":"Internal error","data":{"details":"No previous sessions found for this project."}}}
+{"jsonrpc":"2.0","id":"agentwire-5","method":"session/new","params":{"cwd":"/w","mcpServers":[]}}
+{"jsonrpc":"2.0","id":"agentwire-5","result":{"sessionId":"s2"}}
+{"jsonrpc":"2.0","id":"agentwire-6","method":"session/prompt","params":{"sessionId":"s2","prompt":[{"type":"text","text":"again"}]}}
+{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s2","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"ok"}}}}
+{"jsonrpc":"2.0","id":"agentwire-6","result":{"stopReason":"end_turn"}}
+"#,
+            expect![[r#"
+                1 -- session_started
+                2 t1 run_started
+                3 t1 message_sent role="user" content="http401"
+                4 t1 run_failed error_message="invalid x-api-key" provider_error.kind="authentication_failed"
+                5 -- error_occurred error_message="Internal error: No previous sessions found for this project." provider_error.kind="internal_error"
+                6 -- session_started
+                7 t2 run_started
+                8 t2 message_sent role="user" content="again"
+                9 t2 message_streamed role="assistant" delta="ok"
+                10 t2 message_received role="assistant" content="ok"
+                11 t2 run_completed
             "#]],
         );
     }

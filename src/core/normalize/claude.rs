@@ -251,7 +251,9 @@ impl Claude {
             }
             "hook_started" | "hook_progress" | "hook_response" | "thinking_tokens"
             | "task_started" | "task_progress" | "task_notification" | "task_updated"
-            | "files_persisted" => out.ignore(),
+            | "files_persisted"
+            // A tool refused by the permission mode (`dontAsk`): its tool_result says so.
+            | "permission_denied" => out.ignore(),
             other => out.unknown(format_args!("system subtype {other:?}")),
         }
     }
@@ -1564,6 +1566,18 @@ pub(super) mod tests {
             15 t3 message_streamed {"delta":"Cut","message_id":"msg_e"}
             16 t3 message_received {"content":"","discarded":true,"message_id":"msg_e","role":"assistant"}
         "#]],
+        );
+    }
+
+    #[test]
+    fn a_tool_refused_by_the_permission_mode_is_reported_by_its_result() {
+        // Real 2.1.197 output in `dontAsk` mode: a `system/permission_denied` line, then the
+        // tool_result carrying the same refusal.
+        check(
+            Format::Claude,
+            r#"{"type":"system","subtype":"permission_denied","tool_name":"Bash","tool_use_id":"toolu_1","decision_reason_type":"mode","message":"Permission to use Bash has been denied."}
+"#,
+            expect![[""]],
         );
     }
 
