@@ -427,6 +427,22 @@ fn the_permission_mode_changes_live_and_the_cli_confirms_it() {
         .api("GET", &format!("/api/sessions/{session}"), None);
     assert_eq!(body["current_mode"], "dontAsk", "{body}");
     assert_eq!(body["pending_approvals"], json!([]));
+    // The model changes live too (the `set_model` control request).
+    let (status, body) = rig.server.api(
+        "POST",
+        &format!("/api/sessions/{session}/model"),
+        Some(json!({"model": "claude-sonnet-4-5", "thinking": "off"})),
+    );
+    assert_eq!(status, 204, "{body}");
+    let (last, events) = rig.turn(&session, "hello again");
+    assert_eq!(terminal(&events, &last).kind(), EventType::RunCompleted);
+    let requests = rig.fake.requests();
+    let asked = requests.iter().rfind(|r| r["method"] == "POST").unwrap();
+    assert_eq!(
+        asked["body"]["model"], "claude-sonnet-4-5",
+        "{}",
+        asked["body"]["model"]
+    );
     assert_only_messages_traffic(&rig);
     rig.keep_transcript(&session, "claude", "mode");
 }

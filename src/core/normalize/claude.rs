@@ -587,6 +587,15 @@ impl Claude {
         let Some(message) = rec.get("message").and_then(Value::as_object) else {
             return out.missing("message");
         };
+        // The output of a local command (`set_model` answers with one, between turns): no
+        // user prompt, and no turn of its own.
+        let local = message
+            .get("content")
+            .and_then(Value::as_str)
+            .is_some_and(|c| c.trim_start().starts_with("<local-command-stdout>"));
+        if local && rec.get("isReplay").and_then(Value::as_bool) == Some(true) {
+            return out.ignore();
+        }
         self.ensure_run(out);
         self.close_settled(out);
         let lane = str_field(rec, "parent_tool_use_id");
@@ -1566,6 +1575,19 @@ pub(super) mod tests {
             15 t3 message_streamed {"delta":"Cut","message_id":"msg_e"}
             16 t3 message_received {"content":"","discarded":true,"message_id":"msg_e","role":"assistant"}
         "#]],
+        );
+    }
+
+    #[test]
+    fn a_local_commands_replayed_output_opens_no_turn() {
+        // Real 2.1.197 output: the `set_model` control request, between turns, makes the CLI
+        // print the command's output as a replayed user line.
+        check(
+            Format::Claude,
+            r#"{"type":"user","message":{"role":"user","content":"<local-command-stdout>Set model to claude-sonnet-4-5</local-command-stdout>"},"session_id":"s","parent_tool_use_id":null,"uuid":"u","timestamp":"2026-11-30T01:43:35.958Z","isReplay":true}
+{"type":"control_response","response":{"subtype":"success","request_id":"agentwire_control_2"}}
+"#,
+            expect![[""]],
         );
     }
 
