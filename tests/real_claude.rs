@@ -85,12 +85,10 @@ fn a_tool_call_waits_for_approval_and_runs_once_allowed() {
         &session,
         "tool\n$ touch approved.txt && echo hello-from-tool",
     );
-    let events = rig
-        .server
-        .wait_events(&session, "an approval request", |e| {
-            e.iter()
-                .any(|e| e.kind() == EventType::ToolApprovalRequested)
-        });
+    let events = rig.wait(&session, "an approval request", |e| {
+        e.iter()
+            .any(|e| e.kind() == EventType::ToolApprovalRequested)
+    });
     let request = events
         .iter()
         .find(|e| e.kind() == EventType::ToolApprovalRequested)
@@ -105,9 +103,7 @@ fn a_tool_call_waits_for_approval_and_runs_once_allowed() {
         Some(json!({"decision": "allow"})),
     );
     assert_eq!(status, 204, "{body}");
-    let events = rig
-        .server
-        .wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let events = rig.wait(&session, "the turn to end", |e| ended(e, &turn));
     assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
     assert_eq!(
         of_run(&events, &turn, EventType::ToolApprovalGranted).len(),
@@ -132,7 +128,7 @@ fn a_tool_call_waits_for_approval_and_runs_once_allowed() {
     let turn = rig
         .server
         .start_turn(&session, "tool\n$ touch denied.txt && echo nope");
-    let events = rig.server.wait_events(&session, "a second request", |e| {
+    let events = rig.wait(&session, "a second request", |e| {
         e.iter().any(|e| {
             e.kind() == EventType::ToolApprovalRequested && e.run_id() == Some(turn.as_str())
         })
@@ -145,9 +141,7 @@ fn a_tool_call_waits_for_approval_and_runs_once_allowed() {
         Some(json!({"decision": "deny"})),
     );
     assert_eq!(status, 204);
-    let events = rig
-        .server
-        .wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let events = rig.wait(&session, "the turn to end", |e| ended(e, &turn));
     assert_eq!(
         of_run(&events, &turn, EventType::ToolApprovalDenied).len(),
         1
@@ -164,17 +158,14 @@ fn interrupting_a_slow_turn_cancels_it_and_the_session_goes_on() {
     let rig = Rig::claude();
     let session = rig.create_session();
     let turn = rig.server.start_turn(&session, "slow");
-    rig.server
-        .wait_events(&session, "the answer to stream", |e| {
-            e.iter().any(|e| e.kind() == EventType::MessageStreamed)
-        });
+    rig.wait(&session, "the answer to stream", |e| {
+        e.iter().any(|e| e.kind() == EventType::MessageStreamed)
+    });
     let (status, body) =
         rig.server
             .api("POST", &format!("/api/sessions/{session}/interrupt"), None);
     assert_eq!(status, 204, "{body}");
-    let events = rig
-        .server
-        .wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let events = rig.wait(&session, "the turn to end", |e| ended(e, &turn));
     let end = terminal(&events, &turn);
     assert_eq!(end.kind(), EventType::RunCancelled, "{}", end.to_json());
     let streamed = of_run(&events, &turn, EventType::MessageStreamed).len();
@@ -311,13 +302,10 @@ fn a_background_task_wakes_the_agent_into_an_autonomous_turn() {
     let session = rig.create_session();
     let (turn, _) = rig.turn(&session, "background");
     // The task ends about a second later; Claude Code then starts a turn of its own.
-    let events = rig
-        .server
-        .wait_events(&session, "the autonomous turn", |e| {
-            e.iter().any(|e| {
-                e.kind() == EventType::RunCompleted && e.run_id().is_some_and(|r| r != turn)
-            })
-        });
+    let events = rig.wait(&session, "the autonomous turn", |e| {
+        e.iter()
+            .any(|e| e.kind() == EventType::RunCompleted && e.run_id().is_some_and(|r| r != turn))
+    });
     assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
     let woken = events
         .iter()

@@ -113,17 +113,14 @@ fn interrupting_a_slow_turn_cancels_it_and_the_session_goes_on() {
     let rig = Rig::gemini();
     let session = rig.create_session();
     let turn = rig.server.start_turn(&session, "slow");
-    rig.server
-        .wait_events(&session, "the answer to stream", |e| {
-            e.iter().any(|e| e.kind() == EventType::MessageStreamed)
-        });
+    rig.wait(&session, "the answer to stream", |e| {
+        e.iter().any(|e| e.kind() == EventType::MessageStreamed)
+    });
     let (status, body) =
         rig.server
             .api("POST", &format!("/api/sessions/{session}/interrupt"), None);
     assert_eq!(status, 204, "{body}");
-    let events = rig
-        .server
-        .wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let events = rig.wait(&session, "the turn to end", |e| ended(e, &turn));
     let end = terminal(&events, &turn);
     assert_eq!(end.kind(), EventType::RunCancelled, "{}", end.to_json());
     let (next, events) = rig.turn(&session, "hello after the interrupt");

@@ -24,10 +24,13 @@ pub struct Rig {
     /// The server's arguments and environment, to start it again.
     args: Vec<String>,
     env: Vec<(String, String)>,
-    /// The longest a turn may take: the common deadline, longer for a CLI slow to boot.
+    /// The longest a wait for the agent may take (90 s, two minutes for a CLI slow to boot):
+    /// generous, since the machine may be shared.
     pub deadline: std::time::Duration,
     /// Held by a rig whose CLI is too heavy to run several at once (see [`Rig::opencode`]).
     _serial: Option<std::sync::MutexGuard<'static, ()>>,
+    /// One of the few rigs that may run at once.
+    _slot: Slot,
     _home: tempfile::TempDir,
     _db: tempfile::TempDir,
 }
@@ -157,6 +160,7 @@ in_app_updates = false
             "the pinned {provider} CLI is missing from {}: run scripts/install-clis",
             cli_dir().display()
         );
+        let slot = Slot::take();
         let fake = FakeModel::start();
         let home = tempfile::tempdir().unwrap();
         let db = tempfile::tempdir().unwrap();
@@ -182,7 +186,8 @@ in_app_updates = false
             args,
             env: vars,
             _serial: None,
-            deadline: super::DEADLINE,
+            _slot: slot,
+            deadline: std::time::Duration::from_secs(90),
             _home: home,
             _db: db,
         }
@@ -261,6 +266,35 @@ in_app_updates = false
         let to = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join(format!("tests/data/{format}/agentwire-fake__{name}.jsonl"));
         std::fs::copy(&from, &to).unwrap();
+    }
+}
+
+/// A place among the [`Slot::MAX`] rigs of a test binary that may run at once: the real CLIs
+/// are heavy to start, and a dozen at once on two cores outlast any sane deadline.
+struct Slot;
+
+static SLOTS: (std::sync::Mutex<usize>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+impl Slot {
+    const MAX: usize = 3;
+
+    fn take() -> Slot {
+        let (count, freed) = &SLOTS;
+        let mut n = count.lock().unwrap_or_else(|e| e.into_inner());
+        while *n >= Slot::MAX {
+            n = freed.wait(n).unwrap_or_else(|e| e.into_inner());
+        }
+        *n += 1;
+        Slot
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let (count, freed) = &SLOTS;
+        *count.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        freed.notify_one();
     }
 }
 
