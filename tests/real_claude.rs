@@ -39,7 +39,10 @@ fn plain_turns_stream_the_models_text_and_complete_with_distinct_run_ids() {
     let rig = Rig::claude();
     let (status, info) = rig.server.api("GET", "/api/info", None);
     assert_eq!(status, 200);
-    assert_eq!(info["providers"], json!(["demo", "claude", "codex"]));
+    assert_eq!(
+        info["providers"],
+        json!(["demo", "claude", "codex", "gemini", "opencode"])
+    );
     let session = rig.create_session();
     let (first, events) = rig.turn(&session, "hello");
     assert_eq!(terminal(&events, &first).kind(), EventType::RunCompleted);
@@ -84,12 +87,10 @@ fn a_tool_call_waits_for_approval_and_runs_once_allowed() {
         &session,
         "tool\n$ touch approved.txt && echo hello-from-tool",
     );
-    let events = rig
-        .server
-        .wait_events(&session, "an approval request", |e| {
-            e.iter()
-                .any(|e| e.kind() == EventType::ToolApprovalRequested)
-        });
+    let events = rig.wait(&session, "an approval request", |e| {
+        e.iter()
+            .any(|e| e.kind() == EventType::ToolApprovalRequested)
+    });
     let request = events
         .iter()
         .find(|e| e.kind() == EventType::ToolApprovalRequested)
@@ -104,9 +105,7 @@ fn a_tool_call_waits_for_approval_and_runs_once_allowed() {
         Some(json!({"decision": "allow"})),
     );
     assert_eq!(status, 204, "{body}");
-    let events = rig
-        .server
-        .wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let events = rig.wait(&session, "the turn to end", |e| ended(e, &turn));
     assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
     assert_eq!(
         of_run(&events, &turn, EventType::ToolApprovalGranted).len(),
@@ -131,7 +130,7 @@ fn a_tool_call_waits_for_approval_and_runs_once_allowed() {
     let turn = rig
         .server
         .start_turn(&session, "tool\n$ touch denied.txt && echo nope");
-    let events = rig.server.wait_events(&session, "a second request", |e| {
+    let events = rig.wait(&session, "a second request", |e| {
         e.iter().any(|e| {
             e.kind() == EventType::ToolApprovalRequested && e.run_id() == Some(turn.as_str())
         })
@@ -144,9 +143,7 @@ fn a_tool_call_waits_for_approval_and_runs_once_allowed() {
         Some(json!({"decision": "deny"})),
     );
     assert_eq!(status, 204);
-    let events = rig
-        .server
-        .wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let events = rig.wait(&session, "the turn to end", |e| ended(e, &turn));
     assert_eq!(
         of_run(&events, &turn, EventType::ToolApprovalDenied).len(),
         1
@@ -163,17 +160,14 @@ fn interrupting_a_slow_turn_cancels_it_and_the_session_goes_on() {
     let rig = Rig::claude();
     let session = rig.create_session();
     let turn = rig.server.start_turn(&session, "slow");
-    rig.server
-        .wait_events(&session, "the answer to stream", |e| {
-            e.iter().any(|e| e.kind() == EventType::MessageStreamed)
-        });
+    rig.wait(&session, "the answer to stream", |e| {
+        e.iter().any(|e| e.kind() == EventType::MessageStreamed)
+    });
     let (status, body) =
         rig.server
             .api("POST", &format!("/api/sessions/{session}/interrupt"), None);
     assert_eq!(status, 204, "{body}");
-    let events = rig
-        .server
-        .wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let events = rig.wait(&session, "the turn to end", |e| ended(e, &turn));
     let end = terminal(&events, &turn);
     assert_eq!(end.kind(), EventType::RunCancelled, "{}", end.to_json());
     let streamed = of_run(&events, &turn, EventType::MessageStreamed).len();
@@ -239,6 +233,19 @@ fn a_provider_whose_cli_is_missing_fails_with_cli_not_found() {
         message.contains("scripts/install-clis") && message.contains("@anthropic-ai/claude-code"),
         "{message}"
     );
+    // Amp is not among the pinned CLIs: its message says how to get it and sign in.
+    let (status, body) = server.api(
+        "POST",
+        "/api/sessions",
+        Some(json!({"provider": "amp", "cwd": empty.path()})),
+    );
+    assert_eq!(status, 424, "{body}");
+    assert_eq!(body["error"]["code"], "cli_not_found");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("npm install -g @sourcegraph/amp") && message.contains("AMP_API_KEY"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -297,13 +304,10 @@ fn a_background_task_wakes_the_agent_into_an_autonomous_turn() {
     let session = rig.create_session();
     let (turn, _) = rig.turn(&session, "background");
     // The task ends about a second later; Claude Code then starts a turn of its own.
-    let events = rig
-        .server
-        .wait_events(&session, "the autonomous turn", |e| {
-            e.iter().any(|e| {
-                e.kind() == EventType::RunCompleted && e.run_id().is_some_and(|r| r != turn)
-            })
-        });
+    let events = rig.wait(&session, "the autonomous turn", |e| {
+        e.iter()
+            .any(|e| e.kind() == EventType::RunCompleted && e.run_id().is_some_and(|r| r != turn))
+    });
     assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
     let woken = events
         .iter()
@@ -322,4 +326,113 @@ fn a_background_task_wakes_the_agent_into_an_autonomous_turn() {
     assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
     assert_only_messages_traffic(&rig);
     rig.keep_transcript(&session, "claude", "background");
+}
+
+#[test]
+fn a_session_resumes_after_a_kill_9_and_the_cli_remembers_the_conversation() {
+    let mut rig = Rig::claude();
+    let session = rig.create_session();
+    let (first, _) = rig.turn(&session, "remember the word pineapple");
+    // The server dies between turns, and the CLI with it.
+    rig.restart();
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(body["session"]["state"], "failed", "{body}");
+    let (status, body) = rig.server.api(
+        "POST",
+        &format!("/api/sessions/{session}/turns"),
+        Some(json!({"prompt": "hello"})),
+    );
+    assert_eq!(status, 409, "not running: {body}");
+    let (status, body) = rig
+        .server
+        .api("POST", &format!("/api/sessions/{session}/resume"), None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "running", "{body}");
+    let (status, body) = rig
+        .server
+        .api("POST", &format!("/api/sessions/{session}/resume"), None);
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "already_running");
+
+    let (next, events) = rig.turn(&session, "which word did I ask you to remember?");
+    assert_ne!(first, next);
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    assert_contiguous(&events);
+    let kinds: Vec<EventType> = events.iter().map(Event::kind).collect();
+    let failed = kinds.iter().position(|k| *k == EventType::SessionFailed);
+    let resumed = kinds.iter().position(|k| *k == EventType::SessionResumed);
+    assert!(failed < resumed && failed.is_some(), "{kinds:?}");
+    // The CLI's own memory: the model sees the first turn in the resumed turn's request.
+    let requests = rig.fake.requests();
+    let last = requests.iter().rfind(|r| r["method"] == "POST").unwrap();
+    let conversation = last["body"]["messages"].to_string();
+    assert!(conversation.contains("pineapple"), "{conversation}");
+    // Claude Code 2.1.197 writes the prompt to its session file at once and the answer
+    // later: killed right after the turn, it resumes without the answer and adds
+    // "Continue from where you left off." to the interrupted-looking turn.
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "resumed");
+}
+
+#[test]
+fn the_permission_mode_changes_live_and_the_cli_confirms_it() {
+    let rig = Rig::claude();
+    let session = rig.create_session();
+    let (first, _) = rig.turn(&session, "hello");
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(body["current_mode"], "default", "{body}");
+    assert_eq!(body["runtime"]["version"], "2.1.197", "{body}");
+    assert!(body["runtime"]["model"].is_string(), "{body}");
+    assert!(body["runtime"]["cwd"].is_string(), "{body}");
+    assert!(
+        body["commands"].as_array().is_some_and(|c| !c.is_empty()),
+        "{body}"
+    );
+    assert_eq!(body["capabilities"]["set_mode"], true);
+    assert_eq!(body["modes"].as_array().unwrap().len(), 6, "{body}");
+    let path = format!("/api/sessions/{session}/mode");
+    let (status, body) = rig
+        .server
+        .api("POST", &path, Some(json!({"mode": "dontAsk"})));
+    assert_eq!(status, 204, "{body}");
+    // In dontAsk mode Claude Code refuses instead of asking.
+    let (turn, events) = rig.turn(&session, "tool\n$ touch refused.txt && echo no");
+    assert_ne!(first, turn);
+    assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
+    assert!(of_run(&events, &turn, EventType::ToolApprovalRequested).is_empty());
+    assert!(!rig.cwd.path().join("refused.txt").exists());
+    // The CLI's next init reports the mode we set.
+    let confirmed = events.iter().any(|e| {
+        e.kind() == EventType::ModeChanged
+            && e.data_str("mode") == Some("dontAsk")
+            && e.data().get("source").is_none()
+    });
+    assert!(confirmed, "the CLI reported the new mode");
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(body["current_mode"], "dontAsk", "{body}");
+    assert_eq!(body["pending_approvals"], json!([]));
+    // The model changes live too (the `set_model` control request).
+    let (status, body) = rig.server.api(
+        "POST",
+        &format!("/api/sessions/{session}/model"),
+        Some(json!({"model": "claude-sonnet-4-5", "thinking": "off"})),
+    );
+    assert_eq!(status, 204, "{body}");
+    let (last, events) = rig.turn(&session, "hello again");
+    assert_eq!(terminal(&events, &last).kind(), EventType::RunCompleted);
+    let requests = rig.fake.requests();
+    let asked = requests.iter().rfind(|r| r["method"] == "POST").unwrap();
+    assert_eq!(
+        asked["body"]["model"], "claude-sonnet-4-5",
+        "{}",
+        asked["body"]["model"]
+    );
+    assert_only_messages_traffic(&rig);
+    rig.keep_transcript(&session, "claude", "mode");
 }

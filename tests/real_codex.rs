@@ -96,17 +96,14 @@ fn interrupting_a_slow_turn_cancels_it_and_the_session_goes_on() {
     let rig = Rig::codex();
     let session = rig.create_session();
     let turn = rig.server.start_turn(&session, "slow");
-    rig.server
-        .wait_events(&session, "the answer to stream", |e| {
-            e.iter().any(|e| e.kind() == EventType::MessageStreamed)
-        });
+    rig.wait(&session, "the answer to stream", |e| {
+        e.iter().any(|e| e.kind() == EventType::MessageStreamed)
+    });
     let (status, body) =
         rig.server
             .api("POST", &format!("/api/sessions/{session}/interrupt"), None);
     assert_eq!(status, 204, "{body}");
-    let events = rig
-        .server
-        .wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let events = rig.wait(&session, "the turn to end", |e| ended(e, &turn));
     let end = terminal(&events, &turn);
     assert_eq!(end.kind(), EventType::RunCancelled, "{}", end.to_json());
     let (next, events) = rig.turn(&session, "hello after the interrupt");
@@ -141,11 +138,9 @@ fn reasoning_text_and_two_parallel_commands_complete_in_one_turn() {
     let session = rig.create_session();
     // The untrusted policy asks even for `bash -lc 'echo one'`: both calls wait together.
     let turn = rig.server.start_turn(&session, "think");
-    let events = rig
-        .server
-        .wait_events(&session, "two approval requests", |e| {
-            of_run(e, &turn, EventType::ToolApprovalRequested).len() == 2
-        });
+    let events = rig.wait(&session, "two approval requests", |e| {
+        of_run(e, &turn, EventType::ToolApprovalRequested).len() == 2
+    });
     for request in of_run(&events, &turn, EventType::ToolApprovalRequested) {
         let request_id = request.data_str("request_id").unwrap();
         let (status, body) = rig.server.api(
@@ -155,9 +150,7 @@ fn reasoning_text_and_two_parallel_commands_complete_in_one_turn() {
         );
         assert_eq!(status, 204, "{body}");
     }
-    let events = rig
-        .server
-        .wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let events = rig.wait(&session, "the turn to end", |e| ended(e, &turn));
     assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
     assert!(!of_run(&events, &turn, EventType::ReasoningReceived).is_empty());
     assert_eq!(
@@ -166,4 +159,27 @@ fn reasoning_text_and_two_parallel_commands_complete_in_one_turn() {
     );
     assert_only_responses_traffic(&rig);
     rig.keep_transcript(&session, "codex-app-server", "think");
+}
+
+#[test]
+fn a_thread_resumes_after_a_kill_9_and_the_model_sees_the_earlier_turn() {
+    let mut rig = Rig::codex();
+    let session = rig.create_session();
+    let (first, _) = rig.turn(&session, "remember the word pineapple");
+    rig.restart();
+    let (status, body) = rig
+        .server
+        .api("POST", &format!("/api/sessions/{session}/resume"), None);
+    assert_eq!(status, 200, "{body}");
+    let (next, events) = rig.turn(&session, "which word did I ask you to remember?");
+    assert_ne!(first, next);
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    assert_contiguous(&events);
+    let requests = rig.fake.requests();
+    let last = requests.last().unwrap();
+    let input = last["body"]["input"].to_string();
+    assert!(input.contains("pineapple"), "{input}");
+    assert!(input.contains("Hello from the fake model."), "{input}");
+    assert_only_responses_traffic(&rig);
+    rig.keep_transcript(&session, "codex-app-server", "resumed");
 }

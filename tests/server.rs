@@ -836,3 +836,78 @@ async fn two_companions_on_one_postgres_database_serve_each_others_sessions() {
     });
     assert_contiguous(&theirs);
 }
+
+#[tokio::test]
+async fn what_a_provider_cannot_do_is_refused_as_unsupported() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    let session = server.create_demo_session();
+    let (status, body) = server.api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["capabilities"],
+        json!({"set_mode": false, "set_model": false, "thinking": false,
+               "commands": false, "resume": false})
+    );
+    assert_eq!(body["modes"], json!([]));
+    assert_eq!(body["pending_approvals"], json!([]));
+    assert_eq!(body["session"]["state"], "running");
+    for (path, request) in [
+        ("mode", json!({"mode": "plan"})),
+        ("model", json!({"model": "m"})),
+        ("model", json!({"thinking": "high"})),
+    ] {
+        let (status, body) = server.api(
+            "POST",
+            &format!("/api/sessions/{session}/{path}"),
+            Some(request),
+        );
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["code"], "unsupported", "{body}");
+    }
+    let (status, body) = server.api(
+        "POST",
+        &format!("/api/sessions/{session}/model"),
+        Some(json!({})),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("bad_request"))
+    );
+    // The same over the WebSocket.
+    let (mut socket, _) = hello(&server.ws_url()).await;
+    send(
+        &mut socket,
+        &ClientMsg::SetMode {
+            id: "m1".into(),
+            session: session.clone(),
+            mode: "plan".into(),
+        },
+    )
+    .await;
+    let reply = loop {
+        if let Some(ServerMsg::Reply { id, error, .. }) = recv(&mut socket).await {
+            break (id, error.unwrap().code);
+        }
+    };
+    assert_eq!(reply, ("m1".to_owned(), "unsupported".to_owned()));
+    // A running session cannot be resumed; a closed demo session has nothing to resume.
+    let resume = format!("/api/sessions/{session}/resume");
+    let (status, body) = server.api("POST", &resume, None);
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("already_running"))
+    );
+    let (status, _) = server.api("DELETE", &format!("/api/sessions/{session}"), None);
+    assert_eq!(status, 204);
+    let (status, body) = server.api("POST", &resume, None);
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("unsupported"))
+    );
+    let (status, body) = server.api("POST", "/api/sessions/ses_nope/resume", None);
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("unknown_session"))
+    );
+}

@@ -8,8 +8,9 @@
 //! * OpenAI Responses: `POST /v1/responses` (SSE; Codex);
 //! * OpenAI Chat Completions: `POST /v1/chat/completions` (SSE or JSON; OpenCode);
 //! * Gemini: `POST /v1beta/models/{model}:streamGenerateContent?alt=sse`, `:generateContent`
-//!   (which also answers the Gemini CLI's router classifier with `{"model_choice":"flash"}`
-//!   and its next-speaker check with `{"next_speaker":"user"}`) and `:countTokens`;
+//!   (which also answers the Gemini CLI's router classifiers with `{"model_choice":"flash"}`
+//!   or `{"complexity_score":10}`, and its next-speaker check with `{"next_speaker":"user"}`)
+//!   and `:countTokens`;
 //! * `GET /v1/models`.
 //!
 //! Every request (method, path with query, headers with credentials redacted, body as JSON) is
@@ -343,6 +344,8 @@ impl Conversation {
                 let text = body.to_string();
                 if text.contains("model_choice") {
                     c.asks_for = Some("model_choice");
+                } else if text.contains("complexity_score") {
+                    c.asks_for = Some("complexity_score");
                 } else if text.contains("next_speaker") {
                     c.asks_for = Some("next_speaker");
                 }
@@ -554,6 +557,12 @@ impl Plan {
                 return Plan::Structured(json!({
                     "reasoning": "The fake model routes every request to flash.",
                     "model_choice": "flash",
+                }))
+            }
+            Some("complexity_score") => {
+                return Plan::Structured(json!({
+                    "complexity_reasoning": "The fake model finds every task simple.",
+                    "complexity_score": 10,
                 }))
             }
             Some("next_speaker") => {

@@ -9,7 +9,21 @@
 //! store tells subscribers once it is durable. When the process ends, every turn still active
 //! ends with `run_failed` carrying the exit code and the cut stderr, so no session is left
 //! running after its process is gone. On server start, sessions the previous run left
-//! running are marked failed the same way ([`Hub::recover`]).
+//! running are marked failed the same way ([`Hub::recover`]); a user can then reopen one
+//! whose CLI can resume its own session ([`Hub::resume_session`]): a new process continues
+//! the same log.
+//!
+//! Besides events, the task keeps the session's live state for the API
+//! ([`Hub::describe`]): runtime (model, version, cwd, the CLI's session id) from
+//! `session_started` and `model_changed`, the modes and the current one, slash commands,
+//! pending approvals, and what the adapter can do ([`Capabilities`]). A request for
+//! something the adapter cannot do is refused with the code `unsupported`.
+//!
+//! The agent's output reaches the normalizer from its stdout, or from the event stream an
+//! adapter opens itself ([`Adapter::connect`]: stdout is then kept with stderr as a log).
+//! For an adapter whose decoder reads the client's requests too
+//! ([`Adapter::feeds_requests`]), the normalizer gets whole lines, the agent's and ours, in
+//! the order they were read and written: exactly what `--record-dir` records.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -22,7 +36,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 
-use super::adapter::{Adapter, AgentCli, ClaudeStdio, CodexAppServer, AGENT_CLIS};
+use super::adapter::{
+    AcpStdio, Adapter, AgentCli, AmpStdio, Capabilities, ClaudeStdio, CodexAppServer, Feed,
+    OpencodeServe, Thinking, AGENT_CLIS,
+};
 use super::store::{SessionRecord, SessionState, Store, StoreError};
 use super::{now, random_hex, random_id};
 use crate::core::dedup::UserEchoFilter;
@@ -55,6 +72,13 @@ impl CommandError {
 
     fn closed(id: &str) -> CommandError {
         CommandError::new("not_connected", format!("session {id:?} is not running"))
+    }
+
+    fn unsupported(provider: &str, what: &str) -> CommandError {
+        CommandError::new(
+            "unsupported",
+            format!("the {provider} adapter cannot {what}"),
+        )
     }
 }
 
@@ -119,6 +143,13 @@ enum Command {
     StartTurn(String, oneshot::Sender<Result<String, CommandError>>),
     Interrupt(oneshot::Sender<Result<(), CommandError>>),
     Answer(String, Decision, oneshot::Sender<Result<(), CommandError>>),
+    SetMode(String, oneshot::Sender<Result<(), CommandError>>),
+    SetModel(
+        Option<String>,
+        Option<Thinking>,
+        oneshot::Sender<Result<(), CommandError>>,
+    ),
+    Describe(oneshot::Sender<Result<Value, CommandError>>),
     Close(oneshot::Sender<()>),
 }
 
@@ -147,8 +178,16 @@ impl Hub {
         providers(&self.config.cli_dir)
     }
 
-    fn adapter(&self, provider: &str) -> Result<Box<dyn Adapter>, CommandError> {
+    /// The adapter for `provider`, resuming the CLI's own session `resume` if given.
+    fn adapter(
+        &self,
+        provider: &str,
+        resume: Option<&str>,
+    ) -> Result<Box<dyn Adapter>, CommandError> {
         if provider == "demo" {
+            if resume.is_some() {
+                return Err(CommandError::unsupported("demo", "resume a session"));
+            }
             return Ok(Box::new(ClaudeStdio::demo(
                 self.config.program.clone(),
                 self.config.demo_delay_ms,
@@ -165,16 +204,41 @@ impl Hub {
             let message = cli.not_found(&self.config.cli_dir);
             return Err(CommandError::new("cli_not_found", message));
         };
-        match provider {
-            "claude" => Ok(Box::new(ClaudeStdio::claude(program, None))),
+        Ok(match provider {
+            "claude" => Box::new(ClaudeStdio::claude(program, resume)),
             // Ask before anything but known read-only commands, as Claude Code does.
-            "codex" => Ok(Box::new(CodexAppServer::new(
-                program,
-                "untrusted",
-                "workspace-write",
-            ))),
+            "codex" => {
+                let codex = CodexAppServer::new(program, "untrusted", "workspace-write");
+                Box::new(match resume {
+                    Some(id) => codex.resuming(id),
+                    None => codex,
+                })
+            }
+            "gemini" => {
+                let gemini = AcpStdio::gemini(program, None);
+                Box::new(match resume {
+                    Some(id) => gemini.resuming(id),
+                    None => gemini,
+                })
+            }
+            "opencode" => {
+                let opencode = OpencodeServe::new(program, random_hex(16)).map_err(|e| {
+                    CommandError::new("spawn_failed", format!("no free loopback port: {e}"))
+                })?;
+                Box::new(match resume {
+                    Some(id) => opencode.resuming(id),
+                    None => opencode,
+                })
+            }
+            "amp" => {
+                let amp = AmpStdio::new(program);
+                Box::new(match resume {
+                    Some(id) => amp.resuming(id),
+                    None => amp,
+                })
+            }
             other => unreachable!("{other} is marked hosted but has no adapter"),
-        }
+        })
     }
 
     /// Marks the sessions that a previous run left starting or running as failed: their
@@ -234,7 +298,7 @@ impl Hub {
         provider: &str,
         cwd: Option<PathBuf>,
     ) -> Result<SessionRecord, CommandError> {
-        let adapter = self.adapter(provider)?;
+        let adapter = self.adapter(provider, None)?;
         let cwd = match cwd {
             Some(dir) => dir,
             None => std::env::current_dir()
@@ -268,12 +332,85 @@ impl Hub {
             at,
         );
         self.store.append(&id, vec![created]).await?;
+        self.spawn(&id, adapter, cwd).await?;
+        Ok(self.store.get_session(&id).await?.unwrap_or(record))
+    }
 
+    /// Reopens a session whose process is gone (the server restarted, the CLI crashed):
+    /// starts the CLI again on its own session (`provider_session_id`), and the same log goes
+    /// on, after a `session_resumed`.
+    pub async fn resume_session(self: &Arc<Self>, id: &str) -> Result<SessionRecord, CommandError> {
+        if self.sender(id).is_some() {
+            return Err(CommandError::new(
+                "already_running",
+                format!("session {id:?} is running"),
+            ));
+        }
+        let Some(record) = self.store.get_session(id).await? else {
+            return Err(CommandError::unknown_session(id));
+        };
+        if !self.capabilities_of(&record.provider).resume {
+            return Err(CommandError::unsupported(
+                &record.provider,
+                "resume a session",
+            ));
+        }
+        let Some(handle) = record.provider_session_id.clone() else {
+            return Err(CommandError::new(
+                "no_resume_handle",
+                format!(
+                    "session {id:?} never got a session id from its CLI, so it cannot be resumed"
+                ),
+            ));
+        };
+        let adapter = self.adapter(&record.provider, Some(&handle))?;
+        let cwd = PathBuf::from(&record.cwd);
+        if !cwd.is_dir() {
+            return Err(CommandError::new(
+                "bad_cwd",
+                format!("{} is not a directory", cwd.display()),
+            ));
+        }
+        let data = json!({"provider_session_id": handle, "previous_state": record.state.as_str()});
+        let resumed = host_event(
+            id,
+            adapter.provider(),
+            None,
+            EventType::SessionResumed,
+            obj(data),
+            now(),
+        );
+        self.store.append(id, vec![resumed]).await?;
+        self.spawn(id, adapter, cwd).await?;
+        Ok(self.store.get_session(id).await?.unwrap_or(record))
+    }
+
+    /// What the adapter of `provider` can do, without starting anything.
+    fn capabilities_of(&self, provider: &str) -> Capabilities {
+        match provider {
+            "demo" => Capabilities::default(),
+            other => self
+                .adapter(other, None)
+                .map(|a| a.capabilities())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Starts the agent process of session `id` and its task.
+    async fn spawn(
+        self: &Arc<Self>,
+        id: &str,
+        mut adapter: Box<dyn Adapter>,
+        cwd: PathBuf,
+    ) -> Result<(), CommandError> {
+        let provider = adapter.provider().as_str();
+        let id = id.to_owned();
         let mut cmd = adapter.command(&cwd);
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        die_with_parent(&mut cmd);
         let child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
@@ -310,9 +447,10 @@ impl Hub {
             .lock()
             .expect("sessions lock")
             .insert(id.clone(), tx);
+        let feed = adapter.connect(&cwd);
         let task = SessionTask::new(self.clone(), &id, adapter, &self.config, cwd);
-        tokio::spawn(task.run(child, rx));
-        Ok(self.store.get_session(&id).await?.unwrap_or(record))
+        tokio::spawn(task.run(child, rx, feed));
+        Ok(())
     }
 
     fn sender(&self, id: &str) -> Option<mpsc::Sender<Command>> {
@@ -351,6 +489,70 @@ impl Hub {
 
     pub async fn interrupt(&self, id: &str) -> Result<(), CommandError> {
         self.command(id, Command::Interrupt).await
+    }
+
+    /// Switches the agent to `mode` (one of the session's `modes`).
+    pub async fn set_mode(&self, id: &str, mode: String) -> Result<(), CommandError> {
+        self.command(id, |r| Command::SetMode(mode, r)).await
+    }
+
+    /// Changes the model and/or the thinking level.
+    pub async fn set_model(
+        &self,
+        id: &str,
+        model: Option<String>,
+        thinking: Option<Thinking>,
+    ) -> Result<(), CommandError> {
+        if model.is_none() && thinking.is_none() {
+            return Err(CommandError::new(
+                "bad_request",
+                "give a model, a thinking level, or both",
+            ));
+        }
+        self.command(id, |r| Command::SetModel(model, thinking, r))
+            .await
+    }
+
+    /// The session's record and, while its process runs, its live state: runtime, modes,
+    /// current mode, commands, pending approvals, capabilities.
+    pub async fn describe(&self, id: &str) -> Result<Value, CommandError> {
+        let Some(record) = self.store.get_session(id).await? else {
+            return Err(CommandError::unknown_session(id));
+        };
+        let live = match self.sender(id) {
+            Some(_) => self.command(id, Command::Describe).await.ok(),
+            None => None,
+        };
+        let mut out = match live {
+            Some(Value::Object(m)) => m,
+            _ => {
+                let mut m = Map::new();
+                m.insert(
+                    "capabilities".into(),
+                    json!(self.capabilities_of(&record.provider)),
+                );
+                m.insert("runtime".into(), self.stored_runtime(id).await?);
+                m.insert("pending_approvals".into(), json!([]));
+                m
+            }
+        };
+        out.insert("session".into(), json!(record));
+        Ok(Value::Object(out))
+    }
+
+    /// The runtime a stopped session last reported (its latest `session_started`).
+    async fn stored_runtime(&self, id: &str) -> Result<Value, CommandError> {
+        let query = super::store::EventQuery {
+            kind: Some(EventType::SessionStarted),
+            limit: Some(10_000),
+            ..Default::default()
+        };
+        let started = self.store.get_events(id, &query).await?;
+        let mut runtime = Map::new();
+        if let Some(e) = started.last() {
+            update_runtime(&mut runtime, e.data());
+        }
+        Ok(Value::Object(runtime))
     }
 
     pub async fn answer_approval(
@@ -394,6 +596,15 @@ impl Hub {
 
     fn forget(&self, id: &str) {
         self.sessions.lock().expect("sessions lock").remove(id);
+    }
+}
+
+/// The runtime fields of a `session_started` (or `model_changed`) event's data.
+fn update_runtime(runtime: &mut Map<String, Value>, data: &Map<String, Value>) {
+    for key in ["model", "version", "cwd", "provider_session_id", "agent"] {
+        if let Some(v) = data.get(key).filter(|v| !v.is_null()) {
+            runtime.insert(key.into(), v.clone());
+        }
     }
 }
 
@@ -453,6 +664,15 @@ struct SessionTask {
     cwd: PathBuf,
     /// Stdout split into lines for [`Adapter::observe`].
     lines: LineSplitter,
+    /// The normalizer reads whole lines, ours included ([`Adapter::feeds_requests`]).
+    feed_lines: bool,
+    /// Model, version, cwd, the CLI's session id: from `session_started`, `model_changed`.
+    runtime: Map<String, Value>,
+    current_mode: Option<String>,
+    /// Slash commands from `session_started`, when the adapter does not track them.
+    commands: Option<Value>,
+    /// Why the session must end, when a request to the agent failed for good.
+    fatal: Option<ProviderError>,
 }
 
 impl SessionTask {
@@ -480,6 +700,11 @@ impl SessionTask {
             recorder,
             cwd,
             lines: LineSplitter::default(),
+            feed_lines: adapter.feeds_requests(),
+            runtime: Map::new(),
+            current_mode: None,
+            commands: None,
+            fatal: None,
             normalizer: Normalizer::new(Some(adapter.format()), normalizer_config),
             projector,
             echo: UserEchoFilter::default(),
@@ -495,7 +720,14 @@ impl SessionTask {
         }
     }
 
-    async fn run(mut self, mut child: Child, mut commands: mpsc::Receiver<Command>) {
+    async fn run(
+        mut self,
+        mut child: Child,
+        mut commands: mpsc::Receiver<Command>,
+        mut feed: Option<mpsc::UnboundedReceiver<Feed>>,
+    ) {
+        // With an event stream of its own, the agent's stdout is only a log.
+        let stdout_is_log = feed.is_some();
         let mut stdin = child.stdin.take();
         let mut stdout = child.stdout.take().expect("stdout is piped");
         let mut stderr = child.stderr.take().expect("stderr is piped");
@@ -512,24 +744,26 @@ impl SessionTask {
                 read = stdout.read(&mut out_buf), if stdout_open => match read {
                     Ok(0) | Err(_) => {
                         stdout_open = false;
-                        if let Some(r) = &mut self.recorder {
-                            r.stdout_eof();
+                        if !stdout_is_log {
+                            self.output_eof(&mut stdin).await;
                         }
-                        self.normalizer.handle_eof(now());
-                        self.flush().await;
                     }
+                    Ok(n) if stdout_is_log => self.keep_stderr(&out_buf[..n]),
                     Ok(n) => {
-                        if let Some(r) = &mut self.recorder {
-                            r.stdout(&out_buf[..n]);
-                        }
-                        self.normalizer.handle_bytes(&out_buf[..n], now());
-                        self.flush().await;
-                        let mut replies = Vec::new();
-                        for line in self.lines.push(&out_buf[..n]) {
-                            replies.extend(self.adapter.observe(&line));
-                        }
-                        self.send(&mut stdin, &replies).await;
+                        let bytes = out_buf[..n].to_vec();
+                        self.output(&bytes, &mut stdin).await;
                     }
+                },
+                item = next_feed(&mut feed) => match item {
+                    Some(Feed::Bytes(bytes)) => self.output(&bytes, &mut stdin).await,
+                    Some(Feed::Failed { kind, message, fatal }) => {
+                        self.request_failed(kind, message, fatal).await;
+                        if fatal {
+                            stdin = None;
+                            let _ = child.start_kill();
+                        }
+                    }
+                    None => feed = None,
                 },
                 read = stderr.read(&mut err_buf), if stderr_open => match read {
                     Ok(0) | Err(_) => stderr_open = false,
@@ -559,6 +793,9 @@ impl SessionTask {
                         self.keep_stderr(&rest);
                     }
                     let code = status.ok().and_then(|s| s.code());
+                    if stdout_is_log {
+                        self.output_eof(&mut stdin).await;
+                    }
                     self.finish(code, closing.is_some()).await;
                     if let Some(reply) = closing.take() {
                         let _ = reply.send(());
@@ -573,12 +810,102 @@ impl SessionTask {
         while let Ok(cmd) = commands.try_recv() {
             match cmd {
                 Command::StartTurn(_, r) => drop(r.send(Err(CommandError::closed(&self.id)))),
-                Command::Interrupt(r) | Command::Answer(_, _, r) => {
-                    drop(r.send(Err(CommandError::closed(&self.id))))
-                }
+                Command::Interrupt(r)
+                | Command::Answer(_, _, r)
+                | Command::SetMode(_, r)
+                | Command::SetModel(_, _, r) => drop(r.send(Err(CommandError::closed(&self.id)))),
+                Command::Describe(r) => drop(r.send(Err(CommandError::closed(&self.id)))),
                 Command::Close(r) => drop(r.send(())),
             }
         }
+    }
+
+    /// The agent's output: recorded, normalized, and seen line by line by the adapter,
+    /// whose answers go to its stdin.
+    async fn output(&mut self, bytes: &[u8], stdin: &mut Option<ChildStdin>) {
+        if let Some(r) = &mut self.recorder {
+            r.stdout(bytes);
+        }
+        if !self.feed_lines {
+            self.normalizer.handle_bytes(bytes, now());
+            self.flush().await;
+        }
+        for mut line in self.lines.push(bytes) {
+            let replies = self.adapter.observe(&line);
+            if self.feed_lines && !self.adapter.quiet() {
+                line.push(b'\n');
+                self.normalizer.handle_bytes(&line, now());
+                self.flush().await;
+            }
+            self.send(stdin, &replies).await;
+        }
+    }
+
+    /// The end of the agent's output.
+    async fn output_eof(&mut self, stdin: &mut Option<ChildStdin>) {
+        if let Some(r) = &mut self.recorder {
+            r.stdout_eof();
+        }
+        if self.feed_lines {
+            let rest = std::mem::take(&mut self.lines).rest();
+            if !rest.is_empty() {
+                let replies = self.adapter.observe(&rest);
+                self.normalizer.handle_bytes(&rest, now());
+                self.send(stdin, &replies).await;
+            }
+        }
+        self.normalizer.handle_eof(now());
+        self.flush().await;
+    }
+
+    /// A request the adapter made to the agent failed: the turn fails with it; a fatal one
+    /// also ends the session (the caller kills the process).
+    async fn request_failed(&mut self, kind: &'static str, message: String, fatal: bool) {
+        let at = now();
+        let error = ProviderError::new(self.adapter.provider(), kind, message);
+        let ended = self.projector.end_active(
+            EventType::RunFailed,
+            &Value::Object(error.to_data()),
+            at.unix_millis(),
+        );
+        if ended == 0 && !fatal {
+            let mut data = error.to_data();
+            data.insert("severity".into(), json!("error"));
+            let event = host_event(
+                &self.id,
+                self.adapter.provider(),
+                None,
+                EventType::ErrorOccurred,
+                data,
+                at,
+            );
+            self.append(vec![event]).await;
+        }
+        self.flush().await;
+        if fatal {
+            self.fatal = Some(error);
+        }
+    }
+
+    /// The live state `GET /api/sessions/{id}` shows.
+    fn describe(&self) -> Value {
+        let mut pending: Vec<&Value> = self.approvals.values().collect();
+        pending.sort_by(|a, b| {
+            let key = |v: &Value| v.get("request_id").map(Value::to_string);
+            key(a).cmp(&key(b))
+        });
+        let commands = match self.adapter.commands() {
+            Some(list) => Value::Array(list),
+            None => self.commands.clone().unwrap_or(Value::Null),
+        };
+        json!({
+            "runtime": self.runtime,
+            "modes": self.adapter.modes(),
+            "current_mode": self.current_mode,
+            "commands": commands,
+            "pending_approvals": pending,
+            "capabilities": self.adapter.capabilities(),
+        })
     }
 
     async fn handle_command(&mut self, cmd: Command, stdin: &mut Option<ChildStdin>) {
@@ -616,6 +943,7 @@ impl SessionTask {
                     at,
                 );
                 self.append(vec![sent]).await;
+                self.normalize_request(&bytes).await;
                 let _ = reply.send(Ok(turn_id));
             }
             Command::Interrupt(reply) => {
@@ -629,8 +957,7 @@ impl SessionTask {
                 self.interrupts += 1;
                 let request_id = format!("interrupt_{}", self.interrupts);
                 let bytes = self.adapter.interrupt(&request_id);
-                self.record_stdin(&bytes);
-                let result = write_all(stdin, &bytes).await;
+                let result = self.write(stdin, &bytes).await;
                 let _ = reply.send(result.map_err(|e| CommandError::new("not_connected", e)));
             }
             Command::Answer(request_id, decision, reply) => {
@@ -640,10 +967,14 @@ impl SessionTask {
                     return;
                 };
                 let bytes = self.adapter.answer(&request_id, decision, &request);
-                self.record_stdin(&bytes);
-                if let Err(e) = write_all(stdin, &bytes).await {
+                if let Err(e) = self.write(stdin, &bytes).await {
                     self.approvals.insert(request_id, request);
                     let _ = reply.send(Err(CommandError::new("not_connected", e)));
+                    return;
+                }
+                if self.adapter.reports_answers() {
+                    // The agent's output reports the answer.
+                    let _ = reply.send(Ok(()));
                     return;
                 }
                 let kind = match decision {
@@ -668,7 +999,110 @@ impl SessionTask {
                 self.append(vec![event]).await;
                 let _ = reply.send(Ok(()));
             }
+            Command::SetMode(mode, reply) => {
+                let provider = self.adapter.provider().as_str();
+                if !self.adapter.capabilities().set_mode {
+                    let _ = reply.send(Err(CommandError::unsupported(provider, "change modes")));
+                    return;
+                }
+                let modes = self.adapter.modes();
+                if !modes.iter().any(|m| m.id == mode) {
+                    let known: Vec<&str> = modes.iter().map(|m| m.id.as_str()).collect();
+                    let msg = format!("unknown mode {mode:?}; this session has {known:?}");
+                    let _ = reply.send(Err(CommandError::new("unknown_mode", msg)));
+                    return;
+                }
+                let bytes = self.adapter.set_mode(&mode);
+                if let Err(e) = self.write(stdin, &bytes).await {
+                    let _ = reply.send(Err(CommandError::new("not_connected", e)));
+                    return;
+                }
+                self.current_mode = Some(mode.clone());
+                if self.feed_lines {
+                    // The decoder reports the switch from the agent's answer.
+                    let _ = reply.send(Ok(()));
+                    return;
+                }
+                let run = self.projector.active_turns().first().map(|r| r.to_string());
+                let event = host_event(
+                    &self.id,
+                    self.adapter.provider(),
+                    run.as_deref(),
+                    EventType::ModeChanged,
+                    obj(json!({"mode": mode, "source": "user"})),
+                    at,
+                );
+                self.append(vec![event]).await;
+                let _ = reply.send(Ok(()));
+            }
+            Command::SetModel(model, thinking, reply) => {
+                let caps = self.adapter.capabilities();
+                let provider = self.adapter.provider().as_str();
+                if model.is_some() && !caps.set_model {
+                    let _ =
+                        reply.send(Err(CommandError::unsupported(provider, "change the model")));
+                    return;
+                }
+                if thinking.is_some() && !caps.thinking {
+                    let _ = reply.send(Err(CommandError::unsupported(
+                        provider,
+                        "change the thinking level",
+                    )));
+                    return;
+                }
+                let bytes = self.adapter.set_model(model.as_deref(), thinking);
+                if let Err(e) = self.write(stdin, &bytes).await {
+                    let _ = reply.send(Err(CommandError::new("not_connected", e)));
+                    return;
+                }
+                let mut data = Map::new();
+                data.insert("source".into(), json!("user"));
+                if let Some(m) = &model {
+                    data.insert("model".into(), json!(m));
+                    self.runtime.insert("model".into(), json!(m));
+                }
+                if let Some(t) = thinking {
+                    data.insert("thinking".into(), json!(t));
+                    self.runtime.insert("thinking".into(), json!(t));
+                }
+                if self.feed_lines {
+                    let _ = reply.send(Ok(()));
+                    return;
+                }
+                let run = self.projector.active_turns().first().map(|r| r.to_string());
+                let event = host_event(
+                    &self.id,
+                    self.adapter.provider(),
+                    run.as_deref(),
+                    EventType::ModelChanged,
+                    data,
+                    at,
+                );
+                self.append(vec![event]).await;
+                let _ = reply.send(Ok(()));
+            }
+            Command::Describe(reply) => drop(reply.send(Ok(self.describe()))),
             Command::Close(reply) => drop(reply.send(())),
+        }
+    }
+
+    /// Writes bytes the user's command produced (recording them and, for a decoder that
+    /// reads requests, normalizing them too).
+    async fn write(&mut self, stdin: &mut Option<ChildStdin>, bytes: &[u8]) -> Result<(), String> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.record_stdin(bytes);
+        write_all(stdin, bytes).await?;
+        self.normalize_request(bytes).await;
+        Ok(())
+    }
+
+    /// Our own request lines, for a decoder that reads them.
+    async fn normalize_request(&mut self, bytes: &[u8]) {
+        if self.feed_lines && !bytes.is_empty() {
+            self.normalizer.handle_bytes(bytes, now());
+            self.flush().await;
         }
     }
 
@@ -678,8 +1112,7 @@ impl SessionTask {
         if bytes.is_empty() {
             return;
         }
-        self.record_stdin(bytes);
-        if let Err(e) = write_all(stdin, bytes).await {
+        if let Err(e) = self.write(stdin, bytes).await {
             eprintln!("agentwire: session {}: {e}", self.id);
         }
     }
@@ -755,14 +1188,37 @@ impl SessionTask {
                     self.approvals.insert(id.to_owned(), Value::Object(data));
                 }
             }
-            EventType::SessionStarted if !self.provider_session_seen => {
-                if let Some(handle) = event.data_str("provider_session_id") {
-                    self.provider_session_seen = true;
-                    let _ = self
-                        .hub
-                        .store
-                        .set_provider_session_id(&self.id, handle)
-                        .await;
+            EventType::SessionStarted => {
+                let data = event.data();
+                update_runtime(&mut self.runtime, data);
+                let mode = ["permission_mode", "approval_policy", "mode"]
+                    .iter()
+                    .find_map(|k| data.get(*k).and_then(Value::as_str));
+                if let Some(mode) = mode {
+                    self.current_mode = Some(mode.to_owned());
+                }
+                if let Some(commands) = data.get("slash_commands") {
+                    self.commands = Some(commands.clone());
+                }
+                if !self.provider_session_seen {
+                    if let Some(handle) = event.data_str("provider_session_id") {
+                        self.provider_session_seen = true;
+                        let _ = self
+                            .hub
+                            .store
+                            .set_provider_session_id(&self.id, handle)
+                            .await;
+                    }
+                }
+            }
+            EventType::ModelChanged => {
+                if let Some(model) = event.data().get("model") {
+                    self.runtime.insert("model".into(), model.clone());
+                }
+            }
+            EventType::ModeChanged => {
+                if let Some(mode) = event.data_str("mode") {
+                    self.current_mode = Some(mode.to_owned());
                 }
             }
             kind if kind.is_run_terminal() => {
@@ -810,11 +1266,11 @@ impl SessionTask {
                 Some(code) => format!("the agent process exited with code {code}"),
                 None => "the agent process was killed by a signal".to_owned(),
             };
-            let error = ProviderError::new(provider, "process_exit", message).with_process(
-                exit_code,
-                &stderr,
-                self.stderr_limits,
-            );
+            let error = self
+                .fatal
+                .take()
+                .unwrap_or_else(|| ProviderError::new(provider, "process_exit", message))
+                .with_process(exit_code, &stderr, self.stderr_limits);
             let ended = self.projector.end_active(
                 EventType::RunFailed,
                 &Value::Object(error.to_data()),
@@ -852,6 +1308,25 @@ impl SessionTask {
     }
 }
 
+/// Makes the agent die with the companion even when the companion is killed outright (an
+/// agent that does not read its stdin, like `opencode serve`, would otherwise outlive it).
+#[cfg(target_os = "linux")]
+fn die_with_parent(cmd: &mut tokio::process::Command) {
+    // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
+    // which is async-signal-safe; it allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_cmd: &mut tokio::process::Command) {}
+
 /// Splits a byte stream into lines (without the newline). A line longer than the limit is
 /// dropped whole, so that a runaway line cannot grow memory without bound.
 #[derive(Default)]
@@ -863,6 +1338,16 @@ struct LineSplitter {
 
 impl LineSplitter {
     const MAX_LINE: usize = 16 << 20;
+
+    /// What follows the last newline (an unterminated last line), with a newline added.
+    fn rest(self) -> Vec<u8> {
+        let mut rest = self.partial;
+        if !rest.is_empty() && !self.skipping {
+            rest.push(b'\n');
+            return rest;
+        }
+        Vec::new()
+    }
 
     fn push(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
         let mut lines = Vec::new();
@@ -896,7 +1381,12 @@ struct Recorder {
 
 impl Recorder {
     fn open(path: &std::path::Path) -> Option<Recorder> {
-        match std::fs::File::create(path) {
+        // Appending: a resumed session goes on in the same file.
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path);
+        match file {
             Ok(file) => Some(Recorder {
                 file,
                 partial: Vec::new(),
@@ -942,6 +1432,14 @@ async fn write_all(stdin: &mut Option<ChildStdin>, bytes: &[u8]) -> Result<(), S
     pipe.flush()
         .await
         .map_err(|e| format!("writing to the agent: {e}"))
+}
+
+/// The next item of an adapter's event stream; pending forever without one.
+async fn next_feed(feed: &mut Option<mpsc::UnboundedReceiver<Feed>>) -> Option<Feed> {
+    match feed {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until_ms(deadline_ms: Option<i64>) {

@@ -24,6 +24,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
+use super::adapter::Thinking;
 use super::host::{CommandError, Hub};
 use super::store::{EventQuery, StoreError};
 use super::ws::{self, ConnectionLimits, Follower, Page};
@@ -110,9 +111,12 @@ impl From<CommandError> for ApiError {
     fn from(e: CommandError) -> ApiError {
         let status = match e.code {
             "unknown_session" | "unknown_request" => StatusCode::NOT_FOUND,
-            "foreground_turn_active" | "not_connected" | "no_active_turn" | "turn_id_used" => {
-                StatusCode::CONFLICT
-            }
+            "foreground_turn_active"
+            | "not_connected"
+            | "no_active_turn"
+            | "turn_id_used"
+            | "already_running"
+            | "no_resume_handle" => StatusCode::CONFLICT,
             "store_error" => StatusCode::INTERNAL_SERVER_ERROR,
             "cli_not_found" | "spawn_failed" => StatusCode::FAILED_DEPENDENCY,
             _ => StatusCode::BAD_REQUEST,
@@ -135,6 +139,9 @@ pub fn router(state: AppState) -> Router {
         .route("/api/sessions/{id}", get(get_session).delete(close_session))
         .route("/api/sessions/{id}/turns", post(start_turn))
         .route("/api/sessions/{id}/interrupt", post(interrupt))
+        .route("/api/sessions/{id}/mode", post(set_mode))
+        .route("/api/sessions/{id}/model", post(set_model))
+        .route("/api/sessions/{id}/resume", post(resume_session))
         .route(
             "/api/sessions/{id}/approvals/{request_id}",
             post(answer_approval),
@@ -249,13 +256,48 @@ async fn get_session(
     UrlPath(id): UrlPath<String>,
 ) -> Result<Json<Value>, ApiError> {
     let store = state.hub.store();
-    let Some(session) = store.get_session(&id).await? else {
-        return Err(CommandError::new("unknown_session", format!("no session {id:?}")).into());
-    };
+    let mut described = state.hub.describe(&id).await?;
     let latest = store.latest_sequence(&id).await?;
-    Ok(Json(
-        json!({"session": session, "latest_sequence": latest, "epoch": store.epoch()}),
-    ))
+    described["latest_sequence"] = json!(latest);
+    described["epoch"] = json!(store.epoch());
+    Ok(Json(described))
+}
+
+#[derive(Deserialize)]
+struct SetMode {
+    mode: String,
+}
+
+async fn set_mode(
+    State(state): State<AppState>,
+    UrlPath(id): UrlPath<String>,
+    Json(body): Json<SetMode>,
+) -> Result<StatusCode, ApiError> {
+    state.hub.set_mode(&id, body.mode).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+struct SetModel {
+    model: Option<String>,
+    thinking: Option<Thinking>,
+}
+
+async fn set_model(
+    State(state): State<AppState>,
+    UrlPath(id): UrlPath<String>,
+    Json(body): Json<SetModel>,
+) -> Result<StatusCode, ApiError> {
+    state.hub.set_model(&id, body.model, body.thinking).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn resume_session(
+    State(state): State<AppState>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    let session = state.hub.resume_session(&id).await?;
+    Ok(Json(json!(session)))
 }
 
 async fn close_session(

@@ -302,6 +302,23 @@ where
                     .await;
                 send(reply(id, result.map(|()| serde_json::json!({})))).await;
             }
+            ClientMsg::SetMode { id, session, mode } => {
+                let result = state.hub.set_mode(&session, mode).await;
+                send(reply(id, result.map(|()| serde_json::json!({})))).await;
+            }
+            ClientMsg::SetModel {
+                id,
+                session,
+                model,
+                thinking,
+            } => {
+                let result = state.hub.set_model(&session, model, thinking).await;
+                send(reply(id, result.map(|()| serde_json::json!({})))).await;
+            }
+            ClientMsg::ResumeSession { id, session } => {
+                let result = state.hub.resume_session(&session).await;
+                send(reply(id, result.map(|s| serde_json::json!(s)))).await;
+            }
         }
     }
     for (_, task) in subscriptions {

@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::projector::{Batch, Projector, Signal};
-use super::wire::{ClientMsg, Decision, WireError, DEFAULT_MAX_FRAME, PROTOCOL_VERSIONS};
+use super::wire::{ClientMsg, Decision, Thinking, WireError, DEFAULT_MAX_FRAME, PROTOCOL_VERSIONS};
 
 /// How a [`Client`] connects and retries.
 #[derive(Clone, Debug)]
@@ -238,6 +238,38 @@ impl Client {
             session: session.to_owned(),
             request_id: request_id.to_owned(),
             decision,
+        })
+    }
+
+    /// Switches the session's agent to one of its `modes`.
+    pub fn set_mode(&mut self, session: &str, mode: &str) -> Result<String, WireError> {
+        self.command(|id| ClientMsg::SetMode {
+            id,
+            session: session.to_owned(),
+            mode: mode.to_owned(),
+        })
+    }
+
+    /// Changes the model, the thinking level, or both.
+    pub fn set_model(
+        &mut self,
+        session: &str,
+        model: Option<&str>,
+        thinking: Option<Thinking>,
+    ) -> Result<String, WireError> {
+        self.command(|id| ClientMsg::SetModel {
+            id,
+            session: session.to_owned(),
+            model: model.map(str::to_owned),
+            thinking,
+        })
+    }
+
+    /// Reopens a session whose agent process is gone; the reply's result is the session.
+    pub fn resume_session(&mut self, session: &str) -> Result<String, WireError> {
+        self.command(|id| ClientMsg::ResumeSession {
+            id,
+            session: session.to_owned(),
         })
     }
 

@@ -62,6 +62,26 @@ pub enum ClientMsg {
         request_id: String,
         decision: Decision,
     },
+    /// Switch the session's agent to one of its `modes`.
+    SetMode {
+        id: String,
+        session: String,
+        mode: String,
+    },
+    /// Change the model and/or the thinking level (at least one).
+    SetModel {
+        id: String,
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        thinking: Option<Thinking>,
+    },
+    /// Reopen a session whose process is gone, on the CLI's own session.
+    ResumeSession {
+        id: String,
+        session: String,
+    },
     Ping {
         #[serde(default)]
         id: Option<String>,
@@ -74,6 +94,16 @@ pub enum ClientMsg {
 pub enum Decision {
     Allow,
     Deny,
+}
+
+/// How hard the model thinks, where the agent CLI lets a client choose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Thinking {
+    Off,
+    Low,
+    Medium,
+    High,
 }
 
 /// A message from the server.

@@ -17,7 +17,7 @@ use web_sys::{MessageEvent, WebSocket};
 
 use super::{error, from_json, now_ms, wire_error};
 use crate::core::client::{Action, Client as Core, ClientConfig};
-use crate::core::wire::{Decision, WireError};
+use crate::core::wire::{Decision, Thinking, WireError};
 
 #[wasm_bindgen]
 extern "C" {
@@ -154,6 +154,34 @@ impl Options {
     }
 }
 
+/// `setModel`'s second argument: `{model?, thinking?}`, at least one.
+struct ModelChange {
+    model: Option<String>,
+    thinking: Option<Thinking>,
+}
+
+fn model_change(change: &JsValue) -> Result<ModelChange, String> {
+    let get = |key: &str| Reflect::get(change, &key.into()).unwrap_or(JsValue::UNDEFINED);
+    let model = match get("model") {
+        v if v.is_undefined() || v.is_null() => None,
+        v => Some(v.as_string().ok_or("model must be a string")?),
+    };
+    let thinking = match get("thinking") {
+        v if v.is_undefined() || v.is_null() => None,
+        v => Some(match v.as_string().as_deref() {
+            Some("off") => Thinking::Off,
+            Some("low") => Thinking::Low,
+            Some("medium") => Thinking::Medium,
+            Some("high") => Thinking::High,
+            _ => return Err("thinking must be \"off\", \"low\", \"medium\" or \"high\"".into()),
+        }),
+    };
+    if model.is_none() && thinking.is_none() {
+        return Err("setModel needs a model, a thinking level, or both".into());
+    }
+    Ok(ModelChange { model, thinking })
+}
+
 impl Inner {
     /// The state and its two long-lived callbacks (timer, animation frame), which hold it weakly.
     fn new(core: Core, url: String, on_change: Function) -> Rc<RefCell<Inner>> {
@@ -251,6 +279,39 @@ impl Client {
         };
         let sent = (self.inner.borrow_mut().core).answer_approval(session, request_id, decision);
         self.command(sent, Resolve::Nothing)
+    }
+
+    /// Switches the session's agent to one of its `modes` (`GET /api/sessions/{id}`).
+    #[wasm_bindgen(js_name = setMode, unchecked_return_type = "Promise<void>")]
+    pub fn set_mode(&self, session: &str, mode: &str) -> Promise {
+        let sent = self.inner.borrow_mut().core.set_mode(session, mode);
+        self.command(sent, Resolve::Nothing)
+    }
+
+    /// Changes the model, the thinking level, or both.
+    #[wasm_bindgen(js_name = setModel, unchecked_return_type = "Promise<void>")]
+    pub fn set_model(
+        &self,
+        session: &str,
+        #[wasm_bindgen(unchecked_param_type = "ModelChange")] change: JsValue,
+    ) -> Promise {
+        let change = match model_change(&change) {
+            Ok(change) => change,
+            Err(message) => return Promise::reject(&error("bad_options", &message)),
+        };
+        let sent = (self.inner.borrow_mut().core).set_model(
+            session,
+            change.model.as_deref(),
+            change.thinking,
+        );
+        self.command(sent, Resolve::Nothing)
+    }
+
+    /// Reopens a session whose agent process is gone; resolves to the session record.
+    #[wasm_bindgen(js_name = resumeSession, unchecked_return_type = "Promise<SessionRecord>")]
+    pub fn resume_session(&self, session: &str) -> Promise {
+        let sent = self.inner.borrow_mut().core.resume_session(session);
+        self.command(sent, Resolve::Result)
     }
 
     /// The session's items now (what the batches so far add up to).

@@ -197,6 +197,27 @@ export interface ClientBatch extends Batch {
 
 export type Decision = "allow" | "deny";
 
+/** How hard the model thinks, where the agent CLI lets a client choose. */
+export type Thinking = "off" | "low" | "medium" | "high";
+
+/** `Client.setModel`'s change: a model, a thinking level, or both. */
+export interface ModelChange {
+  model?: string;
+  thinking?: Thinking;
+}
+
+/** A session as the companion stores it (`GET /api/sessions/{id}`'s `session`). */
+export interface SessionRecord {
+  id: string;
+  provider: string;
+  cwd: string;
+  state: "starting" | "running" | "closed" | "failed";
+  /** The agent CLI's own session id, with which the companion resumes it. */
+  provider_session_id: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
 export interface ClientOptions {
   /** The server's WebSocket URL, e.g. `ws://127.0.0.1:7777/ws`. */
   url: string;
@@ -222,7 +243,8 @@ export type ServerErrorCode =
   | "hello_required" | "hello_timeout" | "unsupported_protocol" | "unknown_session"
   | "foreground_turn_active" | "not_connected" | "empty_prompt" | "no_active_turn"
   | "unknown_request" | "turn_id_used" | "store_error" | "unknown_provider" | "bad_cwd"
-  | "cli_not_found" | "spawn_failed";
+  | "cli_not_found" | "spawn_failed" | "unsupported" | "unknown_mode" | "bad_request"
+  | "already_running" | "no_resume_handle";
 
 export type ErrorCode = ClientErrorCode | ServerErrorCode;
 

@@ -203,6 +203,17 @@ impl Server {
         what: &str,
         done: impl Fn(&[Event]) -> bool,
     ) -> Vec<Event> {
+        self.wait_events_within(session, what, DEADLINE, done)
+    }
+
+    /// [`Server::wait_events`] with a deadline of its own.
+    pub fn wait_events_within(
+        &self,
+        session: &str,
+        what: &str,
+        deadline: Duration,
+        done: impl Fn(&[Event]) -> bool,
+    ) -> Vec<Event> {
         let start = Instant::now();
         loop {
             let (status, body) = self.api(
@@ -216,7 +227,7 @@ impl Server {
                 return events;
             }
             assert!(
-                start.elapsed() < DEADLINE,
+                start.elapsed() < deadline,
                 "timed out waiting for {what}; have {} events",
                 events.len()
             );

@@ -21,6 +21,16 @@ pub struct Rig {
     pub cwd: tempfile::TempDir,
     pub provider: &'static str,
     record: tempfile::TempDir,
+    /// The server's arguments and environment, to start it again.
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    /// The longest a wait for the agent may take (90 s, two minutes for a CLI slow to boot):
+    /// generous, since the machine may be shared.
+    pub deadline: std::time::Duration,
+    /// Held by a rig whose CLI is too heavy to run several at once (see [`Rig::opencode`]).
+    _serial: Option<std::sync::MutexGuard<'static, ()>>,
+    /// One of the few rigs that may run at once.
+    _slot: Slot,
     _home: tempfile::TempDir,
     _db: tempfile::TempDir,
 }
@@ -76,6 +86,71 @@ in_app_updates = false
         })
     }
 
+    /// The Gemini CLI (hosted through ACP), pointed at the fake by `GOOGLE_GEMINI_BASE_URL`,
+    /// with its settings in the scratch `HOME` (API-key auth, no telemetry, no updates).
+    pub fn gemini() -> Rig {
+        Rig::start("gemini", |url, home| {
+            let dir = home.join(".gemini");
+            std::fs::create_dir_all(&dir).unwrap();
+            let settings = json!({
+                "security": {"auth": {"selectedType": "gemini-api-key"}},
+                "privacy": {"usageStatisticsEnabled": false},
+                "telemetry": {"enabled": false},
+                "general": {"disableAutoUpdate": true},
+            });
+            std::fs::write(dir.join("settings.json"), settings.to_string()).unwrap();
+            vec![
+                ("GEMINI_API_KEY".into(), "dummy".into()),
+                ("GOOGLE_GEMINI_BASE_URL".into(), url.to_owned()),
+                ("GEMINI_CLI_TRUST_WORKSPACE".into(), "true".into()),
+                ("GEMINI_CLI_NO_RELAUNCH".into(), "true".into()),
+            ]
+        })
+    }
+
+    /// OpenCode (`opencode serve`), its model an OpenAI-compatible provider at the fake, in a
+    /// config file named by `OPENCODE_CONFIG`; npm offline and pointed at a dead port (it
+    /// tries to install a plugin and goes on without it). One at a time: each server spends seconds of CPU
+    /// loading its provider plugins, and several at once on two cores outlast the deadlines.
+    pub fn opencode() -> Rig {
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rig = Rig::start("opencode", |url, home| {
+            let config = json!({
+                "autoupdate": false, "share": "disabled",
+                "model": "fake/fake-model", "small_model": "fake/fake-model",
+                "provider": {"fake": {
+                    "npm": "@ai-sdk/openai-compatible", "name": "Fake local",
+                    "options": {"baseURL": format!("{url}/v1"), "apiKey": "dummy"},
+                    "models": {"fake-model": {"name": "Fake Model", "tool_call": true,
+                        "limit": {"context": 128000, "output": 4096}}}}},
+            });
+            let path = home.join("opencode.json");
+            std::fs::write(&path, config.to_string()).unwrap();
+            let mut env: Vec<(String, String)> = vec![
+                ("OPENCODE_CONFIG".into(), path.display().to_string()),
+                ("npm_config_registry".into(), "http://127.0.0.1:9/".into()),
+                ("npm_config_offline".into(), "true".into()),
+                ("npm_config_fetch_retries".into(), "0".into()),
+            ];
+            for flag in [
+                "OPENCODE_DISABLE_MODELS_FETCH",
+                "OPENCODE_DISABLE_AUTOUPDATE",
+                "OPENCODE_DISABLE_SHARE",
+                "OPENCODE_DISABLE_LSP_DOWNLOAD",
+                "OPENCODE_DISABLE_DEFAULT_PLUGINS",
+                "OPENCODE_DISABLE_CLAUDE_CODE",
+            ] {
+                env.push((flag.into(), "true".into()));
+            }
+            env
+        });
+        rig._serial = Some(serial);
+        // Loading its provider plugins takes seconds of CPU, a minute on a loaded machine.
+        rig.deadline = std::time::Duration::from_secs(120);
+        rig
+    }
+
     fn start(
         provider: &'static str,
         env: impl FnOnce(&str, &Path) -> Vec<(String, String)>,
@@ -85,6 +160,7 @@ in_app_updates = false
             "the pinned {provider} CLI is missing from {}: run scripts/install-clis",
             cli_dir().display()
         );
+        let slot = Slot::take();
         let fake = FakeModel::start();
         let home = tempfile::tempdir().unwrap();
         let db = tempfile::tempdir().unwrap();
@@ -94,27 +170,34 @@ in_app_updates = false
             ("TERM".to_owned(), "dumb".to_owned()),
         ];
         vars.extend(env(&fake.url(), home.path()));
-        let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let cli_dir = cli_dir();
-        let server = Server::start_with_env(
-            &db.path().join("a.db"),
-            &[
-                "--cli-dir",
-                cli_dir.to_str().unwrap(),
-                "--record-dir",
-                record.path().to_str().unwrap(),
-            ],
-            &vars,
-        );
+        let args = vec![
+            "--cli-dir".to_owned(),
+            cli_dir().display().to_string(),
+            "--record-dir".to_owned(),
+            record.path().display().to_string(),
+        ];
+        let server = serve(&db.path().join("a.db"), &args, &vars);
         Rig {
             fake,
             server,
             cwd: tempfile::tempdir().unwrap(),
             provider,
             record,
+            args,
+            env: vars,
+            _serial: None,
+            _slot: slot,
+            deadline: std::time::Duration::from_secs(90),
             _home: home,
             _db: db,
         }
+    }
+
+    /// Kills the server outright (`kill -9`; its agents die with it) and starts it again on
+    /// the same store, with the same environment.
+    pub fn restart(&mut self) {
+        self.server.kill();
+        self.server = serve(&self._db.path().join("a.db"), &self.args, &self.env);
     }
 
     pub fn create_session(&self) -> String {
@@ -130,21 +213,17 @@ in_app_updates = false
     /// Starts a turn and waits for its terminal; returns the turn id and the session's events.
     pub fn turn(&self, session: &str, prompt: &str) -> (String, Vec<Event>) {
         let turn = self.server.start_turn(session, prompt);
-        let events = self
-            .server
-            .wait_events(session, "the turn to end", |e| ended(e, &turn));
+        let events = self.wait(session, "the turn to end", |e| ended(e, &turn));
         (turn, events)
     }
 
     /// Waits for an approval request in `turn`, answers it, and returns the turn's end.
     pub fn approve(&self, session: &str, turn: &str, decision: &str) -> Vec<Event> {
-        let events = self
-            .server
-            .wait_events(session, "an approval request", |e| {
-                e.iter().any(|e| {
-                    e.kind() == EventType::ToolApprovalRequested && e.run_id() == Some(turn)
-                }) || ended(e, turn)
-            });
+        let events = self.wait(session, "an approval request", |e| {
+            e.iter()
+                .any(|e| e.kind() == EventType::ToolApprovalRequested && e.run_id() == Some(turn))
+                || ended(e, turn)
+        });
         let request = of_run(&events, turn, EventType::ToolApprovalRequested);
         assert_eq!(request.len(), 1, "one approval request");
         let request_id = request[0].data_str("request_id").unwrap();
@@ -154,8 +233,13 @@ in_app_updates = false
             Some(json!({ "decision": decision })),
         );
         assert_eq!(status, 204, "{body}");
+        self.wait(session, "the turn to end", |e| ended(e, turn))
+    }
+
+    /// Waits until the session's events satisfy `done`, within the rig's deadline.
+    pub fn wait(&self, session: &str, what: &str, done: impl Fn(&[Event]) -> bool) -> Vec<Event> {
         self.server
-            .wait_events(session, "the turn to end", |e| ended(e, turn))
+            .wait_events_within(session, what, self.deadline, done)
     }
 
     /// The (method, path) of every request the fake model received.
@@ -183,6 +267,41 @@ in_app_updates = false
             .join(format!("tests/data/{format}/agentwire-fake__{name}.jsonl"));
         std::fs::copy(&from, &to).unwrap();
     }
+}
+
+/// A place among the [`Slot::MAX`] rigs of a test binary that may run at once: the real CLIs
+/// are heavy to start, and a dozen at once on two cores outlast any sane deadline.
+struct Slot;
+
+static SLOTS: (std::sync::Mutex<usize>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+impl Slot {
+    const MAX: usize = 3;
+
+    fn take() -> Slot {
+        let (count, freed) = &SLOTS;
+        let mut n = count.lock().unwrap_or_else(|e| e.into_inner());
+        while *n >= Slot::MAX {
+            n = freed.wait(n).unwrap_or_else(|e| e.into_inner());
+        }
+        *n += 1;
+        Slot
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let (count, freed) = &SLOTS;
+        *count.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        freed.notify_one();
+    }
+}
+
+fn serve(db: &Path, args: &[String], env: &[(String, String)]) -> Server {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Server::start_with_env(db, &args, &env)
 }
 
 pub fn of_run<'a>(events: &'a [Event], run: &str, kind: EventType) -> Vec<&'a Event> {

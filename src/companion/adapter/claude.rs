@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use tokio::process::Command;
 
-use super::{line, Adapter};
+use super::{line, Adapter, Capabilities, Mode, Thinking};
 use crate::core::event::Provider;
 use crate::core::normalize::Format;
 use crate::core::wire::Decision;
@@ -18,7 +18,27 @@ pub struct ClaudeStdio {
     provider: Provider,
     program: PathBuf,
     args: Vec<String>,
+    /// Control requests we sent, for unique ids.
+    controls: u64,
 }
+
+/// Claude Code's permission modes (`--permission-mode`), set live with `set_permission_mode`.
+const PERMISSION_MODES: &[(&str, &str, &str)] = &[
+    ("default", "Default", "Asks before tools that change things"),
+    ("acceptEdits", "Accept edits", "Edits files without asking"),
+    ("plan", "Plan", "Plans without changing anything"),
+    ("auto", "Auto", "Decides by itself which tools need asking"),
+    (
+        "dontAsk",
+        "Don't ask",
+        "Refuses what it would have asked about",
+    ),
+    (
+        "bypassPermissions",
+        "Bypass permissions",
+        "Runs every tool without asking",
+    ),
+];
 
 impl ClaudeStdio {
     /// The real Claude Code CLI at `program`, in stream-json mode both ways with partial
@@ -47,6 +67,7 @@ impl ClaudeStdio {
             provider: Provider::Claude,
             program,
             args,
+            controls: 0,
         }
     }
 
@@ -60,7 +81,17 @@ impl ClaudeStdio {
                 "--delay-ms".into(),
                 delay_ms.to_string(),
             ],
+            controls: 0,
         }
+    }
+
+    fn control(&mut self, request: Value) -> Vec<u8> {
+        self.controls += 1;
+        line(json!({
+            "type": "control_request",
+            "request_id": format!("agentwire_control_{}", self.controls),
+            "request": request,
+        }))
     }
 }
 
@@ -108,5 +139,51 @@ impl Adapter for ClaudeStdio {
             "type": "control_response",
             "response": {"subtype": "success", "request_id": request_id, "response": response},
         }))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        if self.provider == Provider::Demo {
+            return Capabilities::default();
+        }
+        Capabilities {
+            set_mode: true,
+            set_model: true,
+            thinking: true,
+            commands: true,
+            resume: true,
+        }
+    }
+
+    fn modes(&self) -> Vec<Mode> {
+        if self.provider == Provider::Demo {
+            return Vec::new();
+        }
+        PERMISSION_MODES
+            .iter()
+            .map(|(id, name, description)| Mode::new(id, name, description))
+            .collect()
+    }
+
+    fn set_mode(&mut self, mode: &str) -> Vec<u8> {
+        self.control(json!({"subtype": "set_permission_mode", "mode": mode}))
+    }
+
+    fn set_model(&mut self, model: Option<&str>, thinking: Option<Thinking>) -> Vec<u8> {
+        let mut out = Vec::new();
+        if let Some(model) = model {
+            out.extend(self.control(json!({"subtype": "set_model", "model": model})));
+        }
+        if let Some(thinking) = thinking {
+            let tokens = match thinking {
+                Thinking::Off => 0,
+                Thinking::Low => 4_000,
+                Thinking::Medium => 16_000,
+                Thinking::High => 32_000,
+            };
+            out.extend(self.control(
+                json!({"subtype": "set_max_thinking_tokens", "max_thinking_tokens": tokens}),
+            ));
+        }
+        out
     }
 }

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use tokio::process::Command;
 
-use super::{line, Adapter};
+use super::{line, Adapter, Capabilities, Mode, Thinking};
 use crate::core::event::Provider;
 use crate::core::normalize::Format;
 use crate::core::wire::Decision;
@@ -33,6 +33,25 @@ const DECISIONS: &[(&str, &str, &str)] = &[
     ("item/fileChange/requestApproval", "accept", "decline"),
     ("execCommandApproval", "approved", "denied"),
     ("applyPatchApproval", "approved", "denied"),
+];
+
+/// Codex's approval policies (`AskForApproval`), the modes of a Codex session.
+const APPROVAL_POLICIES: &[(&str, &str, &str)] = &[
+    (
+        "untrusted",
+        "Untrusted",
+        "Asks before anything but known read-only commands",
+    ),
+    (
+        "on-request",
+        "On request",
+        "The model asks when it wants to leave the sandbox",
+    ),
+    (
+        "never",
+        "Never",
+        "Never asks; failures go back to the model",
+    ),
 ];
 
 /// A `codex app-server` session: one thread, many turns.
@@ -56,6 +75,8 @@ pub struct CodexAppServer {
     interrupt_waiting: bool,
     /// Open server requests: string id → (the id as sent, method).
     requests: HashMap<String, (Value, String)>,
+    /// Overrides for the next `turn/start` (they stick to the thread from then on).
+    next_turn: serde_json::Map<String, Value>,
 }
 
 impl CodexAppServer {
@@ -75,6 +96,7 @@ impl CodexAppServer {
             waiting: Vec::new(),
             interrupt_waiting: false,
             requests: HashMap::new(),
+            next_turn: serde_json::Map::new(),
         }
     }
 
@@ -94,7 +116,11 @@ impl CodexAppServer {
     }
 
     fn turn_start(&mut self, thread: &str, text: &str) -> Vec<u8> {
-        let params = json!({"threadId": thread, "input": [{"type": "text", "text": text}]});
+        let mut params = json!({"threadId": thread, "input": [{"type": "text", "text": text}]});
+        params
+            .as_object_mut()
+            .expect("an object")
+            .extend(std::mem::take(&mut self.next_turn));
         let (id, bytes) = self.request("turn/start", params);
         self.turn_requests.push(id);
         bytes
@@ -280,6 +306,48 @@ impl Adapter for CodexAppServer {
             Decision::Deny => no,
         };
         line(json!({"id": id, "result": {"decision": word}}))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            set_mode: true,
+            set_model: true,
+            thinking: true,
+            commands: false,
+            resume: true,
+        }
+    }
+
+    fn modes(&self) -> Vec<Mode> {
+        APPROVAL_POLICIES
+            .iter()
+            .map(|(id, name, description)| Mode::new(id, name, description))
+            .collect()
+    }
+
+    /// Codex takes the policy with the next `turn/start` (and keeps it for the thread).
+    fn set_mode(&mut self, mode: &str) -> Vec<u8> {
+        self.approval_policy = mode.to_owned();
+        self.next_turn
+            .insert("approvalPolicy".into(), Value::from(mode));
+        Vec::new()
+    }
+
+    /// The model and reasoning effort go with the next `turn/start`.
+    fn set_model(&mut self, model: Option<&str>, thinking: Option<Thinking>) -> Vec<u8> {
+        if let Some(model) = model {
+            self.next_turn.insert("model".into(), Value::from(model));
+        }
+        if let Some(thinking) = thinking {
+            let effort = match thinking {
+                Thinking::Off => "minimal",
+                Thinking::Low => "low",
+                Thinking::Medium => "medium",
+                Thinking::High => "high",
+            };
+            self.next_turn.insert("effort".into(), Value::from(effort));
+        }
+        Vec::new()
     }
 }
 

@@ -211,6 +211,38 @@ fn commands_are_correlated_refused_when_offline_and_failed_when_the_connection_d
 }
 
 #[wasm_bindgen_test(unsupported = test)]
+fn the_session_contract_commands_are_sent_as_the_protocol_spells_them() {
+    let mut c = Client::new(ClientConfig::default(), 0);
+    assert_eq!(c.set_mode("s1", "plan").unwrap_err().code, "not_connected");
+    c.handle_open(1, 0);
+    c.handle_frame(1, &welcome(500), 0);
+    outbox(&mut c);
+    c.set_mode("s1", "plan").unwrap();
+    c.set_model("s1", Some("claude-sonnet-4-5"), None).unwrap();
+    c.set_model("s1", None, Some(Thinking::High)).unwrap();
+    let resume = c.resume_session("s1").unwrap();
+    let (_, sent) = outbox(&mut c);
+    assert_eq!(
+        sent,
+        [
+            r#"{"t":"set_mode","id":"c1","session":"s1","mode":"plan"}"#,
+            r#"{"t":"set_model","id":"c2","session":"s1","model":"claude-sonnet-4-5"}"#,
+            r#"{"t":"set_model","id":"c3","session":"s1","thinking":"high"}"#,
+            r#"{"t":"resume_session","id":"c4","session":"s1"}"#,
+        ]
+    );
+    c.handle_frame(
+        1,
+        r#"{"t":"reply","id":"c4","ok":false,"error":{"code":"unsupported","message":"demo cannot resume"}}"#,
+        0,
+    );
+    assert_eq!(
+        c.poll_reply().map(|(id, r)| (id, r.unwrap_err().code)),
+        Some((resume, "unsupported".into()))
+    );
+}
+
+#[wasm_bindgen_test(unsupported = test)]
 fn frames_of_an_old_socket_are_ignored_and_bad_frames_are_noted() {
     let log = log();
     let mut c = Client::new(ClientConfig::default(), 0);

@@ -26,6 +26,9 @@
 //!     else `rawOutput`. An update for a call never announced gets its `tool_call_started`.
 //!   * `plan` → `todo_updated {items: [{text, status, priority}]}`.
 //!   * `current_mode_update` → `mode_changed {mode}`.
+//!   * an `agent_message_chunk` reading `[MODE_UPDATE] <mode>`: the Gemini CLI's echo of a
+//!     mode switch, sent outside any turn; ignored (the switch is reported by the answer to
+//!     `session/set_mode`, below), so that it opens no turn.
 //!   * `available_commands_update`, `session_info_update`, `usage_update` (context-window
 //!     size, not per-turn tokens), `config_option_update` → ignored.
 //! * agent → client request `session/request_permission {toolCall, options}` →
@@ -39,10 +42,18 @@
 //!   the response has `usage`), `cancelled` → `run_cancelled`, `refusal` → `run_failed` with
 //!   kind `refusal`. The error response to `session/prompt` (or an error answering no
 //!   logged request while a turn is open) ends the turn with `run_failed` (kind from the
-//!   JSON-RPC code: `-32603` → `internal_error`, `-32000` → `authentication_failed`, …);
+//!   JSON-RPC code: `-32603` → `internal_error`, `-32000` → `authentication_failed`, …; an
+//!   HTTP status as the code, as the Gemini CLI sends a model API failure: `401` →
+//!   `authentication_failed`, `429` → `rate_limit`, `5xx` → `server_error`, the message
+//!   taken from the API error document it carries);
 //!   any other error response is an `error_occurred`.
 //! * `session/new` / `session/load` responses (or the first notification naming a session)
 //!   → `session_started {provider_session_id, cwd, model, mode, version}`, once.
+//! * the client's `session/set_mode {modeId}` / `session/set_model {modelId}` (when the host
+//!   logs its requests), once answered without error → `mode_changed {mode}` /
+//!   `model_changed {model}`.
+//! * a `stopReason` response's usage is `usage` (ACP) or, from the Gemini CLI,
+//!   `_meta.quota.token_count {input_tokens, output_tokens}`.
 //!
 //! Runs open lazily at the first turn-scoped record; a `session/prompt` logged after the
 //! turn's first updates joins that turn. ACP allows one prompt at a time, so a new user
@@ -50,8 +61,9 @@
 //! output means the earlier turn ended without its response being logged (a `session/load`
 //! replay does this): that turn gets `run_completed {inferred: true}` before the new one
 //! starts. At every turn end, tool calls that never finished get `tool_call_cancelled`.
-//! Only one session is followed (the first created, loaded or named); records naming
-//! another `sessionId` are ignored.
+//! Only one session is followed (the first created, loaded or named, and then any session
+//! the client creates or loads: a host that resumes into a new session moves on to it);
+//! records naming another `sessionId` are ignored.
 
 use std::collections::HashMap;
 
@@ -73,6 +85,8 @@ pub(crate) struct Acp {
     requests: HashMap<String, String>,
     /// Permission requests awaiting the client's answer: request id → options (id → kind).
     permissions: HashMap<String, Vec<(String, String)>>,
+    /// The mode or model a logged `session/set_mode` / `session/set_model` asked for.
+    switches: HashMap<String, String>,
 }
 
 #[derive(Default)]
@@ -136,6 +150,7 @@ impl Acp {
             messages: 0,
             requests: HashMap::new(),
             permissions: HashMap::new(),
+            switches: HashMap::new(),
         }
     }
 }
@@ -203,6 +218,14 @@ impl Acp {
                     self.session.cwd = Some(cwd.clone());
                 }
                 if let Some(id) = id {
+                    let target = match method {
+                        "session/set_mode" => params.and_then(|p| p.get("modeId")),
+                        "session/set_model" => params.and_then(|p| p.get("modelId")),
+                        _ => None,
+                    };
+                    if let Some(t) = target.and_then(Value::as_str) {
+                        self.switches.insert(id.clone(), t.to_owned());
+                    }
                     self.requests.insert(id, method.to_owned());
                 }
                 out.ignore();
@@ -257,6 +280,9 @@ impl Acp {
             // Images, audio, resources: nothing for the text stream.
             return out.ignore();
         };
+        if kind == ChunkKind::Message && text.starts_with("[MODE_UPDATE] ") {
+            return out.ignore();
+        }
         let own_id = update
             .get("messageId")
             .and_then(Value::as_str)
@@ -598,11 +624,20 @@ impl Acp {
         let id = obj.get("id").map(id_string).unwrap_or_default();
         let method = self.requests.remove(&id);
         if let Some(error) = obj.get("error") {
+            self.switches.remove(&id);
             return self.error_response(error, method.as_deref(), out);
         }
         let result = obj.get("result").unwrap_or(&Value::Null);
         if let Some(reason) = result.get("stopReason").and_then(Value::as_str) {
             return self.stop(reason, result, out);
+        }
+        if let Some(target) = self.switches.remove(&id) {
+            let run = self.run.as_ref().map(|r| r.id.clone());
+            let (event, key) = match method.as_deref() {
+                Some("session/set_model") => (EventType::ModelChanged, "model"),
+                _ => (EventType::ModeChanged, "mode"),
+            };
+            return out.emit(event, run.as_deref(), json!({ key: target }));
         }
         if let Some(options) = self.permissions.remove(&id) {
             return self.permission_response(&id, &options, result, out);
@@ -612,6 +647,15 @@ impl Acp {
             self.session.agent = info.get("name").cloned();
         }
         if let Some(session) = result.get("sessionId") {
+            if matches!(method.as_deref(), Some("session/new" | "session/load")) {
+                // The client moved on to another session (a resumed host whose load failed
+                // creates a new one): follow it from here.
+                let id = session.as_str().map(str::to_owned);
+                if self.session.id.is_some() && self.session.id != id {
+                    self.session.id = id;
+                    self.session.started = false;
+                }
+            }
             let model = result
                 .get("models")
                 .and_then(|m| m.get("currentModelId"))
@@ -630,6 +674,21 @@ impl Acp {
         let run = self.ensure_run(out);
         if let Some(usage) = result.get("usage").and_then(Value::as_object) {
             out.emit(EventType::TokenUsageUpdated, Some(&run), token_usage(usage));
+        } else if let Some(count) = result
+            .pointer("/_meta/quota/token_count")
+            .and_then(Value::as_object)
+        {
+            let mut data = Map::new();
+            for key in ["input_tokens", "output_tokens"] {
+                if let Some(v) = count.get(key) {
+                    data.insert(key.into(), v.clone());
+                }
+            }
+            out.emit(
+                EventType::TokenUsageUpdated,
+                Some(&run),
+                Value::Object(data),
+            );
         }
         let (event, data) = match reason {
             "cancelled" => (
@@ -650,11 +709,29 @@ impl Acp {
 
     fn error_response(&mut self, error: &Value, method: Option<&str>, out: &mut Out<'_>) {
         let code = error.get("code").and_then(Value::as_i64);
-        let message = error
+        let raw = error
             .get("message")
             .and_then(Value::as_str)
             .unwrap_or("JSON-RPC error");
+        // The Gemini CLI passes a model API failure on as the HTTP status for a code and the
+        // API's error document for a message.
+        let inner: Option<String> = serde_json::from_str::<Value>(raw).ok().and_then(|v| {
+            v.pointer("/error/message")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+        let details = error.pointer("/data/details").and_then(Value::as_str);
+        let message = match (inner, details) {
+            (Some(inner), _) => inner,
+            (None, Some(details)) => format!("{raw}: {details}"),
+            (None, None) => raw.to_owned(),
+        };
+        let message = message.as_str();
         let kind = match code {
+            Some(401 | 403) => "authentication_failed",
+            Some(429) => "rate_limit",
+            Some(400) => "invalid_request",
+            Some(500..=599) => "server_error",
             Some(-32700) => "parse_error",
             Some(-32600) => "invalid_request",
             Some(-32601) => "method_not_found",
@@ -984,6 +1061,70 @@ mod tests {
                 17 t1 mode_changed
                 18 t1 token_usage_updated input_tokens=10 output_tokens=5
                 19 t1 run_completed
+            "#]],
+        );
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn gemini_mode_switches_and_quota_usage_as_the_real_cli_sends_them() {
+        // Recorded from the Gemini CLI 0.61.0: `session/set_mode` makes it send a
+        // `[MODE_UPDATE]` message chunk outside any turn, and a prompt's answer carries its
+        // usage under `_meta.quota`.
+        check(
+            Format::GeminiAcp,
+            r#"{"jsonrpc":"2.0","id":"agentwire-3","method":"session/set_mode","params":{"sessionId":"s","modeId":"yolo"}}
+{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"[MODE_UPDATE] yolo"}}}}
+{"jsonrpc":"2.0","id":"agentwire-3","result":{}}
+{"jsonrpc":"2.0","id":"agentwire-4","method":"session/set_model","params":{"sessionId":"s","modelId":"nope"}}
+{"jsonrpc":"2.0","id":"agentwire-4","error":{"code":-32602,"message":"unknown model"}}
+{"jsonrpc":"2.0","id":"agentwire-5","method":"session/prompt","params":{"sessionId":"s","prompt":[{"type":"text","text":"hi"}]}}
+{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Hello"}}}}
+{"jsonrpc":"2.0","id":"agentwire-5","result":{"stopReason":"end_turn","_meta":{"quota":{"token_count":{"input_tokens":42,"output_tokens":3},"model_usage":[]}}}}
+"#,
+            expect![[r#"
+                1 -- session_started
+                2 -- mode_changed
+                3 -- error_occurred error_message="unknown model" provider_error.kind="invalid_params"
+                4 t1 run_started
+                5 t1 message_sent role="user" content="hi"
+                6 t1 message_streamed role="assistant" delta="Hello"
+                7 t1 message_received role="assistant" content="Hello"
+                8 t1 token_usage_updated input_tokens=42 output_tokens=3
+                9 t1 run_completed
+            "#]],
+        );
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn gemini_api_failures_and_a_host_that_moves_to_a_new_session() {
+        // Recorded from the Gemini CLI 0.61.0 against a model API answering 401, then a
+        // resumed host whose `session/load` failed and that created a new session.
+        check(
+            Format::GeminiAcp,
+            r#"{"jsonrpc":"2.0","id":"agentwire-2","method":"session/new","params":{"cwd":"/w","mcpServers":[]}}
+{"jsonrpc":"2.0","id":"agentwire-2","result":{"sessionId":"s1"}}
+{"jsonrpc":"2.0","id":"agentwire-3","method":"session/prompt","params":{"sessionId":"s1","prompt":[{"type":"text","text":"http401"}]}}
+{"jsonrpc":"2.0","id":"agentwire-3","error":{"code":401,"message":"{\"error\":{\"code\":401,\"message\":\"invalid x-api-key\",\"status\":\"UNAUTHENTICATED\"}}"}}
+{"jsonrpc":"2.0","id":"agentwire-4","method":"session/load","params":{"sessionId":"s1","cwd":"/w","mcpServers":[]}}
+{"jsonrpc":"2.0","id":"agentwire-4","error":{"code":-32603,"message":"Internal error","data":{"details":"No previous sessions found for this project."}}}
+{"jsonrpc":"2.0","id":"agentwire-5","method":"session/new","params":{"cwd":"/w","mcpServers":[]}}
+{"jsonrpc":"2.0","id":"agentwire-5","result":{"sessionId":"s2"}}
+{"jsonrpc":"2.0","id":"agentwire-6","method":"session/prompt","params":{"sessionId":"s2","prompt":[{"type":"text","text":"again"}]}}
+{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s2","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"ok"}}}}
+{"jsonrpc":"2.0","id":"agentwire-6","result":{"stopReason":"end_turn"}}
+"#,
+            expect![[r#"
+                1 -- session_started
+                2 t1 run_started
+                3 t1 message_sent role="user" content="http401"
+                4 t1 run_failed error_message="invalid x-api-key" provider_error.kind="authentication_failed"
+                5 -- error_occurred error_message="Internal error: No previous sessions found for this project." provider_error.kind="internal_error"
+                6 -- session_started
+                7 t2 run_started
+                8 t2 message_sent role="user" content="again"
+                9 t2 message_streamed role="assistant" delta="ok"
+                10 t2 message_received role="assistant" content="ok"
+                11 t2 run_completed
             "#]],
         );
     }

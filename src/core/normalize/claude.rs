@@ -251,7 +251,9 @@ impl Claude {
             }
             "hook_started" | "hook_progress" | "hook_response" | "thinking_tokens"
             | "task_started" | "task_progress" | "task_notification" | "task_updated"
-            | "files_persisted" => out.ignore(),
+            | "files_persisted"
+            // A tool refused by the permission mode (`dontAsk`): its tool_result says so.
+            | "permission_denied" => out.ignore(),
             other => out.unknown(format_args!("system subtype {other:?}")),
         }
     }
@@ -585,6 +587,15 @@ impl Claude {
         let Some(message) = rec.get("message").and_then(Value::as_object) else {
             return out.missing("message");
         };
+        // The output of a local command (`set_model` answers with one, between turns): no
+        // user prompt, and no turn of its own.
+        let local = message
+            .get("content")
+            .and_then(Value::as_str)
+            .is_some_and(|c| c.trim_start().starts_with("<local-command-stdout>"));
+        if local && rec.get("isReplay").and_then(Value::as_bool) == Some(true) {
+            return out.ignore();
+        }
         self.ensure_run(out);
         self.close_settled(out);
         let lane = str_field(rec, "parent_tool_use_id");
@@ -1566,6 +1577,31 @@ pub(super) mod tests {
             15 t3 message_streamed {"delta":"Cut","message_id":"msg_e"}
             16 t3 message_received {"content":"","discarded":true,"message_id":"msg_e","role":"assistant"}
         "#]],
+        );
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_local_commands_replayed_output_opens_no_turn() {
+        // Real 2.1.197 output: the `set_model` control request, between turns, makes the CLI
+        // print the command's output as a replayed user line.
+        check(
+            Format::Claude,
+            r#"{"type":"user","message":{"role":"user","content":"<local-command-stdout>Set model to claude-sonnet-4-5</local-command-stdout>"},"session_id":"s","parent_tool_use_id":null,"uuid":"u","timestamp":"2026-11-30T01:43:35.958Z","isReplay":true}
+{"type":"control_response","response":{"subtype":"success","request_id":"agentwire_control_2"}}
+"#,
+            expect![[""]],
+        );
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_tool_refused_by_the_permission_mode_is_reported_by_its_result() {
+        // Real 2.1.197 output in `dontAsk` mode: a `system/permission_denied` line, then the
+        // tool_result carrying the same refusal.
+        check(
+            Format::Claude,
+            r#"{"type":"system","subtype":"permission_denied","tool_name":"Bash","tool_use_id":"toolu_1","decision_reason_type":"mode","message":"Permission to use Bash has been denied."}
+"#,
+            expect![[""]],
         );
     }
 

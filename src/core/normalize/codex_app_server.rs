@@ -112,6 +112,9 @@ pub(crate) struct CodexAppServer {
     turn_id: Option<String>,
     /// The provider's id of the turn that ended last: its late records are dropped.
     ended_turn: Option<String>,
+    /// Turns a resumed thread already finished (its `thread/resume` answer lists them): the
+    /// usage the server reports for them at resume opens no turn.
+    finished_turns: Vec<String>,
     /// The session's thread (the first one seen).
     thread_id: Option<String>,
     session_started: bool,
@@ -275,7 +278,11 @@ impl CodexAppServer {
     /// `None` for a late record of the turn that already ended.
     fn run_for(&mut self, out: &mut Out<'_>, turn_id: Option<&str>) -> Option<String> {
         let late = turn_id.is_some()
-            && turn_id == self.ended_turn.as_deref()
+            && (turn_id == self.ended_turn.as_deref()
+                || self
+                    .finished_turns
+                    .iter()
+                    .any(|t| Some(t.as_str()) == turn_id))
             && turn_id != self.turn_id.as_deref();
         if late {
             return None;
@@ -317,7 +324,20 @@ impl CodexAppServer {
         let Some(id) = str_field(thread, "id") else {
             return out.missing("thread.id");
         };
-        if !self.our_thread(Some(id)) || self.session_started {
+        if !self.our_thread(Some(id)) {
+            return out.ignore();
+        }
+        if let Some(turns) = thread.get("turns").and_then(Value::as_array) {
+            let finished = turns
+                .iter()
+                .filter(|t| str_field(t, "status") != Some("inProgress"))
+                .filter_map(|t| str_field(t, "id"))
+                .map(str::to_owned);
+            self.finished_turns.extend(finished);
+            let excess = self.finished_turns.len().saturating_sub(64);
+            self.finished_turns.drain(..excess);
+        }
+        if self.session_started {
             return out.ignore();
         }
         self.session_started = true;
@@ -473,10 +493,13 @@ impl CodexAppServer {
                     "model_context_window",
                     usage.get("modelContextWindow"),
                 );
-                let run = self.run_or_session(out, turn_id);
+                // Usage of a turn that is over (a late report, a resumed thread's last turn).
+                let Some(run) = self.run_or_session(out, turn_id) else {
+                    return out.ignore();
+                };
                 out.emit(
                     EventType::TokenUsageUpdated,
-                    run.as_deref(),
+                    Some(&run),
                     Value::Object(data),
                 );
             }
@@ -899,6 +922,25 @@ mod tests {
             input.as_bytes(),
             Timestamp::EPOCH,
         )
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_resumed_threads_usage_for_its_finished_turns_opens_no_turn() {
+        // Real 0.171.0 output after `thread/resume`: the answer lists the thread's turns, then
+        // the server reports the last finished turn's usage before any new turn starts.
+        check(
+            Format::CodexAppServer,
+            r#"{"id":2,"result":{"thread":{"id":"thr_1","cliVersion":"0.171.0","turns":[{"id":"turn_old","status":"completed"}]},"model":"gpt-5.5","cwd":"/w"}}
+{"method":"thread/tokenUsage/updated","params":{"threadId":"thr_1","turnId":"turn_old","tokenUsage":{"total":{"totalTokens":45,"inputTokens":42,"outputTokens":3},"last":{"totalTokens":45,"inputTokens":42,"outputTokens":3},"modelContextWindow":272000}}}
+{"method":"turn/started","params":{"threadId":"thr_1","turn":{"id":"turn_new","items":[],"status":"inProgress"}}}
+{"method":"turn/completed","params":{"threadId":"thr_1","turn":{"id":"turn_new","items":[],"status":"completed"}}}
+"#,
+            expect![[r#"
+                1 -- session_started model="gpt-5.5"
+                2 t1 run_started
+                3 t1 run_completed
+            "#]],
+        );
     }
 
     #[wasm_bindgen_test(unsupported = test)]

@@ -54,10 +54,12 @@
 //!   `permission.replied` → `tool_approval_granted` (`once`, `always`) or `_denied`.
 //! * `todo.updated` → `todo_updated` (`cancelled` items count as `completed`, flagged).
 //! * `session.compacted` → `context_compacted`.
-//! * `server.*`, `session.diff`, `file.*`, `lsp.*`, … → ignored.
+//! * `server.*`, `session.diff`, `file.*`, `lsp.*`, `plugin.*`, `catalog.*`, … → ignored.
 //!
 //! A text or reasoning part still streaming when its run ends, or at the end of input, is
 //! closed with `{content: "", discarded: true}`: OpenCode says explicitly when a part ends.
+//! What OpenCode still sends about the assistant messages of a run that ended (after an
+//! abort: the part's final text, the message's usage) is ignored, so that it opens no run.
 //! Tool calls not finished when their run ends get `tool_call_cancelled`.
 //!
 //! **History** (`GET /session/:id/message`: `{info, parts}` per message) hydrates finished
@@ -87,6 +89,9 @@ pub(crate) struct Opencode {
     /// The latest user message ids (serve events and history).
     user_messages: VecDeque<String>,
     run: Option<Run>,
+    /// Assistant messages of runs that ended (the latest few): OpenCode still sends their
+    /// final parts and usage after an abort, which must not open a run of their own.
+    ended_messages: VecDeque<String>,
 }
 
 #[derive(Default)]
@@ -105,6 +110,8 @@ struct Run {
     /// Parts whose whole text was emitted.
     finished: HashSet<String>,
     tools: HashMap<String, ToolSeen>,
+    /// Assistant messages of this run.
+    messages: HashSet<String>,
     /// User messages already sent as `message_sent`.
     sent: HashSet<String>,
 }
@@ -420,6 +427,11 @@ impl Opencode {
                 "pty.",
                 "tui.",
                 "mcp.",
+                // 1.18 announces its plugins and catalogs while it boots.
+                "plugin.",
+                "catalog.",
+                "integration.",
+                "reference.",
             ]
             .iter()
             .any(|p| t.starts_with(p)) =>
@@ -439,6 +451,12 @@ impl Opencode {
                 out.ignore();
             }
             Some("assistant") => {
+                if self.ended(id) {
+                    return out.ignore();
+                }
+                self.with_run(|r| {
+                    r.messages.insert(id.to_owned());
+                });
                 let mut emitted = self.announce_model(info, out);
                 let completed = info.get("time").and_then(|t| t.get("completed")).is_some();
                 if let (true, Some(run)) = (completed, self.run_id()) {
@@ -461,6 +479,15 @@ impl Opencode {
         let message = part.get("messageID").and_then(Value::as_str).unwrap_or("");
         if self.is_user(message) {
             return self.user_part(message, part, out);
+        }
+        if self.ended(message) {
+            return out.ignore();
+        }
+        if !message.is_empty() && matches!(ty, "text" | "reasoning" | "tool" | "step-start") {
+            self.ensure_run(out);
+            self.with_run(|r| {
+                r.messages.insert(message.to_owned());
+            });
         }
         match ty {
             "text" | "reasoning" => {
@@ -543,10 +570,14 @@ impl Opencode {
         let Some(id) = props.get("partID").and_then(Value::as_str) else {
             return out.missing("properties.partID");
         };
-        if field != Some("text") || delta.is_empty() || self.is_user(message) {
+        if field != Some("text") || delta.is_empty() || self.is_user(message) || self.ended(message)
+        {
             return out.ignore();
         }
         let run = self.ensure_run(out);
+        self.with_run(|r| {
+            r.messages.insert(message.to_owned());
+        });
         let kind = self
             .run
             .as_ref()
@@ -888,6 +919,12 @@ impl Opencode {
         let Some(run) = self.run.take() else {
             return;
         };
+        for message in &run.messages {
+            if self.ended_messages.len() == USER_MESSAGES {
+                self.ended_messages.pop_front();
+            }
+            self.ended_messages.push_back(message.clone());
+        }
         let mut open: Vec<(&String, &ToolSeen)> =
             run.tools.iter().filter(|(_, t)| !t.done).collect();
         open.sort_by_key(|(_, t)| t.order);
@@ -956,6 +993,11 @@ impl Opencode {
             self.session_started = true;
             out.emit(EventType::SessionStarted, None, data);
         }
+    }
+
+    /// Whether `message` belonged to a run that has ended.
+    fn ended(&self, message: &str) -> bool {
+        !message.is_empty() && self.ended_messages.iter().any(|m| m == message)
     }
 
     fn remember_user(&mut self, id: &str) {
@@ -1218,6 +1260,61 @@ data: {"type":"session.next.thing","properties":{"sessionID":"ses_1"}}
                 16 t3 message_streamed role="assistant" delta="Never"
                 17 t3 message_received role="assistant" content="" discarded=true
             "#]],
+        );
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn an_aborted_messages_late_parts_open_no_run() {
+        // Seen from the real `opencode serve` 1.18.33: after `POST /session/:id/abort`, the
+        // aborted message's final text part and usage arrive after the session is idle.
+        check(
+            Format::Opencode,
+            r#"data: {"type":"message.updated","properties":{"sessionID":"ses_1","info":{"id":"msg_u","sessionID":"ses_1","role":"user","time":{"created":1}}}}
+
+data: {"type":"message.part.updated","properties":{"sessionID":"ses_1","part":{"id":"prt_u","sessionID":"ses_1","messageID":"msg_u","type":"text","text":"slow"}}}
+
+data: {"type":"session.status","properties":{"sessionID":"ses_1","status":{"type":"busy"}}}
+
+data: {"type":"message.part.updated","properties":{"sessionID":"ses_1","part":{"id":"prt_a","sessionID":"ses_1","messageID":"msg_a","type":"text","text":"","time":{"start":2}}}}
+
+data: {"type":"message.part.delta","properties":{"sessionID":"ses_1","messageID":"msg_a","partID":"prt_a","field":"text","delta":"1 "}}
+
+data: {"type":"session.error","properties":{"sessionID":"ses_1","error":{"name":"MessageAbortedError","data":{"message":"Aborted"}}}}
+
+data: {"type":"session.status","properties":{"sessionID":"ses_1","status":{"type":"idle"}}}
+
+data: {"type":"message.part.updated","properties":{"sessionID":"ses_1","part":{"id":"prt_a","sessionID":"ses_1","messageID":"msg_a","type":"text","text":"1 2 ","time":{"start":2,"end":3}}}}
+
+data: {"type":"message.updated","properties":{"sessionID":"ses_1","info":{"id":"msg_a","sessionID":"ses_1","role":"assistant","time":{"created":2,"completed":4},"tokens":{"input":0,"output":0,"reasoning":0,"cache":{"read":0,"write":0}},"cost":0}}}
+
+data: {"type":"session.status","properties":{"sessionID":"ses_1","status":{"type":"idle"}}}
+
+"#,
+            expect![[r#"
+                1 t1 run_started
+                2 t1 message_sent role="user" content="slow"
+                3 t1 message_streamed role="assistant" delta="1 "
+                4 t1 message_received role="assistant" content="" discarded=true
+                5 t1 run_cancelled error_message="Aborted" reason="aborted"
+            "#]],
+        );
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn boot_announcements_of_1_18_are_ignored() {
+        // Seen from the real `opencode serve` 1.18.33 while it boots and after a turn.
+        check(
+            Format::Opencode,
+            r#"data: {"id":"evt_1","type":"plugin.added","properties":{"id":"openai-compatible"}}
+
+data: {"id":"evt_2","type":"catalog.updated","properties":{}}
+
+data: {"id":"evt_3","type":"reference.updated","properties":{}}
+
+data: {"id":"evt_4","type":"integration.updated","properties":{}}
+
+"#,
+            expect![[""]],
         );
     }
 

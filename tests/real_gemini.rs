@@ -1,0 +1,253 @@
+//! The real Gemini CLI (pinned by `scripts/install-clis`) hosted through the Agent Client
+//! Protocol (`gemini --experimental-acp`, the generic ACP adapter) by a real `agentwire serve`,
+//! talking to `agentwire fake-model` on 127.0.0.1 through `GOOGLE_GEMINI_BASE_URL`
+//! (tests/common/real.rs). The model is the only fake. `RECORD_TRANSCRIPTS=1` keeps each
+//! session's traffic as tests/data/gemini-acp/agentwire-fake__<name>.jsonl (see the README
+//! there).
+
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use agentwire::core::event::EventType;
+use common::real::{of_run, terminal, texts, Rig};
+use common::*;
+use serde_json::{json, Value};
+
+/// Every request reached the Gemini API: the router's classifier (`generateContent`) and
+/// the streamed turns.
+fn assert_only_gemini_traffic(rig: &Rig) {
+    let traffic = rig.traffic();
+    assert!(!traffic.is_empty(), "the CLI reached the fake model");
+    for (method, path) in &traffic {
+        assert!(
+            method == "POST" && path.starts_with("/v1beta/models/"),
+            "unexpected request {method} {path}"
+        );
+    }
+}
+
+#[test]
+fn plain_turns_stream_the_models_text_and_complete_with_distinct_run_ids() {
+    let rig = Rig::gemini();
+    let session = rig.create_session();
+    let (first, events) = rig.turn(&session, "hello");
+    assert_eq!(terminal(&events, &first).kind(), EventType::RunCompleted);
+    let sent = of_run(&events, &first, EventType::MessageSent);
+    assert_eq!(sent.len(), 1, "exactly one user message for the turn");
+    assert_eq!(texts(&events, &first), ["Hello from the fake model."]);
+    let streamed: String = of_run(&events, &first, EventType::MessageStreamed)
+        .iter()
+        .filter_map(|e| e.data_str("delta"))
+        .collect();
+    assert_eq!(streamed, "Hello from the fake model.");
+
+    let (second, events) = rig.turn(&session, "and again");
+    assert_ne!(first, second);
+    assert_eq!(terminal(&events, &second).kind(), EventType::RunCompleted);
+    assert_eq!(of_run(&events, &second, EventType::MessageSent).len(), 1);
+    assert_contiguous(&events);
+    // The ACP session id is kept as the resume handle; the session describes itself.
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    assert!(body["session"]["provider_session_id"].is_string(), "{body}");
+    assert_eq!(body["runtime"]["version"], "0.61.0", "{body}");
+    assert_eq!(body["current_mode"], "default", "{body}");
+    let modes: Vec<&str> = body["modes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    assert!(modes.contains(&"yolo"), "{modes:?}");
+    assert!(
+        body["commands"].as_array().is_some_and(|c| !c.is_empty()),
+        "{body}"
+    );
+    assert_eq!(body["capabilities"]["thinking"], false);
+    assert_only_gemini_traffic(&rig);
+    rig.keep_transcript(&session, "gemini-acp", "plain");
+}
+
+#[test]
+fn a_shell_command_waits_for_approval_and_runs_once_allowed() {
+    let rig = Rig::gemini();
+    let session = rig.create_session();
+    let turn = rig.server.start_turn(
+        &session,
+        "tool\n$ touch approved.txt && echo hello-from-tool",
+    );
+    let events = rig.approve(&session, &turn, "allow");
+    assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
+    assert_eq!(
+        of_run(&events, &turn, EventType::ToolApprovalGranted).len(),
+        1
+    );
+    assert_eq!(
+        of_run(&events, &turn, EventType::ToolCallCompleted).len(),
+        1
+    );
+    assert!(rig.cwd.path().join("approved.txt").exists());
+    let said = texts(&events, &turn);
+    assert_eq!(said[0], "Running a command.");
+    assert!(said[1].contains("hello-from-tool"), "{said:?}");
+
+    let turn = rig
+        .server
+        .start_turn(&session, "tool\n$ touch denied.txt && echo nope");
+    let events = rig.approve(&session, &turn, "deny");
+    assert_eq!(
+        of_run(&events, &turn, EventType::ToolApprovalDenied).len(),
+        1
+    );
+    assert!(terminal(&events, &turn).kind().is_run_terminal());
+    assert!(!rig.cwd.path().join("denied.txt").exists());
+    // The session goes on.
+    let (next, events) = rig.turn(&session, "hello");
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    assert_only_gemini_traffic(&rig);
+    rig.keep_transcript(&session, "gemini-acp", "tool");
+}
+
+#[test]
+fn interrupting_a_slow_turn_cancels_it_and_the_session_goes_on() {
+    let rig = Rig::gemini();
+    let session = rig.create_session();
+    let turn = rig.server.start_turn(&session, "slow");
+    rig.wait(&session, "the answer to stream", |e| {
+        e.iter().any(|e| e.kind() == EventType::MessageStreamed)
+    });
+    let (status, body) =
+        rig.server
+            .api("POST", &format!("/api/sessions/{session}/interrupt"), None);
+    assert_eq!(status, 204, "{body}");
+    let events = rig.wait(&session, "the turn to end", |e| ended(e, &turn));
+    let end = terminal(&events, &turn);
+    assert_eq!(end.kind(), EventType::RunCancelled, "{}", end.to_json());
+    let (next, events) = rig.turn(&session, "hello after the interrupt");
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    assert_only_gemini_traffic(&rig);
+    rig.keep_transcript(&session, "gemini-acp", "interrupted");
+}
+
+#[test]
+fn an_http_401_fails_the_turn_with_a_provider_error() {
+    let rig = Rig::gemini();
+    let session = rig.create_session();
+    let (turn, events) = rig.turn(&session, "http401");
+    let end = terminal(&events, &turn);
+    assert_eq!(end.kind(), EventType::RunFailed, "{}", end.to_json());
+    let error: &Value = &end.data()["provider_error"];
+    assert_eq!(error["kind"], "authentication_failed", "{}", end.to_json());
+    let (next, events) = rig.turn(&session, "hello");
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    assert_only_gemini_traffic(&rig);
+    rig.keep_transcript(&session, "gemini-acp", "http401");
+}
+
+#[test]
+fn the_mode_changes_through_the_api_and_an_unknown_one_is_refused() {
+    let rig = Rig::gemini();
+    let session = rig.create_session();
+    let (turn, _) = rig.turn(&session, "hello");
+    let path = format!("/api/sessions/{session}/mode");
+    let (status, body) = rig.server.api("POST", &path, Some(json!({"mode": "warp"})));
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "unknown_mode");
+    let (status, body) = rig.server.api("POST", &path, Some(json!({"mode": "yolo"})));
+    assert_eq!(status, 204, "{body}");
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(body["current_mode"], "yolo", "{body}");
+    // Thinking is not something an ACP client can set.
+    let (status, body) = rig.server.api(
+        "POST",
+        &format!("/api/sessions/{session}/model"),
+        Some(json!({"thinking": "high"})),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "unsupported");
+    // In yolo mode the command runs without asking.
+    let (next, events) = rig.turn(&session, "tool\n$ touch yolo.txt && echo ok");
+    assert_ne!(turn, next);
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    assert!(of_run(&events, &next, EventType::ToolApprovalRequested).is_empty());
+    assert!(rig.cwd.path().join("yolo.txt").exists());
+    let changed: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind() == EventType::ModeChanged)
+        .filter_map(|e| e.data_str("mode"))
+        .collect();
+    assert_eq!(changed, ["yolo"], "reported once, from the agent's answer");
+    assert_only_gemini_traffic(&rig);
+    rig.keep_transcript(&session, "gemini-acp", "mode");
+}
+
+/// FIXME: whether the Gemini CLI 0.61.0 can `session/load` a session right after a `kill -9`
+/// depends on timing: it often answers "No previous sessions found for this project." though
+/// its chat file is there. The adapter then falls back to a new ACP session (the failed load
+/// is an `error_occurred` in the log, and the model does not see the earlier turn); when the
+/// load works, the replayed history stays out of the log and the model sees the earlier
+/// turn. This accepts both and checks each is consistent.
+#[test]
+fn a_resumed_session_loads_or_falls_back_to_a_new_acp_session() {
+    let mut rig = Rig::gemini();
+    let session = rig.create_session();
+    let (first, _) = rig.turn(&session, "remember the word pineapple");
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    let handle = body["session"]["provider_session_id"].clone();
+    rig.restart();
+    let (status, body) = rig
+        .server
+        .api("POST", &format!("/api/sessions/{session}/resume"), None);
+    assert_eq!(status, 200, "{body}");
+    let (next, events) = rig.turn(&session, "which word did I ask you to remember?");
+    assert_ne!(first, next);
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    assert_contiguous(&events);
+    let sent: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind() == EventType::MessageSent)
+        .filter_map(|e| e.data_str("content"))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            "remember the word pineapple",
+            "which word did I ask you to remember?"
+        ]
+    );
+    let load_failed = events.iter().any(|e| {
+        e.kind() == EventType::ErrorOccurred && e.data()["details"]["method"] == "session/load"
+    });
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    let requests = rig.fake.requests();
+    let last = requests
+        .iter()
+        .rfind(|r| {
+            r["path"]
+                .as_str()
+                .is_some_and(|p| p.contains("streamGenerateContent"))
+        })
+        .unwrap();
+    let remembered = last["body"]["contents"].to_string().contains("pineapple");
+    eprintln!("gemini session/load after kill -9: failed={load_failed}");
+    if load_failed {
+        assert!(!remembered, "a new session starts empty");
+        assert_ne!(
+            body["session"]["provider_session_id"], handle,
+            "the new ACP session is the next resume handle"
+        );
+    } else {
+        assert!(remembered, "the loaded session carries the earlier turn");
+        assert_eq!(body["session"]["provider_session_id"], handle);
+    }
+    assert_only_gemini_traffic(&rig);
+    rig.keep_transcript(&session, "gemini-acp", "resumed");
+}
