@@ -838,6 +838,50 @@ async fn two_companions_on_one_postgres_database_serve_each_others_sessions() {
 }
 
 #[tokio::test]
+async fn a_mode_set_over_the_websocket_changes_what_the_agent_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    let session = server.create_demo_session();
+    let (mut socket, _) = hello(&server.ws_url()).await;
+    send(
+        &mut socket,
+        &ClientMsg::SetMode {
+            id: "m1".into(),
+            session: session.clone(),
+            mode: "dontAsk".into(),
+        },
+    )
+    .await;
+    let reply = loop {
+        if let Some(ServerMsg::Reply { id, ok, .. }) = recv(&mut socket).await {
+            break (id, ok);
+        }
+    };
+    assert_eq!(reply, ("m1".to_owned(), true));
+    let (_, body) = server.api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(body["current_mode"], "dontAsk");
+    // A tool that would have asked is refused without a question.
+    let turn = server.start_turn(&session, "please approve a tool");
+    let log = server.wait_events(&session, "the turn to end", |e| ended(e, &turn));
+    let changed: Vec<_> = log
+        .iter()
+        .filter(|e| e.kind() == EventType::ModeChanged)
+        .map(|e| (e.data_str("mode"), e.data_str("source")))
+        .collect();
+    assert_eq!(changed, [(Some("dontAsk"), Some("user"))]);
+    assert!(!log
+        .iter()
+        .any(|e| e.kind() == EventType::ToolApprovalRequested));
+    let kinds: Vec<_> = log
+        .iter()
+        .filter(|e| e.run_id() == Some(turn.as_str()))
+        .map(|e| e.kind())
+        .collect();
+    assert!(kinds.contains(&EventType::ToolCallFailed), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&EventType::RunCompleted));
+}
+
+#[tokio::test]
 async fn what_a_provider_cannot_do_is_refused_as_unsupported() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&dir.path().join("a.db"), 0, &[]);
@@ -846,17 +890,25 @@ async fn what_a_provider_cannot_do_is_refused_as_unsupported() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         body["capabilities"],
-        json!({"set_mode": false, "set_model": false, "thinking": false,
-               "commands": false, "resume": false})
+        json!({"set_mode": true, "set_model": false, "thinking": false,
+               "commands": true, "resume": false})
     );
-    assert_eq!(body["modes"], json!([]));
+    let modes: Vec<&str> = (body["modes"].as_array().unwrap().iter())
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["default", "dontAsk", "bypassPermissions"]);
     assert_eq!(body["pending_approvals"], json!([]));
     assert_eq!(body["session"]["state"], "running");
-    for (path, request) in [
-        ("mode", json!({"mode": "plan"})),
-        ("model", json!({"model": "m"})),
-        ("model", json!({"thinking": "high"})),
-    ] {
+    let (status, body) = server.api(
+        "POST",
+        &format!("/api/sessions/{session}/mode"),
+        Some(json!({"mode": "plan"})),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("unknown_mode"))
+    );
+    for (path, request) in [("model", json!({"thinking": "high"}))] {
         let (status, body) = server.api(
             "POST",
             &format!("/api/sessions/{session}/{path}"),
@@ -878,10 +930,11 @@ async fn what_a_provider_cannot_do_is_refused_as_unsupported() {
     let (mut socket, _) = hello(&server.ws_url()).await;
     send(
         &mut socket,
-        &ClientMsg::SetMode {
+        &ClientMsg::SetModel {
             id: "m1".into(),
             session: session.clone(),
-            mode: "plan".into(),
+            model: Some("m".into()),
+            thinking: None,
         },
     )
     .await;

@@ -96,6 +96,30 @@ function renderHead() {
   $("interrupt").disabled = !live;
 }
 
+// The permission modes of the session shown, when its agent has any (the session contract).
+async function renderModes() {
+  const select = $("mode");
+  const shown = state.current;
+  if (typeof shown !== "string") {
+    select.hidden = true;
+    return;
+  }
+  const described = await api("GET", `/api/sessions/${encodeURIComponent(shown)}`).catch(() => null);
+  if (state.current !== shown) return;
+  const modes = described?.capabilities?.set_mode ? (described.modes ?? []) : [];
+  select.replaceChildren(
+    ...modes.map((m) => {
+      const option = document.createElement("option");
+      option.value = m.id;
+      option.textContent = m.name;
+      option.title = m.description ?? "";
+      return option;
+    }),
+  );
+  if (described?.current_mode) select.value = described.current_mode;
+  select.hidden = modes.length === 0;
+}
+
 function model(session) {
   let m = state.models.get(session);
   if (!m) state.models.set(session, (m = new SessionModel()));
@@ -110,6 +134,7 @@ function select(id) {
   history.replaceState(null, "", `${location.pathname}${location.search}#${encodeURIComponent(id)}`);
   renderSessions();
   renderHead();
+  renderModes();
 }
 
 function onChange(batch) {
@@ -194,6 +219,16 @@ async function main() {
   $("interrupt").onclick = () => {
     if (typeof state.current === "string") state.client.interrupt(state.current).catch(fail);
   };
+  $("mode").onchange = () => {
+    if (typeof state.current !== "string") return;
+    state.client.setMode(state.current, $("mode").value).then(
+      () => notice(""),
+      (e) => {
+        fail(e);
+        renderModes();
+      },
+    );
+  };
   $("transcript").onchange = async (e) => {
     const file = e.target.files[0];
     if (!file) return;
@@ -225,6 +260,7 @@ async function openTranscript(name, text) {
   projector.free();
   renderSessions();
   renderHead();
+  renderModes();
 }
 
 main().catch(fail);

@@ -492,6 +492,30 @@ impl<W: Write> DemoAgent<W> {
             "tool_use",
         )?;
         self.turn.pending_tool = Some(id.clone());
+        if ask && self.permission_mode == "dontAsk" {
+            // As the real CLI does in this mode: refused without asking, then the refusal as
+            // the tool's result.
+            let refusal = "Permission to use Bash has been denied.";
+            self.emit(&json!({
+                "type": "system", "subtype": "permission_denied", "tool_name": "Bash",
+                "tool_use_id": id, "decision_reason_type": "mode", "message": refusal,
+                "session_id": self.session_id,
+            }))?;
+            self.turn
+                .permission_denials
+                .push(json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input}));
+            self.tool_result(
+                &id,
+                json!(refusal),
+                true,
+                json!(format!("Error: {refusal}")),
+            )?;
+            let text = "The permission mode (dontAsk) refused the Bash command `ls`, so I did \
+                        not run it."
+                .to_owned();
+            self.message(vec![Block::Text(text.clone())], "end_turn")?;
+            return Ok(Finish::Completed { text });
+        }
         let allowed = if ask && self.permission_mode != "bypassPermissions" {
             match self.ask_permission("Bash", &input, &id)? {
                 Some(updated) => {

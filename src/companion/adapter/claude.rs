@@ -23,6 +23,9 @@ pub struct ClaudeStdio {
 }
 
 /// Claude Code's permission modes (`--permission-mode`), set live with `set_permission_mode`.
+/// The permission modes the demo agent acts on (`agentwire demo-agent`).
+const DEMO_MODES: &[&str] = &["default", "dontAsk", "bypassPermissions"];
+
 const PERMISSION_MODES: &[(&str, &str, &str)] = &[
     ("default", "Default", "Asks before tools that change things"),
     ("acceptEdits", "Accept edits", "Edits files without asking"),
@@ -143,7 +146,13 @@ impl Adapter for ClaudeStdio {
 
     fn capabilities(&self) -> Capabilities {
         if self.provider == Provider::Demo {
-            return Capabilities::default();
+            // The demo agent answers `set_permission_mode` and lists its slash commands; it
+            // has one model and no resume.
+            return Capabilities {
+                set_mode: true,
+                commands: true,
+                ..Capabilities::default()
+            };
         }
         Capabilities {
             set_mode: true,
@@ -155,11 +164,9 @@ impl Adapter for ClaudeStdio {
     }
 
     fn modes(&self) -> Vec<Mode> {
-        if self.provider == Provider::Demo {
-            return Vec::new();
-        }
         PERMISSION_MODES
             .iter()
+            .filter(|(id, ..)| self.provider != Provider::Demo || DEMO_MODES.contains(id))
             .map(|(id, name, description)| Mode::new(id, name, description))
             .collect()
     }

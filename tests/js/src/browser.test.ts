@@ -86,7 +86,14 @@ try {
       "AgentwireError:unknown_request",
       "AgentwireError:bad_decision",
       "AgentwireError:no_active_turn",
+      "AgentwireError:unknown_mode",
+      "AgentwireError:unsupported",
+      "AgentwireError:bad_options",
+      "AgentwireError:bad_options",
+      "AgentwireError:already_running",
     ]);
+    assert.equal(r.modeSet, "resolved", "setMode resolves with nothing");
+    assert.equal(r.currentMode, "dontAsk", "the server has the mode the client set");
 
     // At most one batch per animation frame, however many frames arrived.
     assert.equal(r.distinctFrames, r.callbacks, "two batches in one animation frame");

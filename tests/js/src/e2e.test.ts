@@ -142,6 +142,17 @@ async function storedItems(server: Server, session: string): Promise<{ items: It
   return { items, events };
 }
 
+/** Waits until the server reports `mode` as the session's current mode. */
+async function modeIs(server: Server, session: string, mode: string) {
+  const deadline = Date.now() + DEADLINE_MS;
+  let described = await server.api("GET", `/api/sessions/${session}`);
+  while (described.current_mode !== mode && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 50));
+    described = await server.api("GET", `/api/sessions/${session}`);
+  }
+  assert.equal(described.current_mode, mode, "the mode the page set");
+}
+
 // ---- the browser ----
 
 async function browser(dir: string): Promise<BrowserContext> {
@@ -389,6 +400,21 @@ async function demoRun() {
   await lastItem(page, "tool_call", `item.tool_call_id === ${JSON.stringify(asked.tool_call_id)} && item.status === 'completed' && item.output.includes('Cargo.toml')`);
   await lifecycle(page, "idle");
   await shot(page, "approval-granted");
+
+  // The permission mode, from the session head: in "Don't ask" a tool that would ask is
+  // refused without a question; back in "Default" it asks again.
+  await until(page, "the mode selector", () => !(document.getElementById("mode") as HTMLSelectElement).hidden);
+  assert.equal(await page.locator("#mode").inputValue(), "default");
+  await page.selectOption("#mode", "dontAsk");
+  await modeIs(server, session, "dontAsk");
+  const approvalsBefore = (await items(page)).filter((i) => i.kind === "approval").length;
+  await send(page, "approve a command, please");
+  await lastItem(page, "tool_call", "item.status === 'failed' && (item.error ?? item.output).includes('denied')");
+  await lifecycle(page, "idle");
+  assert.equal((await items(page)).filter((i) => i.kind === "approval").length, approvalsBefore, "no question asked");
+  await shot(page, "mode-dont-ask");
+  await page.selectOption("#mode", "default");
+  await modeIs(server, session, "default");
 
   // A slow answer streams in: its row grows frame after frame. Interrupt it: back to idle,
   // the turn cancelled.

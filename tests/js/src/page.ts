@@ -98,6 +98,19 @@ async function scenario(): Promise<Record<string, unknown>> {
   }
   await until("the turn ended", () => client.lifecycle(session) === "idle" && client.state === "caught_up");
   errors.push(code(await client.interrupt(session).catch((e: unknown) => e)));
+  // The session contract: a mode the demo agent has, then what it refuses.
+  const modeSet = await client.setMode(session, "dontAsk");
+  for (const refused of [
+    () => client.setMode(session, "plan"),
+    () => client.setModel(session, { model: "another-model" }),
+    () => client.setModel(session, {}),
+    () => client.setModel(session, { thinking: "max" as never }),
+    () => client.resumeSession(session),
+  ]) {
+    errors.push(code(await refused().catch((e: unknown) => e)));
+  }
+  const described = await api("GET", `/api/sessions/${session}`);
+  await until("the mode change arrived", () => client.after(session) >= described.latest_sequence);
   await until("the last batch", () => framesReceived > 0 && seen.items.get(session)?.length === client.snapshot(session).length);
   await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
 
@@ -115,6 +128,8 @@ async function scenario(): Promise<Record<string, unknown>> {
     drops: client.drops,
     lifecycleAtDrops,
     errors,
+    modeSet: modeSet === undefined ? "resolved" : modeSet,
+    currentMode: described.current_mode,
     states: seen.states,
     notes: seen.notes,
     callbacks: seen.frameTimes.length,
