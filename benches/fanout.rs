@@ -48,6 +48,7 @@ async fn main() {
             provider_session_id: None,
             created_at: at,
             updated_at: at,
+            node: "local".into(),
         })
         .await
         .unwrap();

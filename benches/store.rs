@@ -39,6 +39,7 @@ fn store_with_session(rt: &Runtime, session: &str) -> (TempDir, Arc<SqliteStore>
         provider_session_id: None,
         created_at: Timestamp::EPOCH,
         updated_at: Timestamp::EPOCH,
+        node: "local".into(),
     }))
     .unwrap();
     (dir, store)

@@ -90,6 +90,9 @@ enum Command {
     DemoAgent {
         #[arg(long, default_value_t = 15)]
         delay_ms: u64,
+        /// Go on with this session id (as `claude --resume` does).
+        #[arg(long)]
+        resume: Option<String>,
     },
     /// Run the scripted fake model server (loopback only) that the real-CLI tests use.
     #[command(hide = true)]
@@ -149,6 +152,11 @@ struct ServeArgs {
     /// DIR/<session id>.jsonl, e.g. to capture transcripts.
     #[arg(long)]
     record_dir: Option<PathBuf>,
+    /// This companion's name on a shared --store (default: the host name). Each companion on
+    /// one database needs its own, kept across restarts: a restart marks failed only the
+    /// sessions its own node was running.
+    #[arg(long, env = "AGENTWIRE_NODE")]
+    node: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -234,7 +242,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             report(&out);
             Ok(ExitCode::SUCCESS)
         }
-        Command::DemoAgent { delay_ms } => Ok(crate::companion::demo_agent::run(delay_ms)),
+        Command::DemoAgent { delay_ms, resume } => {
+            Ok(crate::companion::demo_agent::run(delay_ms, resume))
+        }
         Command::ChaosProxy {
             listen,
             upstream,
@@ -307,6 +317,11 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         hub_config.cli_dir = std::path::absolute(&args.cli_dir)
             .with_context(|| format!("resolving {}", args.cli_dir.display()))?;
         hub_config.record_dir = args.record_dir;
+        hub_config.node = match args.node {
+            Some(node) if node.trim().is_empty() => bail!("--node must not be empty"),
+            Some(node) => node,
+            None => host_name(),
+        };
         let hub = host::Hub::new(store, hub_config);
         let recovered = hub.recover().await.context("recovering sessions")?;
         if recovered > 0 {
@@ -323,8 +338,9 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         let addr = listener.local_addr().context("reading the bound address")?;
         println!("agentwire: serving http://{addr}/?token={token}");
         println!(
-            "agentwire: store {location} (epoch {})",
-            hub.store().epoch()
+            "agentwire: store {location} (epoch {}), node {:?}",
+            hub.store().epoch(),
+            hub.node()
         );
         let state = server::AppState::new(hub, std::sync::Arc::new(config));
         // Ctrl-C or SIGTERM: stop accepting, close every session (killing its agent), exit.
@@ -388,4 +404,14 @@ fn wall_clock() -> Timestamp {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
     Timestamp::from_unix_millis(ms)
+}
+
+/// The machine's name (Linux: the kernel's; elsewhere `/etc/hostname`), or `local`.
+fn host_name() -> String {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .map(|name| name.trim().to_owned())
+        .find(|name| !name.is_empty())
+        .unwrap_or_else(|| "local".to_owned())
 }

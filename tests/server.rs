@@ -801,13 +801,97 @@ async fn sigterm_closes_sessions_and_their_agents() {
     assert_eq!(body["session"]["state"], "closed");
 }
 
+/// Each companion on a shared store hosts its own sessions: a restart of B leaves A's running
+/// session alone, B refuses A's commands and will not run A's agent a second time, and once
+/// A is gone for good, B may take the session over.
+#[tokio::test]
+async fn a_companion_restarting_on_a_shared_store_leaves_the_others_sessions_running() {
+    let url = postgres::fresh_database().await;
+    let mut a = Server::start_on_postgres(&url, &["--node", "a"]);
+    let mut b = Server::start_on_postgres(&url, &["--node", "b"]);
+    let session = a.create_demo_session();
+    let mine = b.create_demo_session();
+    let (_, body) = a.api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(
+        (
+            body["session"]["node"].as_str(),
+            body["session"]["state"].as_str()
+        ),
+        (Some("a"), Some("running"))
+    );
+    b.kill();
+    let b = Server::start_on_postgres(&url, &["--node", "b"]);
+    let (_, body) = b.api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(
+        body["session"]["state"], "running",
+        "B's restart left A's session alone"
+    );
+    let (_, body) = b.api("GET", &format!("/api/sessions/{mine}"), None);
+    assert_eq!(body["session"]["state"], "failed", "B recovered its own");
+    // A still runs its turns; B sends A's commands nowhere.
+    let turn = a.start_turn(&session, "hello");
+    a.wait_events(&session, "A's turn", |e| ended(e, &turn));
+    for (path, body) in [
+        ("turns", Some(json!({"prompt": "hi"}))),
+        ("interrupt", None),
+        ("resume", None),
+    ] {
+        let (status, reply) = b.api("POST", &format!("/api/sessions/{session}/{path}"), body);
+        assert_eq!(
+            (status, reply["error"]["code"].as_str()),
+            (409, Some("hosted_elsewhere")),
+            "{path}: {reply}"
+        );
+    }
+    // A dies for good; its session is left `running` in the store until someone takes it.
+    a.kill();
+    let (status, reply) = b.api("POST", &format!("/api/sessions/{session}/resume"), None);
+    assert_eq!(
+        (status, reply["error"]["code"].as_str()),
+        (409, Some("hosted_elsewhere")),
+        "a dead node's session is still its own until it restarts: {reply}"
+    );
+    let a = Server::start_on_postgres(&url, &["--node", "a"]);
+    let (_, body) = a.api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(
+        body["session"]["state"], "failed",
+        "A recovered its own on restart"
+    );
+    assert_eq!(
+        b.events(&session).last().unwrap().kind(),
+        EventType::SessionFailed
+    );
+    // Now B takes it over: the same log goes on, hosted by B, and A refuses its commands.
+    let (status, reply) = b.api("POST", &format!("/api/sessions/{session}/resume"), None);
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(
+        (reply["node"].as_str(), reply["state"].as_str()),
+        (Some("b"), Some("running"))
+    );
+    let turn = b.start_turn(&session, "hello again");
+    b.wait_events(&session, "B's turn", |e| ended(e, &turn));
+    let (status, reply) = a.api("POST", &format!("/api/sessions/{session}/interrupt"), None);
+    assert_eq!(
+        (status, reply["error"]["code"].as_str()),
+        (409, Some("hosted_elsewhere"))
+    );
+    let log = a.events(&session);
+    assert_contiguous(&log);
+    let resumed: Vec<_> = log
+        .iter()
+        .filter(|e| e.kind() == EventType::SessionResumed)
+        .map(|e| e.data_str("previous_state"))
+        .collect();
+    assert_eq!(resumed, [Some("failed")]);
+}
+
 /// Two companions on one PostgreSQL database (`--store`): a session hosted by A is followed
 /// live from B, and both serve the same log.
 #[tokio::test]
 async fn two_companions_on_one_postgres_database_serve_each_others_sessions() {
     let url = postgres::fresh_database().await;
-    let a = Server::start_on_postgres(&url, &[]);
-    let b = Server::start_on_postgres(&url, &[]);
+    let a = Server::start_on_postgres(&url, &["--node", "a"]);
+    let b = Server::start_on_postgres(&url, &["--node", "b"]);
     assert_eq!(a.epoch, b.epoch, "one log");
     let session = a.create_demo_session();
     let (mut socket, epoch) = hello(&b.ws_url()).await;
@@ -891,7 +975,7 @@ async fn what_a_provider_cannot_do_is_refused_as_unsupported() {
     assert_eq!(
         body["capabilities"],
         json!({"set_mode": true, "set_model": false, "thinking": false,
-               "commands": true, "resume": false})
+               "commands": true, "resume": true})
     );
     let modes: Vec<&str> = (body["modes"].as_array().unwrap().iter())
         .map(|m| m["id"].as_str().unwrap())
@@ -908,7 +992,10 @@ async fn what_a_provider_cannot_do_is_refused_as_unsupported() {
         (status, body["error"]["code"].as_str()),
         (400, Some("unknown_mode"))
     );
-    for (path, request) in [("model", json!({"thinking": "high"}))] {
+    for (path, request) in [
+        ("model", json!({"model": "m"})),
+        ("model", json!({"thinking": "high"})),
+    ] {
         let (status, body) = server.api(
             "POST",
             &format!("/api/sessions/{session}/{path}"),
@@ -944,19 +1031,32 @@ async fn what_a_provider_cannot_do_is_refused_as_unsupported() {
         }
     };
     assert_eq!(reply, ("m1".to_owned(), "unsupported".to_owned()));
-    // A running session cannot be resumed; a closed demo session has nothing to resume.
+    // A running session cannot be resumed.
     let resume = format!("/api/sessions/{session}/resume");
     let (status, body) = server.api("POST", &resume, None);
     assert_eq!(
         (status, body["error"]["code"].as_str()),
         (409, Some("already_running"))
     );
+    // A closed session reopens, on the agent's own session id (which it gives on its first
+    // turn).
+    let first = server.start_turn(&session, "hello");
+    server.wait_events(&session, "a first turn", |e| ended(e, &first));
     let (status, _) = server.api("DELETE", &format!("/api/sessions/{session}"), None);
     assert_eq!(status, 204);
     let (status, body) = server.api("POST", &resume, None);
+    assert_eq!((status, body["state"].as_str()), (200, Some("running")), "{body}");
+    let turn = server.start_turn(&session, "hello");
+    let log = server.wait_events(&session, "a turn after the resume", |e| ended(e, &turn));
+    let handles: Vec<_> = log
+        .iter()
+        .filter(|e| e.kind() == EventType::SessionStarted)
+        .map(|e| e.data_str("provider_session_id"))
+        .collect();
+    assert_eq!(handles.len(), 2, "{handles:?}");
     assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (400, Some("unsupported"))
+        handles[0], handles[1],
+        "the agent went on with its own session"
     );
     let (status, body) = server.api("POST", "/api/sessions/ses_nope/resume", None);
     assert_eq!(

@@ -42,6 +42,7 @@ fn session(id: &str, created_ms: i64) -> SessionRecord {
         provider_session_id: None,
         created_at: Timestamp::from_unix_millis(created_ms),
         updated_at: Timestamp::from_unix_millis(created_ms),
+        node: "local".into(),
     }
 }
 
@@ -505,6 +506,41 @@ mod conformance {
         within(appender).await.unwrap();
     }
 
+    pub async fn a_session_is_claimed_by_one_companion_at_a_time(store: Arc<dyn Store>) {
+        let at = Timestamp::from_unix_millis(5_000);
+        let mut record = session("c", 1);
+        record.node = "a".into();
+        record.state = SessionState::Running;
+        store.create_session(record.clone()).await.unwrap();
+        // Running on a: b cannot take it, and nothing changes.
+        assert!(!store.claim_session("c", "b", at).await.unwrap());
+        assert_eq!(store.get_session("c").await.unwrap(), Some(record));
+        // a may (it restarts its own session).
+        assert!(store.claim_session("c", "a", at).await.unwrap());
+        let claimed = store.get_session("c").await.unwrap().unwrap();
+        assert_eq!(
+            (claimed.node.as_str(), claimed.state, claimed.updated_at),
+            ("a", SessionState::Starting, at)
+        );
+        // Once nobody runs it, anyone may, and exactly one of two racing companions does.
+        store
+            .set_session_state("c", SessionState::Failed, at)
+            .await
+            .unwrap();
+        let (x, y) = tokio::join!(
+            store.claim_session("c", "x", at),
+            store.claim_session("c", "y", at)
+        );
+        let (x, y) = (x.unwrap(), y.unwrap());
+        assert!(x ^ y, "x claimed: {x}, y claimed: {y}");
+        let winner = store.get_session("c").await.unwrap().unwrap().node;
+        assert_eq!(winner, if x { "x" } else { "y" });
+        assert!(matches!(
+            store.claim_session("nope", "a", at).await,
+            Err(StoreError::UnknownSession(id)) if id == "nope"
+        ));
+    }
+
     /// `open` opens the same log again (the same file, the same database).
     pub async fn reopen_preserves_the_log(open: Opener<'_>) {
         let store = open().await;
@@ -606,6 +642,7 @@ macro_rules! conformance_suite {
             long_poll_returns_at_once_or_empty_on_timeout,
             concurrent_appenders_get_contiguous_sequences,
             subscribers_hear_only_after_commit,
+            a_session_is_claimed_by_one_companion_at_a_time,
         );
     )*};
 }

@@ -60,6 +60,7 @@ async fn a_slow_subscriber_is_resynced_from_the_store_not_skipped() {
             provider_session_id: None,
             created_at: at,
             updated_at: at,
+            node: "local".into(),
         })
         .await
         .unwrap();

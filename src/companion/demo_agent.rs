@@ -63,10 +63,13 @@ const LS_OUTPUT: &str = "Cargo.toml\nREADME.md\nsrc\ntests";
 /// Runs the demo agent on this process's stdin and stdout until stdin ends; `delay_ms` is the
 /// pause between two streamed chunks. Exit 0 at the end of stdin, 3 for the `crash` scenario,
 /// 1 when stdout is closed.
-pub fn run(delay_ms: u64) -> ExitCode {
+pub fn run(delay_ms: u64, resume: Option<String>) -> ExitCode {
     let (tx, inbox) = mpsc::sync_channel(64);
     thread::spawn(move || read_stdin(io::stdin().lock(), tx));
-    let agent = DemoAgent::new(io::stdout(), inbox, Duration::from_millis(delay_ms));
+    let mut agent = DemoAgent::new(io::stdout(), inbox, Duration::from_millis(delay_ms));
+    if let Some(id) = resume {
+        agent.session_id = id;
+    }
     ExitCode::from(agent.serve())
 }
 

@@ -74,6 +74,16 @@ impl CommandError {
         CommandError::new("not_connected", format!("session {id:?} is not running"))
     }
 
+    fn hosted_elsewhere(record: &SessionRecord) -> CommandError {
+        CommandError::new(
+            "hosted_elsewhere",
+            format!(
+                "session {:?} runs on companion {:?}: its commands go there",
+                record.id, record.node
+            ),
+        )
+    }
+
     fn unsupported(provider: &str, what: &str) -> CommandError {
         CommandError::new(
             "unsupported",
@@ -108,6 +118,9 @@ pub struct HubConfig {
     pub cli_dir: PathBuf,
     /// When set, each session's agent traffic is written to `<dir>/<session id>.jsonl`.
     pub record_dir: Option<PathBuf>,
+    /// This companion's name among those sharing a store (`serve --node`): it hosts the
+    /// sessions it creates or resumes, and recovers only those after a restart.
+    pub node: String,
 }
 
 impl HubConfig {
@@ -122,6 +135,7 @@ impl HubConfig {
             foreground_idle_limit_ms: 60 * 60_000,
             cli_dir: PathBuf::from(DEFAULT_CLI_DIR),
             record_dir: None,
+            node: "local".to_owned(),
         }
     }
 }
@@ -185,12 +199,10 @@ impl Hub {
         resume: Option<&str>,
     ) -> Result<Box<dyn Adapter>, CommandError> {
         if provider == "demo" {
-            if resume.is_some() {
-                return Err(CommandError::unsupported("demo", "resume a session"));
-            }
             return Ok(Box::new(ClaudeStdio::demo(
                 self.config.program.clone(),
                 self.config.demo_delay_ms,
+                resume,
             )));
         }
         let Some(cli) = AgentCli::by_provider(provider).filter(|c| c.hosted) else {
@@ -241,12 +253,19 @@ impl Hub {
         })
     }
 
+    /// This companion's name on the store (`serve --node`).
+    pub fn node(&self) -> &str {
+        &self.config.node
+    }
+
     /// Marks the sessions that a previous run left starting or running as failed: their
     /// processes died with it. Their open turns end with `run_failed`, then `session_failed`.
     pub async fn recover(&self) -> Result<usize, StoreError> {
         let mut recovered = 0;
         for s in self.store.list_sessions().await? {
-            if !matches!(s.state, SessionState::Starting | SessionState::Running) {
+            // Another companion's sessions are its own to recover (a shared store).
+            let ours = s.node == self.config.node || s.node.is_empty();
+            if !s.state.is_live() || !ours {
                 continue;
             }
             let provider = provider_of(&s.provider);
@@ -320,6 +339,7 @@ impl Hub {
             provider_session_id: None,
             created_at: at,
             updated_at: at,
+            node: self.config.node.clone(),
         };
         let record = self.store.create_session(record).await?;
         let data = json!({"provider": provider, "cwd": record.cwd});
@@ -349,6 +369,9 @@ impl Hub {
         let Some(record) = self.store.get_session(id).await? else {
             return Err(CommandError::unknown_session(id));
         };
+        if record.state.is_live() && record.node != self.config.node {
+            return Err(CommandError::hosted_elsewhere(&record));
+        }
         if !self.capabilities_of(&record.provider).resume {
             return Err(CommandError::unsupported(
                 &record.provider,
@@ -371,6 +394,14 @@ impl Hub {
                 format!("{} is not a directory", cwd.display()),
             ));
         }
+        // Atomically ours: a session another companion runs is never started twice.
+        if !(self.store)
+            .claim_session(id, &self.config.node, now())
+            .await?
+        {
+            let record = self.store.get_session(id).await?.unwrap_or(record);
+            return Err(CommandError::hosted_elsewhere(&record));
+        }
         let data = json!({"provider_session_id": handle, "previous_state": record.state.as_str()});
         let resumed = host_event(
             id,
@@ -387,13 +418,9 @@ impl Hub {
 
     /// What the adapter of `provider` can do, without starting anything.
     fn capabilities_of(&self, provider: &str) -> Capabilities {
-        match provider {
-            "demo" => Capabilities::default(),
-            other => self
-                .adapter(other, None)
-                .map(|a| a.capabilities())
-                .unwrap_or_default(),
-        }
+        (self.adapter(provider, None))
+            .map(|a| a.capabilities())
+            .unwrap_or_default()
     }
 
     /// Starts the agent process of session `id` and its task.
@@ -468,6 +495,9 @@ impl Hub {
     ) -> Result<T, CommandError> {
         let Some(tx) = self.sender(id) else {
             return match self.store.get_session(id).await? {
+                Some(r) if r.node != self.config.node && r.state.is_live() => {
+                    Err(CommandError::hosted_elsewhere(&r))
+                }
                 Some(_) => Err(CommandError::closed(id)),
                 None => Err(CommandError::unknown_session(id)),
             };

@@ -116,6 +116,7 @@ impl From<CommandError> for ApiError {
             | "no_active_turn"
             | "turn_id_used"
             | "already_running"
+            | "hosted_elsewhere"
             | "no_resume_handle" => StatusCode::CONFLICT,
             "store_error" => StatusCode::INTERNAL_SERVER_ERROR,
             "cli_not_found" | "spawn_failed" => StatusCode::FAILED_DEPENDENCY,

@@ -216,6 +216,8 @@ export interface SessionRecord {
   provider_session_id: string | null;
   created_at: string;
   updated_at: string;
+  /** The companion that hosts (or last hosted) it: its `serve --node` name. */
+  node: string;
 }
 
 export interface ClientOptions {
@@ -244,7 +246,7 @@ export type ServerErrorCode =
   | "foreground_turn_active" | "not_connected" | "empty_prompt" | "no_active_turn"
   | "unknown_request" | "turn_id_used" | "store_error" | "unknown_provider" | "bad_cwd"
   | "cli_not_found" | "spawn_failed" | "unsupported" | "unknown_mode" | "bad_request"
-  | "already_running" | "no_resume_handle";
+  | "already_running" | "no_resume_handle" | "hosted_elsewhere";
 
 export type ErrorCode = ClientErrorCode | ServerErrorCode;
 

@@ -126,11 +126,12 @@ impl Server {
         let store_line = rx
             .recv_timeout(DEADLINE)
             .expect("the server prints its store");
+        // `agentwire: store LOCATION (epoch EPOCH), node "NAME"`
         let epoch = store_line
-            .rsplit("epoch ")
+            .rsplit("(epoch ")
             .next()
-            .unwrap()
-            .trim_end_matches(')')
+            .and_then(|rest| rest.split(')').next())
+            .expect(&store_line)
             .to_owned();
         Server {
             child,

@@ -75,15 +75,19 @@ impl ClaudeStdio {
     }
 
     /// The built-in demo agent: this very binary, run as `agentwire demo-agent`.
-    pub fn demo(program: PathBuf, delay_ms: u64) -> ClaudeStdio {
+    pub fn demo(program: PathBuf, delay_ms: u64, resume: Option<&str>) -> ClaudeStdio {
+        let mut args = vec![
+            "demo-agent".into(),
+            "--delay-ms".into(),
+            delay_ms.to_string(),
+        ];
+        if let Some(id) = resume {
+            args.extend(["--resume".to_owned(), id.to_owned()]);
+        }
         ClaudeStdio {
             provider: Provider::Demo,
             program,
-            args: vec![
-                "demo-agent".into(),
-                "--delay-ms".into(),
-                delay_ms.to_string(),
-            ],
+            args,
             controls: 0,
         }
     }
@@ -146,11 +150,12 @@ impl Adapter for ClaudeStdio {
 
     fn capabilities(&self) -> Capabilities {
         if self.provider == Provider::Demo {
-            // The demo agent answers `set_permission_mode` and lists its slash commands; it
-            // has one model and no resume.
+            // The demo agent answers `set_permission_mode`, lists its slash commands and goes
+            // on with its session id after a restart; it has one model.
             return Capabilities {
                 set_mode: true,
                 commands: true,
+                resume: true,
                 ..Capabilities::default()
             };
         }

@@ -19,6 +19,10 @@
 //! * [`Store::wait_events`] is the long-poll: it returns at once when a matching event exists,
 //!   else waits (woken by commits, never polling in a loop) up to `wait_ms` and returns what
 //!   matched, possibly nothing.
+//! * Each session names the companion that hosts its agent ([`SessionRecord::node`]).
+//!   [`Store::claim_session`] moves a session to a companion atomically, and only a session
+//!   that no companion is running (or that the claimant already hosts), so two companions
+//!   never run the same session's agent.
 //! * [`Store::epoch`] names this log's incarnation: it stays the same across restarts on the
 //!   same file or database and changes only when the log is rebuilt, so a client can tell "resume" from
 //!   "reset".
@@ -60,6 +64,11 @@ impl SessionState {
         }
     }
 
+    /// Whether a companion runs (or is starting) the session's agent.
+    pub const fn is_live(self) -> bool {
+        matches!(self, SessionState::Starting | SessionState::Running)
+    }
+
     pub fn parse(s: &str) -> Option<SessionState> {
         [Self::Starting, Self::Running, Self::Closed, Self::Failed]
             .into_iter()
@@ -79,6 +88,10 @@ pub struct SessionRecord {
     pub provider_session_id: Option<String>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+    /// The companion that hosts (or last hosted) the session's agent: its `serve --node`
+    /// name. Only that companion marks the session failed when it restarts.
+    #[serde(default)]
+    pub node: String,
 }
 
 /// A filter over one session's events. All bounds optional; see the module docs.
@@ -158,6 +171,11 @@ pub trait Store: Send + Sync + 'static {
         id: &str,
         provider_session_id: &str,
     ) -> Result<(), StoreError>;
+    /// Makes `node` the session's host and its state `starting`, atomically, if no companion
+    /// runs it (its state is neither `starting` nor `running`) or `node` already hosts it.
+    /// `Ok(false)`: another companion runs it, and nothing changed.
+    async fn claim_session(&self, id: &str, node: &str, now: Timestamp)
+        -> Result<bool, StoreError>;
 
     /// Appends a batch to one session, atomically and durably; see the module docs. Events
     /// must belong to `session_id`; their own `sequence` is ignored.

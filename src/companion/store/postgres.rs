@@ -90,6 +90,8 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX events_by_run  ON agentwire.events (session_id, run_id, seq);
      CREATE INDEX events_by_type ON agentwire.events (session_id, type, seq);
      CREATE INDEX events_by_time ON agentwire.events (session_id, timestamp_ms);",
+    // 2: the companion that hosts each session.
+    "ALTER TABLE agentwire.sessions ADD COLUMN node text NOT NULL DEFAULT '';",
 ];
 
 /// The advisory lock key that serializes migrations ("agentwir" in ASCII).
@@ -472,6 +474,11 @@ enum Op {
         id: String,
         provider_session_id: String,
     },
+    Claim {
+        id: String,
+        node: String,
+        now: Timestamp,
+    },
 }
 
 impl Op {
@@ -479,7 +486,9 @@ impl Op {
     fn locks(&self) -> Option<&str> {
         match self {
             Op::Append { session_id, .. } => Some(session_id),
-            Op::SetState { id, .. } | Op::SetProviderSessionId { id, .. } => Some(id),
+            Op::SetState { id, .. }
+            | Op::SetProviderSessionId { id, .. }
+            | Op::Claim { id, .. } => Some(id),
             Op::CreateSession(_) => None,
         }
     }
@@ -488,6 +497,7 @@ impl Op {
 enum Done {
     Appended(Vec<Appended>),
     Session(SessionRecord),
+    Claimed(bool),
     Unit,
 }
 
@@ -531,6 +541,7 @@ struct WriteConn {
     create: Statement,
     set_state: Statement,
     set_provider_session_id: Statement,
+    claim: Statement,
 }
 
 impl WriteConn {
@@ -567,8 +578,9 @@ impl WriteConn {
             create: client
                 .prepare(
                     "INSERT INTO agentwire.sessions
-                         (id, provider, cwd, state, provider_session_id, created_at, updated_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)
+                         (id, provider, cwd, state, provider_session_id, created_at, updated_at,
+                          node)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
                      ON CONFLICT (id) DO NOTHING",
                 )
                 .await?,
@@ -577,6 +589,12 @@ impl WriteConn {
                 .await?,
             set_provider_session_id: client
                 .prepare("UPDATE agentwire.sessions SET provider_session_id = $2 WHERE id = $1")
+                .await?,
+            claim: client
+                .prepare(
+                    "UPDATE agentwire.sessions SET node = $2, state = 'starting', updated_at = $3
+                     WHERE id = $1 AND (state NOT IN ('starting', 'running') OR node = $2)",
+                )
                 .await?,
             client,
         })
@@ -720,6 +738,7 @@ impl Writer {
                                 &record.provider_session_id,
                                 &record.created_at.unix_millis(),
                                 &record.updated_at.unix_millis(),
+                                &record.node,
                             ],
                         )
                         .await?;
@@ -746,6 +765,16 @@ impl Writer {
                     match tx.execute(&conn.set_provider_session_id, &params).await? {
                         0 => Err(StoreError::UnknownSession(id.clone())),
                         _ => Ok(Done::Unit),
+                    }
+                }
+                Op::Claim { id, node, now } => {
+                    let params: [&(dyn ToSql + Sync); 3] = [id, node, &now.unix_millis()];
+                    match tx.execute(&conn.claim, &params).await? {
+                        // The row is locked above: absent from the lock, it does not exist.
+                        0 if !plan.latest.contains_key(id) => {
+                            Err(StoreError::UnknownSession(id.clone()))
+                        }
+                        n => Ok(Done::Claimed(n == 1)),
                     }
                 }
             };
@@ -981,7 +1010,7 @@ impl Readers {
 }
 
 const SESSION_COLUMNS: &str =
-    "id, provider, cwd, state, provider_session_id, created_at, updated_at";
+    "id, provider, cwd, state, provider_session_id, created_at, updated_at, node";
 
 fn session_row(row: &tokio_postgres::Row) -> Result<SessionRecord, StoreError> {
     let id: String = row.try_get(0)?;
@@ -995,6 +1024,7 @@ fn session_row(row: &tokio_postgres::Row) -> Result<SessionRecord, StoreError> {
         provider_session_id: row.try_get(4)?,
         created_at: Timestamp::from_unix_millis(row.try_get(5)?),
         updated_at: Timestamp::from_unix_millis(row.try_get(6)?),
+        node: row.try_get(7)?,
         id,
     })
 }
@@ -1121,6 +1151,23 @@ impl Store for PostgresStore {
             provider_session_id: provider_session_id.to_owned(),
         };
         self.submit(op).await.map(|_| ())
+    }
+
+    async fn claim_session(
+        &self,
+        id: &str,
+        node: &str,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let op = Op::Claim {
+            id: id.to_owned(),
+            node: node.to_owned(),
+            now,
+        };
+        match self.submit(op).await? {
+            Done::Claimed(claimed) => Ok(claimed),
+            _ => unreachable!("a claim is answered with Claimed"),
+        }
     }
 
     async fn append(

@@ -68,6 +68,8 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX events_by_run  ON events (session_id, run_id, seq);
      CREATE INDEX events_by_type ON events (session_id, type, seq);
      CREATE INDEX events_by_time ON events (session_id, timestamp_ms);",
+    // 2: the companion that hosts each session.
+    "ALTER TABLE sessions ADD COLUMN node TEXT NOT NULL DEFAULT '';",
 ];
 
 /// Requests waiting for the writer before `append` callers wait for room.
@@ -285,11 +287,17 @@ enum Op {
         id: String,
         provider_session_id: String,
     },
+    Claim {
+        id: String,
+        node: String,
+        now: Timestamp,
+    },
 }
 
 enum Done {
     Appended(Vec<Appended>),
     Session(SessionRecord),
+    Claimed(bool),
     Unit,
 }
 
@@ -448,6 +456,17 @@ impl Step<'_> {
                 }
                 Ok(Done::Unit)
             }
+            Op::Claim { id, node, now } => {
+                let n = self.conn.execute(
+                    "UPDATE sessions SET node = ?2, state = 'starting', updated_at = ?3
+                     WHERE id = ?1 AND (state NOT IN ('starting', 'running') OR node = ?2)",
+                    params![id, node, now.unix_millis()],
+                )?;
+                if n == 0 && !session_exists(self.conn, &id)? {
+                    return Err(StoreError::UnknownSession(id));
+                }
+                Ok(Done::Claimed(n == 1))
+            }
         }
     }
 
@@ -535,8 +554,8 @@ impl Step<'_> {
         }
         self.conn.execute(
             "INSERT INTO sessions
-                 (id, provider, cwd, state, provider_session_id, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                 (id, provider, cwd, state, provider_session_id, created_at, updated_at, node)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             params![
                 record.id,
                 record.provider,
@@ -545,6 +564,7 @@ impl Step<'_> {
                 record.provider_session_id,
                 record.created_at.unix_millis(),
                 record.updated_at.unix_millis(),
+                record.node,
             ],
         )?;
         self.writes.push((record.id.clone(), 0));
@@ -619,7 +639,7 @@ fn session_exists(conn: &Connection, id: &str) -> Result<bool, StoreError> {
 }
 
 const SESSION_COLUMNS: &str =
-    "id, provider, cwd, state, provider_session_id, created_at, updated_at";
+    "id, provider, cwd, state, provider_session_id, created_at, updated_at, node";
 
 fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(SessionRecord, String)> {
     let state: String = r.get(3)?;
@@ -633,6 +653,7 @@ fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(SessionRecord, String
             provider_session_id: r.get(4)?,
             created_at: Timestamp::from_unix_millis(r.get(5)?),
             updated_at: Timestamp::from_unix_millis(r.get(6)?),
+            node: r.get(7)?,
         },
         state,
     ))
@@ -770,6 +791,23 @@ impl Store for SqliteStore {
             provider_session_id: provider_session_id.to_owned(),
         };
         self.submit(op).await.map(|_| ())
+    }
+
+    async fn claim_session(
+        &self,
+        id: &str,
+        node: &str,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let op = Op::Claim {
+            id: id.to_owned(),
+            node: node.to_owned(),
+            now,
+        };
+        match self.submit(op).await? {
+            Done::Claimed(claimed) => Ok(claimed),
+            _ => unreachable!("a claim is answered with Claimed"),
+        }
     }
 
     async fn append(
