@@ -19,7 +19,8 @@
 //! * **LISTEN/NOTIFY is only a wake-up.** A group that moved a session sends
 //!   `NOTIFY agentwire_commits` inside its transaction (delivered only if it commits). Each
 //!   store's listener connection, woken by any notification (the payload is ignored), re-reads
-//!   every session's `latest_seq` and announces the sessions that moved as [`Committed`]:
+//!   every session's `latest_seq` (one query per burst of notifications, linear in the number
+//!   of sessions) and announces the sessions that moved as [`Committed`]:
 //!   subscribers then read the events by cursor, as for local commits. The writer announces its
 //!   own commits directly after COMMIT; announcements per session only move forward, whoever
 //!   makes them. While the listener is reconnecting, other companions' commits are heard late
