@@ -1,10 +1,13 @@
-//! Store benchmarks: durable appends per second (one at a time, batched, and from 64
-//! concurrent tasks, which group commit folds into few transactions) and reads of a
+//! Store benchmarks, for each backend: durable appends per second (one at a time, batched, and
+//! from 64 concurrent tasks, which group commit folds into few transactions) and reads of a
 //! 100k-event session (all at once, and in pages of 1000). Every append is acknowledged only
-//! after its fsync, so the append numbers measure the disk as much as the code. Numbers go to
-//! BENCHMARKS.md; nothing here asserts.
+//! after its fsync, so the append numbers measure the disk as much as the code. SQLite is a
+//! file under target/; PostgreSQL is a fresh database on the throwaway local server that the
+//! tests use (`scripts/throwaway-postgres`: fsync on, data under `$TMPDIR`, loopback TCP).
+//! Numbers go to BENCHMARKS.md; nothing here asserts.
 //!
-//! Run: `cargo bench --bench store` (add `-- --quick` for a shorter run).
+//! Run: `cargo bench --bench store` (add `-- --quick` for a shorter run, `-- postgres` for
+//! PostgreSQL only).
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,9 +18,14 @@ use serde_json::{json, Map, Value};
 use tempfile::TempDir;
 use tokio::runtime::Runtime;
 
-use agentwire::companion::store::{EventQuery, SessionRecord, SessionState, SqliteStore, Store};
+use agentwire::companion::store::{
+    EventQuery, PostgresStore, SessionRecord, SessionState, SqliteStore, Store,
+};
 use agentwire::core::event::{Event, EventId, EventInit, EventType, Provider};
 use agentwire::core::time::Timestamp;
+
+#[path = "../tests/common/postgres.rs"]
+mod postgres;
 
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -27,11 +35,43 @@ fn runtime() -> Runtime {
         .unwrap()
 }
 
+/// A store with one session, and its commit counter.
+struct Bench {
+    store: Arc<dyn Store>,
+    commits: Box<dyn Fn() -> u64>,
+    /// The SQLite file's directory, deleted on drop.
+    _dir: Option<TempDir>,
+}
+
+type Open = fn(&Runtime) -> Bench;
+
 /// A fresh store in a temporary directory on the target's disk (not tmpfs: fsync is real).
-fn store_with_session(rt: &Runtime, session: &str) -> (TempDir, Arc<SqliteStore>) {
+fn sqlite(_rt: &Runtime) -> Bench {
     let dir = TempDir::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let store = Arc::new(SqliteStore::open(&dir.path().join("bench.db")).unwrap());
-    rt.block_on(store.create_session(SessionRecord {
+    Bench {
+        store: store.clone(),
+        commits: Box::new(move || store.commits()),
+        _dir: Some(dir),
+    }
+}
+
+/// A fresh database on the throwaway PostgreSQL server.
+fn postgres(rt: &Runtime) -> Bench {
+    let store = rt.block_on(async {
+        let url = postgres::fresh_database().await;
+        Arc::new(PostgresStore::connect(&url).await.unwrap())
+    });
+    Bench {
+        store: store.clone(),
+        commits: Box::new(move || store.commits()),
+        _dir: None,
+    }
+}
+
+fn with_session(rt: &Runtime, open: Open, session: &str) -> Bench {
+    let bench = open(rt);
+    rt.block_on(bench.store.create_session(SessionRecord {
         id: session.to_owned(),
         provider: "claude".to_owned(),
         cwd: "/work/project".to_owned(),
@@ -42,7 +82,7 @@ fn store_with_session(rt: &Runtime, session: &str) -> (TempDir, Arc<SqliteStore>
         node: "local".into(),
     }))
     .unwrap();
-    (dir, store)
+    bench
 }
 
 /// The `n`th event of a typical stream: a ~20-character text delta in a run of 50.
@@ -63,13 +103,13 @@ fn event(session: &str, n: u64) -> Event {
     Event::new(init).unwrap()
 }
 
-fn appends(c: &mut Criterion) {
+fn appends(c: &mut Criterion, name: &str, open: Open) {
     let rt = runtime();
-    let (_dir, store) = store_with_session(&rt, "s");
+    let Bench { store, commits, .. } = &with_session(&rt, open, "s");
     let next = AtomicU64::new(0);
     let take = |n: u64| next.fetch_add(n, Ordering::Relaxed);
 
-    let mut g = c.benchmark_group("store_append");
+    let mut g = c.benchmark_group(format!("{name}_append"));
     g.sample_size(20);
 
     g.throughput(Throughput::Elements(1));
@@ -91,7 +131,7 @@ fn appends(c: &mut Criterion) {
 
     const TASKS: u64 = 64;
     g.throughput(Throughput::Elements(TASKS));
-    let (commits_before, mut rounds) = (store.commits(), 0u64);
+    let (commits_before, mut rounds) = (commits(), 0u64);
     g.bench_function(BenchmarkId::new("concurrent", TASKS), |b| {
         b.iter(|| {
             rounds += 1;
@@ -109,17 +149,19 @@ fn appends(c: &mut Criterion) {
             })
         })
     });
-    eprintln!(
-        "store_append/concurrent/{TASKS}: {:.1} commits per {TASKS} appends",
-        (store.commits() - commits_before) as f64 / rounds.max(1) as f64
-    );
+    if rounds > 0 {
+        eprintln!(
+            "{name}_append/concurrent/{TASKS}: {:.1} commits per {TASKS} appends",
+            (commits() - commits_before) as f64 / rounds as f64
+        );
+    }
     g.finish();
 }
 
-fn reads(c: &mut Criterion) {
+fn reads(c: &mut Criterion, name: &str, open: Open) {
     const N: u64 = 100_000;
     let rt = runtime();
-    let (_dir, store) = store_with_session(&rt, "big");
+    let Bench { store, .. } = &with_session(&rt, open, "big");
     for chunk in 0..N / 1000 {
         let batch = (chunk * 1000..(chunk + 1) * 1000)
             .map(|n| event("big", n))
@@ -127,7 +169,7 @@ fn reads(c: &mut Criterion) {
         rt.block_on(store.append("big", batch)).unwrap();
     }
 
-    let mut g = c.benchmark_group("store_read_100k");
+    let mut g = c.benchmark_group(format!("{name}_read_100k"));
     g.sample_size(10);
     g.throughput(Throughput::Elements(N));
     g.bench_function("all", |b| {
@@ -169,5 +211,27 @@ fn reads(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, appends, reads);
+fn sqlite_appends(c: &mut Criterion) {
+    appends(c, "store", sqlite);
+}
+
+fn sqlite_reads(c: &mut Criterion) {
+    reads(c, "store", sqlite);
+}
+
+fn postgres_appends(c: &mut Criterion) {
+    appends(c, "postgres", postgres);
+}
+
+fn postgres_reads(c: &mut Criterion) {
+    reads(c, "postgres", postgres);
+}
+
+criterion_group!(
+    benches,
+    sqlite_appends,
+    sqlite_reads,
+    postgres_appends,
+    postgres_reads
+);
 criterion_main!(benches);

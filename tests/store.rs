@@ -381,6 +381,32 @@ mod conformance {
         }
     }
 
+    /// Text is text: a run id may hold any character, NUL included, and filters exactly.
+    pub async fn run_ids_hold_any_text(store: Arc<dyn Store>) {
+        store.create_session(session("t", 1)).await.unwrap();
+        let runs = ["r\0x", "r", "r\u{1F600} ü", "r\\0x"];
+        let events: Vec<Event> = runs
+            .iter()
+            .enumerate()
+            .map(|(i, run)| {
+                event_with_id("t", &format!("t/{i}"), EventType::RunStarted, Some(run), 1)
+            })
+            .collect();
+        store.append("t", events.clone()).await.unwrap();
+        for (i, run) in runs.iter().enumerate() {
+            let query = EventQuery {
+                run_id: Some((*run).to_owned()),
+                ..EventQuery::default()
+            };
+            let got = store.get_events("t", &query).await.unwrap();
+            assert_eq!(
+                got,
+                [events[i].clone().into_sequenced(i as u64 + 1)],
+                "{run:?}"
+            );
+        }
+    }
+
     pub async fn long_poll_returns_on_the_next_append(store: Arc<dyn Store>) {
         store.create_session(session("lp", 1)).await.unwrap();
         store.create_session(session("other", 2)).await.unwrap();
@@ -638,6 +664,7 @@ macro_rules! conformance_suite {
             append_is_idempotent,
             a_batch_is_atomic,
             filters_and_their_combination,
+            run_ids_hold_any_text,
             long_poll_returns_on_the_next_append,
             long_poll_returns_at_once_or_empty_on_timeout,
             concurrent_appenders_get_contiguous_sequences,

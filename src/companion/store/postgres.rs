@@ -19,7 +19,8 @@
 //! * **LISTEN/NOTIFY is only a wake-up.** A group that moved a session sends
 //!   `NOTIFY agentwire_commits` inside its transaction (delivered only if it commits). Each
 //!   store's listener connection, woken by any notification (the payload is ignored), re-reads
-//!   every session's `latest_seq` and announces the sessions that moved as [`Committed`]:
+//!   every session's `latest_seq` (one query per burst of notifications, linear in the number
+//!   of sessions) and announces the sessions that moved as [`Committed`]:
 //!   subscribers then read the events by cursor, as for local commits. The writer announces its
 //!   own commits directly after COMMIT; announcements per session only move forward, whoever
 //!   makes them. While the listener is reconnecting, other companions' commits are heard late
@@ -268,6 +269,23 @@ fn check_local(config: &Config) -> Result<(), StoreError> {
         if !addr.is_loopback() {
             return refuse(&addr.to_string());
         }
+    }
+    Ok(())
+}
+
+/// A run id as its (filter-only) column holds it: PostgreSQL text cannot hold NUL, so NUL
+/// becomes U+FFFD, in the column and in the filter alike. The body keeps the exact value.
+fn column_text(s: &str) -> String {
+    s.replace('\0', "\u{FFFD}")
+}
+
+/// Refuses a session field that PostgreSQL text cannot hold, before it reaches a group (where
+/// the server's error would fail every request of the group).
+fn check_text(field: &str, value: &str) -> Result<(), StoreError> {
+    if value.contains('\0') {
+        return Err(StoreError::Database(format!(
+            "{field} {value:?} contains NUL, which PostgreSQL text cannot hold"
+        )));
     }
     Ok(())
 }
@@ -890,7 +908,7 @@ impl Plan {
             rows.session_ids.push(session_id.to_owned());
             rows.seqs.push(event.sequence() as i64);
             rows.ids.push(event.id().as_str().to_owned());
-            rows.run_ids.push(event.run_id().map(str::to_owned));
+            rows.run_ids.push(event.run_id().map(column_text));
             rows.types.push(event.kind().as_str());
             rows.timestamps.push(event.timestamp().unix_millis());
             rows.bodies.push(event.to_json());
@@ -1055,6 +1073,7 @@ async fn read_events(
     let before = query.before.map(clamp);
     let since = query.since.map(Timestamp::unix_millis);
     let kind = query.kind.map(|k| k.as_str());
+    let run_id = query.run_id.as_deref().map(column_text);
     let limit = query.limit.map(|n| clamp(n as u64));
     let mut clauses: Vec<(&str, &(dyn ToSql + Sync))> = Vec::new();
     if let Some(after) = &after {
@@ -1066,7 +1085,7 @@ async fn read_events(
     if let Some(since) = &since {
         clauses.push(("timestamp_ms >=", since));
     }
-    if let Some(run_id) = &query.run_id {
+    if let Some(run_id) = &run_id {
         clauses.push(("run_id =", run_id));
     }
     if let Some(kind) = &kind {
@@ -1108,6 +1127,12 @@ impl Store for PostgresStore {
     }
 
     async fn create_session(&self, session: SessionRecord) -> Result<SessionRecord, StoreError> {
+        check_text("session id", &session.id)?;
+        check_text("provider", &session.provider)?;
+        check_text("cwd", &session.cwd)?;
+        if let Some(id) = &session.provider_session_id {
+            check_text("provider session id", id)?;
+        }
         match self.submit(Op::CreateSession(session)).await? {
             Done::Session(record) => Ok(record),
             _ => unreachable!("the writer answers CreateSession with Session"),
@@ -1146,6 +1171,7 @@ impl Store for PostgresStore {
         id: &str,
         provider_session_id: &str,
     ) -> Result<(), StoreError> {
+        check_text("provider session id", provider_session_id)?;
         let op = Op::SetProviderSessionId {
             id: id.to_owned(),
             provider_session_id: provider_session_id.to_owned(),
