@@ -3,20 +3,24 @@
 //! WAL + fsync) to the subscriber's socket receiving it, through the real server
 //! (axum, `companion::ws`) on 127.0.0.1. Prints p50/p99/max; numbers go to BENCHMARKS.md.
 //!
-//! Run: `cargo bench --bench fanout` (`-- --subscribers N --events N` to change the load).
+//! Run: `cargo bench --bench fanout` (`-- --subscribers N --events N` to change the load,
+//! `-- --store postgres` for a PostgreSQL store on a throwaway server started as the tests do).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentwire::companion::host::{Hub, HubConfig};
 use agentwire::companion::server::{self, AppState, ServerConfig};
-use agentwire::companion::store::{SessionRecord, SessionState, SqliteStore, Store};
+use agentwire::companion::store::{PostgresStore, SessionRecord, SessionState, SqliteStore, Store};
 use agentwire::core::event::{Event, EventId, EventInit, EventType, Provider};
 use agentwire::core::time::Timestamp;
 use agentwire::core::wire::{ClientMsg, ServerMsg};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
+
+#[path = "../tests/common/postgres.rs"]
+mod postgres;
 
 fn arg(name: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();
@@ -35,8 +39,19 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn main() {
     let subscribers = arg("--subscribers", 100);
     let events = arg("--events", 500);
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("bench.db")).unwrap());
+    let backend = std::env::args()
+        .skip_while(|a| a != "--store")
+        .nth(1)
+        .unwrap_or_else(|| "sqlite".into());
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let store: Arc<dyn Store> = match backend.as_str() {
+        "sqlite" => Arc::new(SqliteStore::open(&dir.path().join("bench.db")).unwrap()),
+        "postgres" => {
+            let url = postgres::fresh_database().await;
+            Arc::new(PostgresStore::connect(&url).await.unwrap())
+        }
+        other => panic!("--store {other}: expected sqlite or postgres"),
+    };
     let at = Timestamp::EPOCH;
     let session = "ses_fanout";
     store
@@ -130,7 +145,7 @@ async fn main() {
     let elapsed = started.elapsed();
     all.sort_unstable();
     println!(
-        "fan-out: {events} events x {subscribers} subscribers = {} deliveries in {:.2} s; \
+        "fan-out ({backend}): {events} events x {subscribers} subscribers = {} deliveries in {:.2} s; \
          latency append->socket p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {:.0} deliveries/s",
         all.len(),
         elapsed.as_secs_f64(),

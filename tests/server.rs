@@ -1045,7 +1045,11 @@ async fn what_a_provider_cannot_do_is_refused_as_unsupported() {
     let (status, _) = server.api("DELETE", &format!("/api/sessions/{session}"), None);
     assert_eq!(status, 204);
     let (status, body) = server.api("POST", &resume, None);
-    assert_eq!((status, body["state"].as_str()), (200, Some("running")), "{body}");
+    assert_eq!(
+        (status, body["state"].as_str()),
+        (200, Some("running")),
+        "{body}"
+    );
     let turn = server.start_turn(&session, "hello");
     let log = server.wait_events(&session, "a turn after the resume", |e| ended(e, &turn));
     let handles: Vec<_> = log

@@ -37,6 +37,7 @@ const state = {
   models: new Map(), // session -> SessionModel, from the Client's batches
   current: null, // the session shown, or {transcript: name}
   client: null,
+  resets: 0, // sessions whose log the server replaced (another epoch): rebuilt from scratch
 };
 
 const view = new TimelineView($("timeline"), {
@@ -150,10 +151,16 @@ function onChange(batch) {
       sessionsChanged = true;
     }
     const m = b.reset ? new SessionModel() : model(b.session);
-    if (b.reset) state.models.set(b.session, m);
+    if (b.reset) {
+      state.models.set(b.session, m);
+      state.resets += 1;
+    }
     m.apply(b.changes);
     if (b.session !== state.current) continue;
-    if (b.reset) view.show(m);
+    if (b.reset) {
+      view.show(m);
+      notice("The server's log was replaced; the timeline was rebuilt from it.");
+    }
     else view.changed(b.changes);
     for (const n of b.notes ?? []) if (n.note === "error") notice(`${n.code}: ${n.message}`);
   }

@@ -7,8 +7,10 @@
 // approval, interrupt a turn, switch sessions and reload the page mid-turn, have the server drop
 // every WebSocket mid-turn, show a provider crash with its stderr, open a saved transcript with
 // no server request, and keep a 100k-event transcript virtualized. Run 2, the same core flow
-// with the real Claude Code CLI against `agentwire fake-model`. Every wait is a condition with
-// a deadline. Each step saves a screenshot under target/e2e/<run>/ (UPDATE_SCREENSHOTS=1 copies
+// with the real Claude Code CLI against `agentwire fake-model`. Run 3, two companions on one
+// throwaway PostgreSQL: the page served by node B follows a session hosted on node A, through
+// node B's kill -9 and restart mid-turn, while B appends a session of its own. Every wait is a
+// condition with a deadline. Each step saves a screenshot under target/e2e/<run>/ (UPDATE_SCREENSHOTS=1 copies
 // the README's three to docs/screenshots/).
 
 import { strict as assert } from "node:assert";
@@ -111,12 +113,17 @@ interface Server {
   url: string;
   api: (method: string, path: string, body?: unknown) => Promise<any>;
   stop: () => Promise<void>;
+  child: ChildProcess;
 }
 
-/** A real `agentwire serve` on port 0 serving the real page, with a fresh store in `dir`. */
-async function serve(dir: string, extra: string[], env?: NodeJS.ProcessEnv): Promise<Server> {
+/** A real `agentwire serve` serving the real page: on port 0 unless `at.addr`, with a fresh
+ * SQLite store in `dir` unless `at.store` names a PostgreSQL one. */
+async function serve(
+  dir: string, extra: string[], env?: NodeJS.ProcessEnv, at: { addr?: string; store?: string } = {},
+): Promise<Server> {
   const child = start([
-    "serve", "--addr", "127.0.0.1:0", "--token", TOKEN, "--db", join(dir, "store.db"),
+    "serve", "--addr", at.addr ?? "127.0.0.1:0", "--token", TOKEN,
+    ...(at.store ? ["--store", at.store] : ["--db", join(dir, "store.db")]),
     "--www", join(root, "www"), ...extra,
   ], env);
   const addr = await firstLine(child, /^agentwire: serving http:\/\/([^/]+)\//, "agentwire serve");
@@ -129,7 +136,7 @@ async function serve(dir: string, extra: string[], env?: NodeJS.ProcessEnv): Pro
     if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${await r.text()}`);
     return r.status === 204 ? null : r.json();
   };
-  return { addr, url: `http://${addr}/?token=${TOKEN}`, api, stop: () => stop(child) };
+  return { addr, url: `http://${addr}/?token=${TOKEN}`, api, stop: () => stop(child), child };
 }
 
 /** The whole stored log of a session, projected in one pass (an uninterrupted client). */
@@ -753,6 +760,100 @@ async function claudeRun() {
   await stop(fake);
 }
 
+// ---- run 3: two companions on one PostgreSQL; the page on node B follows node A ----
+
+/** A throwaway PostgreSQL server (scripts/throwaway-postgres) for this run; its URL. */
+async function throwawayPostgres(): Promise<string> {
+  const child = spawn(join(root, "scripts", "throwaway-postgres"), [], { stdio: ["pipe", "pipe", "inherit"] });
+  children.push(child);
+  cleanups.push(() => stop(child));
+  const port = await firstLine(child, /^ready (\d+) /, "throwaway-postgres");
+  return `postgres://postgres@127.0.0.1:${port}/postgres`;
+}
+
+/** The events of a session through one node's API, whole. */
+async function logOf(server: Server, session: string): Promise<any[]> {
+  return (await server.api("GET", `/api/sessions/${session}/events?after=0&limit=10000`)).events;
+}
+
+function assertContiguous(events: { sequence: number }[], what: string) {
+  assert.deepEqual(events.map((e) => e.sequence), events.map((_, i) => i + 1), `${what}: sequences 1..n`);
+}
+
+async function multiNodeRun() {
+  const shot = recorder("multinode");
+  const dir = mkdtempSync(join(tmpdir(), "agentwire-e2e-nodes-"));
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true, maxRetries: 5 }));
+  const store = await throwawayPostgres();
+  const node = (name: string) => ["--node", name, "--demo-delay-ms", "30"];
+  const a = await serve(dir, node("a"), undefined, { store });
+  let b = await serve(dir, node("b"), undefined, { store });
+
+  // A session hosted on node A, shown by the page that node B serves.
+  const session: string = (await a.api("POST", "/api/sessions", { provider: "demo" })).id;
+  const context = await browser(dir);
+  const page = await open(context, `${b.url}#${session}`);
+  await until(page, "B's page shows A's session", (s) => window.agentwirePage.state.current === s, session);
+  await a.api("POST", `/api/sessions/${session}/turns`, { prompt: "hello from node A" });
+  await lastItem(page, "assistant_message", "!item.streaming && item.text.includes('hello from node A')");
+  await lifecycle(page, "idle");
+  await shot(page, "followed-from-node-b");
+
+  // A slow turn on A. Mid-turn, node B is killed (-9); the page loses its server, and B comes
+  // back on the same address while A goes on appending.
+  await a.api("POST", `/api/sessions/${session}/turns`, { prompt: "a slow answer, please" });
+  await lastItem(page, "assistant_message", "item.streaming && item.text.length > 300");
+  const dropsBefore: number = await page.evaluate(() => window.agentwirePage.state.client.drops);
+  const exited = new Promise((r) => b.child.once("exit", r));
+  b.child.kill("SIGKILL");
+  await exited;
+  await until(page, "the page lost node B", () =>
+    document.querySelector("#connection")!.getAttribute("data-state") === "reconnecting");
+  await shot(page, "node-b-down");
+  b = await serve(dir, node("b"), undefined, { store, addr: b.addr });
+  // Node B hosts a session of its own meanwhile: both nodes append to the store at once.
+  const other: string = (await b.api("POST", "/api/sessions", { provider: "demo" })).id;
+  const { turnId: otherTurn } = await b.api("POST", `/api/sessions/${other}/turns`, { prompt: "please use a tool" });
+  await connected(page);
+  const slow = await lastItem(page, "assistant_message", "!item.streaming && item.text.includes('200/200')");
+  await lifecycle(page, "idle");
+  await shot(page, "resumed-after-node-b-restart");
+
+  // Nothing lost or repeated: every chunk once, in order; no reset; the stored log's items.
+  assert.equal(((await items(page))[slow] as { text: string }).text, SLOW, "the whole slow answer, once");
+  const { drops, resets } = await page.evaluate(() => ({
+    drops: window.agentwirePage.state.client.drops,
+    resets: window.agentwirePage.state.resets,
+  }));
+  assert.ok(drops > dropsBefore, `the page reconnected (${dropsBefore} -> ${drops} drops)`);
+  assert.equal(resets, 0, "one log across both nodes and B's restart: resumed, never reset");
+  await assertSameTimeline(context, page, b, session, "after node B's restart");
+
+  // One log, whichever node serves it; both sessions contiguous; the appends interleaved.
+  const viaA = await logOf(a, session);
+  assert.deepEqual(await logOf(b, session), viaA, "both nodes serve the same log");
+  assertContiguous(viaA, "A's session");
+  let theirs = await logOf(b, other);
+  for (let i = 0; i < 200 && !theirs.some((e) => e.run_id === otherTurn && /^run_/.test(e.type) && e.type !== "run_started"); i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    theirs = await logOf(b, other);
+  }
+  assert.ok(theirs.some((e) => e.run_id === otherTurn && e.type === "run_completed"), "B's own turn completed");
+  assertContiguous(theirs, "B's session");
+  assert.deepEqual(await logOf(a, other), theirs);
+  const slowEnd = Date.parse(viaA.at(-1).timestamp);
+  const theirStart = Date.parse(theirs.find((e) => e.type === "run_started").timestamp);
+  assert.ok(theirStart < slowEnd, "B appended while A's turn was still being appended");
+  const described = await b.api("GET", `/api/sessions/${session}`);
+  assert.deepEqual([described.session.node, described.session.state], ["a", "running"], "B's restart left A's session to A");
+  // The browser reports each refused connection while node B was down; nothing else.
+  const down = /net::ERR_CONNECTION_REFUSED/;
+  assert.deepEqual(page.problems.filter((p) => !down.test(p)), [], "the page had problems");
+  await context.close();
+  await b.stop();
+  await a.stop();
+}
+
 /** With UPDATE_SCREENSHOTS=1, the README's screenshots are refreshed from this run's. */
 function updateScreenshots() {
   if (!process.env.UPDATE_SCREENSHOTS) return;
@@ -771,6 +872,7 @@ function updateScreenshots() {
 try {
   await demoRun();
   await claudeRun();
+  await multiNodeRun();
   updateScreenshots();
 } catch (e) {
   const problems = allProblems.flat();
@@ -779,5 +881,5 @@ try {
 } finally {
   await cleanup();
 }
-console.log(`e2e: demo and claude runs passed in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in target/e2e/`);
+console.log(`e2e: demo, claude and multi-node runs passed in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in target/e2e/`);
 for (const t of timings) console.log(`  ${t}`);
