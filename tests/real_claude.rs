@@ -333,7 +333,14 @@ fn a_session_resumes_after_a_kill_9_and_the_cli_remembers_the_conversation() {
     let mut rig = Rig::claude();
     let session = rig.create_session();
     let (first, _) = rig.turn(&session, "remember the word pineapple");
-    // The server dies between turns, and the CLI with it.
+    // The server dies between turns, and the CLI with it: once the CLI has written the turn to
+    // its session file (it does so on its own schedule, so a kill a few milliseconds after the
+    // turn can find nothing to resume).
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    let handle = body["session"]["provider_session_id"].as_str().unwrap();
+    rig.wait_for_file(&rig.home().join(".claude"), handle, "pineapple");
     rig.restart();
     let (_, body) = rig
         .server

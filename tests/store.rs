@@ -538,19 +538,24 @@ mod conformance {
         record.node = "a".into();
         record.state = SessionState::Running;
         store.create_session(record.clone()).await.unwrap();
-        // Running on a: b cannot take it, and nothing changes.
+        // Running on a: neither b nor a itself can claim it again, and nothing changes.
         assert!(!store.claim_session("c", "b", at).await.unwrap());
+        assert!(!store.claim_session("c", "a", at).await.unwrap());
         assert_eq!(store.get_session("c").await.unwrap(), Some(record));
-        // a may (it restarts its own session).
-        assert!(store.claim_session("c", "a", at).await.unwrap());
+        // Once nobody runs it, anyone may: the claimant hosts it, starting.
+        store
+            .set_session_state("c", SessionState::Failed, at)
+            .await
+            .unwrap();
+        assert!(store.claim_session("c", "b", at).await.unwrap());
         let claimed = store.get_session("c").await.unwrap().unwrap();
         assert_eq!(
             (claimed.node.as_str(), claimed.state, claimed.updated_at),
-            ("a", SessionState::Starting, at)
+            ("b", SessionState::Starting, at)
         );
-        // Once nobody runs it, anyone may, and exactly one of two racing companions does.
+        // Of two companions racing for a stopped session, exactly one gets it.
         store
-            .set_session_state("c", SessionState::Failed, at)
+            .set_session_state("c", SessionState::Closed, at)
             .await
             .unwrap();
         let (x, y) = tokio::join!(

@@ -394,12 +394,19 @@ impl Hub {
                 format!("{} is not a directory", cwd.display()),
             ));
         }
-        // Atomically ours: a session another companion runs is never started twice.
+        // Atomically ours: a session is never started twice, by two companions or by two
+        // requests to this one.
         if !(self.store)
             .claim_session(id, &self.config.node, now())
             .await?
         {
             let record = self.store.get_session(id).await?.unwrap_or(record);
+            if record.node == self.config.node {
+                return Err(CommandError::new(
+                    "already_running",
+                    format!("session {id:?} is being resumed"),
+                ));
+            }
             return Err(CommandError::hosted_elsewhere(&record));
         }
         let data = json!({"provider_session_id": handle, "previous_state": record.state.as_str()});

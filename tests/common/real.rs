@@ -193,6 +193,39 @@ in_app_updates = false
         }
     }
 
+    /// The agent's scratch `HOME`, where the CLI keeps its config and its sessions.
+    pub fn home(&self) -> &std::path::Path {
+        self._home.path()
+    }
+
+    /// Waits until some file under `dir` (recursively) whose name contains `name` holds
+    /// `text`: a CLI's own session file, written on its own schedule.
+    pub fn wait_for_file(&self, dir: &std::path::Path, name: &str, text: &str) {
+        fn found(dir: &std::path::Path, name: &str, text: &str) -> bool {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return false;
+            };
+            entries.flatten().any(|entry| {
+                let path = entry.path();
+                if path.is_dir() {
+                    return found(&path, name, text);
+                }
+                path.file_name()
+                    .is_some_and(|f| f.to_string_lossy().contains(name))
+                    && std::fs::read_to_string(&path).is_ok_and(|s| s.contains(text))
+            })
+        }
+        let start = std::time::Instant::now();
+        while !found(dir, name, text) {
+            assert!(
+                start.elapsed() < self.deadline,
+                "no file named *{name}* holding {text:?} under {}",
+                dir.display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// Kills the server outright (`kill -9`; its agents die with it) and starts it again on
     /// the same store, with the same environment.
     pub fn restart(&mut self) {

@@ -21,8 +21,8 @@
 //!   matched, possibly nothing.
 //! * Each session names the companion that hosts its agent ([`SessionRecord::node`]).
 //!   [`Store::claim_session`] moves a session to a companion atomically, and only a session
-//!   that no companion is running (or that the claimant already hosts), so two companions
-//!   never run the same session's agent.
+//!   that no companion is running, so two companions (or two requests on one) never run the
+//!   same session's agent.
 //! * [`Store::epoch`] names this log's incarnation: it stays the same across restarts on the
 //!   same file or database and changes only when the log is rebuilt, so a client can tell "resume" from
 //!   "reset".
@@ -172,8 +172,8 @@ pub trait Store: Send + Sync + 'static {
         provider_session_id: &str,
     ) -> Result<(), StoreError>;
     /// Makes `node` the session's host and its state `starting`, atomically, if no companion
-    /// runs it (its state is neither `starting` nor `running`) or `node` already hosts it.
-    /// `Ok(false)`: another companion runs it, and nothing changed.
+    /// runs it (its state is neither `starting` nor `running`). `Ok(false)`: a companion runs
+    /// it (see its `node`), and nothing changed.
     async fn claim_session(&self, id: &str, node: &str, now: Timestamp)
         -> Result<bool, StoreError>;
 

@@ -611,7 +611,7 @@ impl WriteConn {
             claim: client
                 .prepare(
                     "UPDATE agentwire.sessions SET node = $2, state = 'starting', updated_at = $3
-                     WHERE id = $1 AND (state NOT IN ('starting', 'running') OR node = $2)",
+                     WHERE id = $1 AND state NOT IN ('starting', 'running')",
                 )
                 .await?,
             client,

@@ -459,7 +459,7 @@ impl Step<'_> {
             Op::Claim { id, node, now } => {
                 let n = self.conn.execute(
                     "UPDATE sessions SET node = ?2, state = 'starting', updated_at = ?3
-                     WHERE id = ?1 AND (state NOT IN ('starting', 'running') OR node = ?2)",
+                     WHERE id = ?1 AND state NOT IN ('starting', 'running')",
                     params![id, node, now.unix_millis()],
                 )?;
                 if n == 0 && !session_exists(self.conn, &id)? {
