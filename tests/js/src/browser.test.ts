@@ -76,7 +76,9 @@ try {
     assert.ok(r.drops >= 4, `drops: ${r.drops}`);
     assert.deepEqual(r.lifecycleAtDrops, ["running", "running", "running", "running"]);
     assert.ok(!r.notes.includes("gap") && !r.notes.includes("reset"), `notes: ${r.notes}`);
-    assert.equal(r.states[0], "connecting");
+    // States are coalesced per animation frame: on a fast machine the socket may be open (or
+    // the log caught up) before the first frame, so the first state seen is any of these.
+    assert.ok(["connecting", "live", "caught_up"].includes(r.states[0]), `first state ${r.states[0]}`);
     assert.equal(r.states.filter((s: string) => s === "reconnecting").length, r.drops);
     assert.equal(r.states.at(-1), "caught_up");
 
