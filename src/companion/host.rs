@@ -550,8 +550,9 @@ impl Hub {
             .await
     }
 
-    /// The session's record and, while its process runs, its live state: runtime, modes,
-    /// current mode, commands, pending approvals, capabilities.
+    /// The session's record, its latest sequence and the log's epoch, and, while its process
+    /// runs, its live state: runtime, modes, current mode, commands, pending approvals,
+    /// capabilities.
     pub async fn describe(&self, id: &str) -> Result<Value, CommandError> {
         let Some(record) = self.store.get_session(id).await? else {
             return Err(CommandError::unknown_session(id));
@@ -574,6 +575,9 @@ impl Hub {
             }
         };
         out.insert("session".into(), json!(record));
+        let latest = self.store.latest_sequence(id).await?;
+        out.insert("latest_sequence".into(), json!(latest));
+        out.insert("epoch".into(), json!(self.store.epoch()));
         Ok(Value::Object(out))
     }
 

@@ -256,12 +256,7 @@ async fn get_session(
     State(state): State<AppState>,
     UrlPath(id): UrlPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let store = state.hub.store();
-    let mut described = state.hub.describe(&id).await?;
-    let latest = store.latest_sequence(&id).await?;
-    described["latest_sequence"] = json!(latest);
-    described["epoch"] = json!(store.epoch());
-    Ok(Json(described))
+    Ok(Json(state.hub.describe(&id).await?))
 }
 
 #[derive(Deserialize)]

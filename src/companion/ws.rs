@@ -319,6 +319,9 @@ where
                 let result = state.hub.resume_session(&session).await;
                 send(reply(id, result.map(|s| serde_json::json!(s)))).await;
             }
+            ClientMsg::DescribeSession { id, session } => {
+                send(reply(id, state.hub.describe(&session).await)).await;
+            }
         }
     }
     for (_, task) in subscriptions {

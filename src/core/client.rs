@@ -265,6 +265,15 @@ impl Client {
         })
     }
 
+    /// The session's record and live state (runtime, modes, commands, pending approvals,
+    /// capabilities); the reply's result is what `GET /api/sessions/{id}` answers.
+    pub fn describe_session(&mut self, session: &str) -> Result<String, WireError> {
+        self.command(|id| ClientMsg::DescribeSession {
+            id,
+            session: session.to_owned(),
+        })
+    }
+
     /// Reopens a session whose agent process is gone; the reply's result is the session.
     pub fn resume_session(&mut self, session: &str) -> Result<String, WireError> {
         self.command(|id| ClientMsg::ResumeSession {

@@ -82,6 +82,11 @@ pub enum ClientMsg {
         id: String,
         session: String,
     },
+    /// The session's record and live state: what `GET /api/sessions/{id}` answers.
+    DescribeSession {
+        id: String,
+        session: String,
+    },
     Ping {
         #[serde(default)]
         id: Option<String>,

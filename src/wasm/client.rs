@@ -307,6 +307,17 @@ impl Client {
         self.command(sent, Resolve::Nothing)
     }
 
+    /// The session's record and live state: runtime, modes and the current one, slash
+    /// commands, pending approvals, capabilities (what `GET /api/sessions/{id}` answers).
+    #[wasm_bindgen(
+        js_name = describeSession,
+        unchecked_return_type = "Promise<SessionDescription>"
+    )]
+    pub fn describe_session(&self, session: &str) -> Promise {
+        let sent = self.inner.borrow_mut().core.describe_session(session);
+        self.command(sent, Resolve::Result)
+    }
+
     /// Reopens a session whose agent process is gone; resolves to the session record.
     #[wasm_bindgen(js_name = resumeSession, unchecked_return_type = "Promise<SessionRecord>")]
     pub fn resume_session(&self, session: &str) -> Promise {

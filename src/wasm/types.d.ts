@@ -206,6 +206,37 @@ export interface ModelChange {
   thinking?: Thinking;
 }
 
+/** What a session's agent can do besides prompts, interrupts and approvals. */
+export interface Capabilities {
+  set_mode: boolean;
+  set_model: boolean;
+  thinking: boolean;
+  commands: boolean;
+  resume: boolean;
+}
+
+export interface Mode {
+  id: string;
+  name: string;
+  description?: string;
+}
+
+/** `Client.describeSession`'s answer (the same as `GET /api/sessions/{id}`). */
+export interface SessionDescription {
+  session: SessionRecord;
+  latest_sequence: number;
+  epoch: string;
+  /** From the CLI's `session_started`: `model`, `version`, `cwd`, `provider_session_id`, … */
+  runtime: { [key: string]: Json };
+  capabilities: Capabilities;
+  /** The `tool_approval_requested` data still waiting for an answer. */
+  pending_approvals: Json[];
+  /** While the agent runs on the companion asked: */
+  modes?: Mode[];
+  current_mode?: string | null;
+  commands?: Json[] | null;
+}
+
 /** A session as the companion stores it (`GET /api/sessions/{id}`'s `session`). */
 export interface SessionRecord {
   id: string;

@@ -221,6 +221,7 @@ fn the_session_contract_commands_are_sent_as_the_protocol_spells_them() {
     c.set_model("s1", Some("claude-sonnet-4-5"), None).unwrap();
     c.set_model("s1", None, Some(Thinking::High)).unwrap();
     let resume = c.resume_session("s1").unwrap();
+    c.describe_session("s1").unwrap();
     let (_, sent) = outbox(&mut c);
     assert_eq!(
         sent,
@@ -229,6 +230,7 @@ fn the_session_contract_commands_are_sent_as_the_protocol_spells_them() {
             r#"{"t":"set_model","id":"c2","session":"s1","model":"claude-sonnet-4-5"}"#,
             r#"{"t":"set_model","id":"c3","session":"s1","thinking":"high"}"#,
             r#"{"t":"resume_session","id":"c4","session":"s1"}"#,
+            r#"{"t":"describe_session","id":"c5","session":"s1"}"#,
         ]
     );
     c.handle_frame(

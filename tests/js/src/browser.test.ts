@@ -93,7 +93,10 @@ try {
       "AgentwireError:bad_options",
       "AgentwireError:bad_options",
       "AgentwireError:already_running",
+      "AgentwireError:unknown_session",
     ]);
+    assert.ok(r.describedLikeTheApi, "describeSession answers what GET /api/sessions/{id} does");
+    assert.ok(r.describedNode.length > 0, "the session names its node");
     assert.equal(r.modeSet, "resolved", "setMode resolves with nothing");
     assert.equal(r.currentMode, "dontAsk", "the server has the mode the client set");
 

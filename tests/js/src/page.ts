@@ -109,7 +109,10 @@ async function scenario(): Promise<Record<string, unknown>> {
   ]) {
     errors.push(code(await refused().catch((e: unknown) => e)));
   }
-  const described = await api("GET", `/api/sessions/${session}`);
+  const described = await client.describeSession(session);
+  const viaApi = await api("GET", `/api/sessions/${session}`);
+  const contract = (d: any) => [d.session, d.capabilities, d.modes, d.current_mode, d.commands];
+  errors.push(code(await client.describeSession("ses_nope").catch((e: unknown) => e)));
   await until("the mode change arrived", () => client.after(session) >= described.latest_sequence);
   await until("the last batch", () => framesReceived > 0 && seen.items.get(session)?.length === client.snapshot(session).length);
   await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
@@ -130,6 +133,8 @@ async function scenario(): Promise<Record<string, unknown>> {
     errors,
     modeSet: modeSet === undefined ? "resolved" : modeSet,
     currentMode: described.current_mode,
+    describedLikeTheApi: JSON.stringify(contract(described)) === JSON.stringify(contract(viaApi)),
+    describedNode: described.session.node,
     states: seen.states,
     notes: seen.notes,
     callbacks: seen.frameTimes.length,
