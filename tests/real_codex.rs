@@ -11,7 +11,6 @@ mod common;
 use agentwire::core::event::EventType;
 use common::real::{of_run, terminal, texts, Rig};
 use common::*;
-use serde_json::Value;
 
 /// Every request reached the Responses API.
 fn assert_only_responses_traffic(rig: &Rig) {
@@ -94,20 +93,7 @@ fn a_command_waits_for_approval_and_runs_once_allowed() {
 #[test]
 fn interrupting_a_slow_turn_cancels_it_and_the_session_goes_on() {
     let rig = Rig::codex();
-    let session = rig.create_session();
-    let turn = rig.server.start_turn(&session, "slow");
-    rig.wait(&session, "the answer to stream", |e| {
-        e.iter().any(|e| e.kind() == EventType::MessageStreamed)
-    });
-    let (status, body) =
-        rig.server
-            .api("POST", &format!("/api/sessions/{session}/interrupt"), None);
-    assert_eq!(status, 204, "{body}");
-    let events = rig.wait(&session, "the turn to end", |e| ended(e, &turn));
-    let end = terminal(&events, &turn);
-    assert_eq!(end.kind(), EventType::RunCancelled, "{}", end.to_json());
-    let (next, events) = rig.turn(&session, "hello after the interrupt");
-    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    let (session, _, _) = rig.interrupted_slow_turn();
     assert_only_responses_traffic(&rig);
     rig.keep_transcript(&session, "codex-app-server", "interrupted");
 }
@@ -115,19 +101,7 @@ fn interrupting_a_slow_turn_cancels_it_and_the_session_goes_on() {
 #[test]
 fn an_http_401_fails_the_turn_with_a_provider_error() {
     let rig = Rig::codex();
-    let session = rig.create_session();
-    let (turn, events) = rig.turn(&session, "http401");
-    let end = terminal(&events, &turn);
-    assert_eq!(end.kind(), EventType::RunFailed);
-    let error: &Value = &end.data()["provider_error"];
-    let kind = error["kind"].as_str().unwrap();
-    assert!(
-        ["authentication_failed", "api_error"].contains(&kind),
-        "{}",
-        end.to_json()
-    );
-    let (next, events) = rig.turn(&session, "hello");
-    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    let session = rig.failed_turn_then_another(&["authentication_failed", "api_error"]);
     assert_only_responses_traffic(&rig);
     rig.keep_transcript(&session, "codex-app-server", "http401");
 }

@@ -12,7 +12,7 @@ mod common;
 use agentwire::core::event::EventType;
 use common::real::{of_run, terminal, texts, Rig};
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// Every request reached the Chat Completions API (turns, and OpenCode's title request).
 fn assert_only_chat_traffic(rig: &Rig) {
@@ -102,20 +102,7 @@ fn a_shell_command_waits_for_approval_and_runs_once_allowed() {
 #[test]
 fn interrupting_a_slow_turn_cancels_it_and_the_session_goes_on() {
     let rig = Rig::opencode();
-    let session = rig.create_session();
-    let turn = rig.server.start_turn(&session, "slow");
-    rig.wait(&session, "the answer to stream", |e| {
-        e.iter().any(|e| e.kind() == EventType::MessageStreamed)
-    });
-    let (status, body) =
-        rig.server
-            .api("POST", &format!("/api/sessions/{session}/interrupt"), None);
-    assert_eq!(status, 204, "{body}");
-    let events = rig.wait(&session, "the turn to end", |e| ended(e, &turn));
-    let end = terminal(&events, &turn);
-    assert_eq!(end.kind(), EventType::RunCancelled, "{}", end.to_json());
-    let (next, events) = rig.turn(&session, "hello after the interrupt");
-    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    let (session, _, _) = rig.interrupted_slow_turn();
     assert_only_chat_traffic(&rig);
     rig.keep_transcript(&session, "opencode", "interrupted");
 }
@@ -123,14 +110,7 @@ fn interrupting_a_slow_turn_cancels_it_and_the_session_goes_on() {
 #[test]
 fn an_http_401_fails_the_turn_with_a_provider_error() {
     let rig = Rig::opencode();
-    let session = rig.create_session();
-    let (turn, events) = rig.turn(&session, "http401");
-    let end = terminal(&events, &turn);
-    assert_eq!(end.kind(), EventType::RunFailed, "{}", end.to_json());
-    let error: &Value = &end.data()["provider_error"];
-    assert_eq!(error["kind"], "authentication_failed", "{}", end.to_json());
-    let (next, events) = rig.turn(&session, "hello");
-    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    let session = rig.failed_turn_then_another(&["authentication_failed"]);
     assert_only_chat_traffic(&rig);
     rig.keep_transcript(&session, "opencode", "http401");
 }

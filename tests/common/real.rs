@@ -250,6 +250,40 @@ in_app_updates = false
         (turn, events)
     }
 
+    /// The interrupt scenario, the same for every CLI: a slow turn, interrupted through the
+    /// API once it streams, ends `run_cancelled`, and the next turn completes. Returns the
+    /// session, the interrupted turn and the events up to its end.
+    pub fn interrupted_slow_turn(&self) -> (String, String, Vec<Event>) {
+        let session = self.create_session();
+        let turn = self.server.start_turn(&session, "slow");
+        self.wait(&session, "the answer to stream", |e| {
+            e.iter().any(|e| e.kind() == EventType::MessageStreamed)
+        });
+        let path = format!("/api/sessions/{session}/interrupt");
+        let (status, body) = self.server.api("POST", &path, None);
+        assert_eq!(status, 204, "{body}");
+        let events = self.wait(&session, "the turn to end", |e| ended(e, &turn));
+        let end = terminal(&events, &turn);
+        assert_eq!(end.kind(), EventType::RunCancelled, "{}", end.to_json());
+        let (next, after) = self.turn(&session, "hello after the interrupt");
+        assert_eq!(terminal(&after, &next).kind(), EventType::RunCompleted);
+        (session, turn, events)
+    }
+
+    /// The fast-failure scenario: the model API answers 401, the turn fails with a
+    /// `provider_error` of one of `kinds`, and the session goes on. Returns the session.
+    pub fn failed_turn_then_another(&self, kinds: &[&str]) -> String {
+        let session = self.create_session();
+        let (turn, events) = self.turn(&session, "http401");
+        let end = terminal(&events, &turn);
+        assert_eq!(end.kind(), EventType::RunFailed, "{}", end.to_json());
+        let kind = end.data()["provider_error"]["kind"].as_str().unwrap_or("");
+        assert!(kinds.contains(&kind), "{}", end.to_json());
+        let (next, events) = self.turn(&session, "hello");
+        assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+        session
+    }
+
     /// Waits for an approval request in `turn`, answers it, and returns the turn's end.
     pub fn approve(&self, session: &str, turn: &str, decision: &str) -> Vec<Event> {
         let events = self.wait(session, "an approval request", |e| {
