@@ -157,6 +157,10 @@ struct ServeArgs {
     /// sessions its own node was running.
     #[arg(long, env = "AGENTWIRE_NODE")]
     node: Option<String>,
+    /// Milliseconds this node's lease lasts: renewed every third of that; another companion
+    /// on the store ends the running sessions of a node silent for longer as failed.
+    #[arg(long, default_value_t = 30_000)]
+    lease_ms: i64,
 }
 
 #[derive(clap::Args)]
@@ -322,6 +326,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             Some(node) => node,
             None => host_name(),
         };
+        hub_config.lease_ms = args.lease_ms.max(30);
         let hub = host::Hub::new(store, hub_config);
         let recovered = hub.recover().await.context("recovering sessions")?;
         if recovered > 0 {
@@ -329,6 +334,12 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
                 "agentwire: marked {recovered} session(s) left running by the last run as failed"
             );
         }
+        // Alive from now on: renew the lease (taking over what dead nodes left running) before
+        // serving, then in the background.
+        hub.renew_lease()
+            .await
+            .context("renewing this node's lease")?;
+        tokio::spawn(hub.clone().keep_lease());
         let mut config = server::ServerConfig::new(token.clone(), args.www);
         config.allowed_origins = args.allow_origin;
         config.limits.heartbeat_ms = args.heartbeat_ms.max(100);

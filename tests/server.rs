@@ -843,13 +843,13 @@ async fn a_companion_restarting_on_a_shared_store_leaves_the_others_sessions_run
             "{path}: {reply}"
         );
     }
-    // A dies for good; its session is left `running` in the store until someone takes it.
+    // A dies; within its lease (30 s by default) its session stays A's.
     a.kill();
     let (status, reply) = b.api("POST", &format!("/api/sessions/{session}/resume"), None);
     assert_eq!(
         (status, reply["error"]["code"].as_str()),
         (409, Some("hosted_elsewhere")),
-        "a dead node's session is still its own until it restarts: {reply}"
+        "within its lease, a dead node's session is still its own: {reply}"
     );
     let a = Server::start_on_postgres(&url, &["--node", "a"]);
     let (_, body) = a.api("GET", &format!("/api/sessions/{session}"), None);
@@ -883,6 +883,93 @@ async fn a_companion_restarting_on_a_shared_store_leaves_the_others_sessions_run
         .map(|e| e.data_str("previous_state"))
         .collect();
     assert_eq!(resumed, [Some("failed")]);
+}
+
+/// A companion that dies and does not come back: once its lease runs out, another companion
+/// ends its running sessions as failed, so nothing shows them running forever; then any
+/// companion may resume them.
+#[tokio::test]
+async fn a_dead_companions_sessions_fail_once_its_lease_runs_out() {
+    let url = postgres::fresh_database().await;
+    let mut a = Server::start_on_postgres_paced(&url, 50, &["--node", "a", "--lease-ms", "900"]);
+    let b = Server::start_on_postgres(&url, &["--node", "b", "--lease-ms", "900"]);
+    let session = a.create_demo_session();
+    let turn = a.start_turn(&session, "slow please");
+    a.wait_events(&session, "the turn to stream", |e| {
+        e.iter().any(|e| e.kind() == EventType::MessageStreamed)
+    });
+    a.kill();
+    let log = b.wait_events(&session, "B to end A's session", |e| {
+        e.last()
+            .is_some_and(|e| e.kind() == EventType::SessionFailed)
+    });
+    assert_contiguous(&log);
+    let ends: Vec<_> = log
+        .iter()
+        .filter(|e| e.kind().is_run_terminal() && e.run_id() == Some(turn.as_str()))
+        .collect();
+    assert_eq!(ends.len(), 1, "one terminal for the turn");
+    assert_eq!(ends[0].kind(), EventType::RunFailed);
+    assert_eq!(ends[0].data()["provider_error"]["kind"], "node_lost");
+    let (_, body) = b.api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(
+        (
+            body["session"]["node"].as_str(),
+            body["session"]["state"].as_str()
+        ),
+        (Some("b"), Some("failed"))
+    );
+    // B resumes it: the same log goes on, on B.
+    let (status, reply) = b.api("POST", &format!("/api/sessions/{session}/resume"), None);
+    assert_eq!(status, 200, "{reply}");
+    let next = b.start_turn(&session, "hello");
+    let log = b.wait_events(&session, "a turn on B", |e| ended(e, &next));
+    assert_contiguous(&log);
+    assert_eq!(log.last().unwrap().kind(), EventType::RunCompleted);
+}
+
+/// A companion whose session was taken over while it was cut off (its lease ran out) stops
+/// that session's agent at its next lease round and writes nothing more to it.
+#[tokio::test]
+async fn a_companion_stops_a_session_taken_over_from_it() {
+    let url = postgres::fresh_database().await;
+    let a = Server::start_on_postgres_paced(&url, 50, &["--node", "a", "--lease-ms", "900"]);
+    let session = a.create_demo_session();
+    a.start_turn(&session, "slow please");
+    a.wait_events(&session, "the turn to stream", |e| {
+        e.iter().any(|e| e.kind() == EventType::MessageStreamed)
+    });
+    // What another node's take-over leaves in the store (tests/store.rs tests the take-over).
+    let db = postgres::connect(&url).await;
+    let taken = db
+        .execute(
+            "UPDATE agentwire.sessions SET node = 'b', state = 'failed' WHERE id = $1",
+            &[&session],
+        )
+        .await
+        .unwrap();
+    assert_eq!(taken, 1);
+    // While A runs the agent, the session's description has its live fields (`modes`).
+    let path = format!("/api/sessions/{session}");
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let (status, body) = a.api("GET", &path, None);
+        assert_eq!(status, 200, "{body}");
+        if body.get("modes").is_none() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A kept the session: {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // The slow turn would stream a chunk every 50 ms: a second later, nothing more was written.
+    let before = a.events(&session);
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let after = a.events(&session);
+    assert_eq!(after.len(), before.len(), "A wrote to a session it lost");
+    assert_eq!(after.last().unwrap().kind(), EventType::MessageStreamed);
 }
 
 /// Two companions on one PostgreSQL database (`--store`): a session hosted by A is followed

@@ -572,6 +572,65 @@ mod conformance {
         ));
     }
 
+    pub async fn the_sessions_of_a_node_whose_lease_ran_out_are_taken_over_once(
+        store: Arc<dyn Store>,
+    ) {
+        let at = Timestamp::from_unix_millis;
+        let on = |id: &str, node: &str, state: SessionState| {
+            let mut s = session(id, 1);
+            s.node = node.into();
+            s.state = state;
+            s
+        };
+        for s in [
+            on("stale", "a", SessionState::Running),
+            on("starting", "a", SessionState::Starting),
+            on("done", "a", SessionState::Closed),
+            on("fresh", "b", SessionState::Running),
+            on("ghost", "never-beat", SessionState::Running),
+            on("mine", "c", SessionState::Running),
+        ] {
+            store.create_session(s).await.unwrap();
+        }
+        store.beat("a", at(1_000)).await.unwrap();
+        store.beat("b", at(5_000)).await.unwrap();
+        // An older beat never moves a lease back.
+        store.beat("b", at(2_000)).await.unwrap();
+        store.beat("c", at(6_000)).await.unwrap();
+        store.beat("d", at(6_000)).await.unwrap();
+        // c and d race for what a and the node that never beat left running: each session
+        // goes to exactly one of them.
+        let (c, d) = tokio::join!(
+            store.take_over_stale("c", at(3_000), at(6_000)),
+            store.take_over_stale("d", at(3_000), at(6_000))
+        );
+        let (c, d) = (c.unwrap(), d.unwrap());
+        let mut taken: Vec<(&str, &str)> = c
+            .iter()
+            .map(|s| (s.id.as_str(), "c"))
+            .chain(d.iter().map(|s| (s.id.as_str(), "d")))
+            .collect();
+        taken.sort();
+        let ids: Vec<&str> = taken.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, ["ghost", "stale", "starting"], "{taken:?}");
+        for (id, node) in taken {
+            let s = store.get_session(id).await.unwrap().unwrap();
+            assert_eq!(
+                (s.node.as_str(), s.state, s.updated_at),
+                (node, SessionState::Starting, at(6_000))
+            );
+        }
+        for (id, node) in [("done", "a"), ("fresh", "b"), ("mine", "c")] {
+            assert_eq!(store.get_session(id).await.unwrap().unwrap().node, node);
+        }
+        // Nothing is left to take.
+        let again = store
+            .take_over_stale("c", at(3_000), at(7_000))
+            .await
+            .unwrap();
+        assert_eq!(again, []);
+    }
+
     /// `open` opens the same log again (the same file, the same database).
     pub async fn reopen_preserves_the_log(open: Opener<'_>) {
         let store = open().await;
@@ -675,6 +734,7 @@ macro_rules! conformance_suite {
             concurrent_appenders_get_contiguous_sequences,
             subscribers_hear_only_after_commit,
             a_session_is_claimed_by_one_companion_at_a_time,
+            the_sessions_of_a_node_whose_lease_ran_out_are_taken_over_once,
         );
     )*};
 }
@@ -719,7 +779,7 @@ fn a_version_0_database_is_migrated_and_keeps_its_epoch() {
         .collect::<Result<_, _>>()
         .unwrap();
     tables.retain(|t| t != "scratch");
-    assert_eq!(tables, ["events", "meta", "sessions"]);
+    assert_eq!(tables, ["events", "meta", "nodes", "sessions"]);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();

@@ -121,6 +121,10 @@ pub struct HubConfig {
     /// This companion's name among those sharing a store (`serve --node`): it hosts the
     /// sessions it creates or resumes, and recovers only those after a restart.
     pub node: String,
+    /// How long this node's lease lasts without renewal ([`Hub::keep_lease`] renews it every
+    /// third of that): another companion takes over the live sessions of a node silent for
+    /// longer, and ends them as failed.
+    pub lease_ms: i64,
 }
 
 impl HubConfig {
@@ -136,6 +140,7 @@ impl HubConfig {
             cli_dir: PathBuf::from(DEFAULT_CLI_DIR),
             record_dir: None,
             node: "local".to_owned(),
+            lease_ms: 30_000,
         }
     }
 }
@@ -165,6 +170,9 @@ enum Command {
     ),
     Describe(oneshot::Sender<Result<Value, CommandError>>),
     Close(oneshot::Sender<()>),
+    /// Another companion took the session over (this node's lease ran out): kill the agent
+    /// and write nothing more to the session.
+    Abandon(oneshot::Sender<()>),
 }
 
 /// All hosted sessions. Cheap to share.
@@ -268,47 +276,127 @@ impl Hub {
             if !s.state.is_live() || !ours {
                 continue;
             }
-            let provider = provider_of(&s.provider);
-            let mut projector = TurnProjector::new(LifecycleConfig::new(&s.id, provider));
-            projector.mark_connected();
-            let mut after = 0;
-            loop {
-                let query = super::store::EventQuery {
-                    after: Some(after),
-                    limit: Some(1_000),
-                    ..Default::default()
-                };
-                let page = self.store.get_events(&s.id, &query).await?;
-                let Some(last) = page.last() else { break };
-                after = last.sequence();
-                for e in &page {
-                    projector.handle_event(e, 0);
-                }
-            }
             let message = "the companion stopped while this session's process was running";
-            let error = ProviderError::new(provider, "companion_restart", message);
-            let at = now();
-            projector.end_active(
-                EventType::RunFailed,
-                &Value::Object(error.to_data()),
-                at.unix_millis(),
-            );
-            let mut events: Vec<Event> = std::iter::from_fn(|| projector.poll_event()).collect();
-            events.push(host_event(
-                &s.id,
-                provider,
-                None,
-                EventType::SessionFailed,
-                error.to_data(),
-                at,
-            ));
-            self.store.append(&s.id, events).await?;
-            self.store
-                .set_session_state(&s.id, SessionState::Failed, at)
-                .await?;
+            self.fail_orphan(&s, "companion_restart", message).await?;
             recovered += 1;
         }
         Ok(recovered)
+    }
+
+    /// Renews this node's lease now, then every third of `lease_ms`, for as long as the
+    /// server runs; each time, takes over the live sessions of nodes whose lease ran out (a
+    /// companion that died and did not come back) and ends them as failed, so that no page
+    /// shows them running forever. They can then be resumed on any companion.
+    pub async fn keep_lease(self: Arc<Self>) {
+        let lease = self.config.lease_ms.max(3);
+        let mut tick = tokio::time::interval(Duration::from_millis(lease as u64 / 3));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = self.renew_lease().await {
+                eprintln!(
+                    "agentwire: renewing the lease of node {:?}: {e}",
+                    self.node()
+                );
+            }
+        }
+    }
+
+    /// One lease round: beat, then take over and fail what dead nodes left running.
+    /// Returns how many sessions were taken over.
+    pub async fn renew_lease(&self) -> Result<usize, StoreError> {
+        let at = now();
+        self.store.beat(&self.config.node, at).await?;
+        let cutoff = Timestamp::from_unix_millis(at.unix_millis() - self.config.lease_ms);
+        let taken = (self.store)
+            .take_over_stale(&self.config.node, cutoff, at)
+            .await?;
+        self.fence().await?;
+        for s in &taken {
+            let message = "the companion hosting this session stopped renewing its lease";
+            eprintln!(
+                "agentwire: session {} failed: the node running it stopped renewing its lease",
+                s.id
+            );
+            self.fail_orphan(s, "node_lost", message).await?;
+        }
+        Ok(taken.len())
+    }
+
+    /// Stops, without writing to them, the sessions this node runs that another companion took
+    /// over (this node's lease ran out while it was cut off or stalled).
+    async fn fence(&self) -> Result<(), StoreError> {
+        let hosted: Vec<(String, mpsc::Sender<Command>)> = (self.sessions.lock())
+            .expect("sessions lock")
+            .iter()
+            .map(|(id, tx)| (id.clone(), tx.clone()))
+            .collect();
+        for (id, tx) in hosted {
+            let Some(record) = self.store.get_session(&id).await? else {
+                continue;
+            };
+            if record.node == self.config.node {
+                continue;
+            }
+            eprintln!(
+                "agentwire: session {id} was taken over by node {:?}: stopping its agent here",
+                record.node
+            );
+            self.forget(&id);
+            let (reply, rx) = oneshot::channel();
+            if tx.send(Command::Abandon(reply)).await.is_ok() {
+                let _ = rx.await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends a session whose process is gone (its companion died): its open turns end with
+    /// `run_failed`, then `session_failed`, both with a `provider_error` of `kind`.
+    async fn fail_orphan(
+        &self,
+        s: &SessionRecord,
+        kind: &str,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        let provider = provider_of(&s.provider);
+        let mut projector = TurnProjector::new(LifecycleConfig::new(&s.id, provider));
+        projector.mark_connected();
+        let mut after = 0;
+        loop {
+            let query = super::store::EventQuery {
+                after: Some(after),
+                limit: Some(1_000),
+                ..Default::default()
+            };
+            let page = self.store.get_events(&s.id, &query).await?;
+            let Some(last) = page.last() else { break };
+            after = last.sequence();
+            for e in &page {
+                projector.handle_event(e, 0);
+            }
+        }
+        let error = ProviderError::new(provider, kind, message);
+        let at = now();
+        projector.end_active(
+            EventType::RunFailed,
+            &Value::Object(error.to_data()),
+            at.unix_millis(),
+        );
+        let mut events: Vec<Event> = std::iter::from_fn(|| projector.poll_event()).collect();
+        events.push(host_event(
+            &s.id,
+            provider,
+            None,
+            EventType::SessionFailed,
+            error.to_data(),
+            at,
+        ));
+        self.store.append(&s.id, events).await?;
+        self.store
+            .set_session_state(&s.id, SessionState::Failed, at)
+            .await?;
+        Ok(())
     }
 
     /// Creates a session and starts its agent process.
@@ -714,6 +802,8 @@ struct SessionTask {
     commands: Option<Value>,
     /// Why the session must end, when a request to the agent failed for good.
     fatal: Option<ProviderError>,
+    /// Another companion took the session over: nothing more is written to it.
+    abandoned: bool,
 }
 
 impl SessionTask {
@@ -746,6 +836,7 @@ impl SessionTask {
             current_mode: None,
             commands: None,
             fatal: None,
+            abandoned: false,
             normalizer: Normalizer::new(Some(adapter.format()), normalizer_config),
             projector,
             echo: UserEchoFilter::default(),
@@ -816,6 +907,12 @@ impl SessionTask {
                         stdin = None;
                         let _ = child.start_kill();
                     }
+                    Some(Command::Abandon(reply)) => {
+                        self.abandoned = true;
+                        closing = Some(reply);
+                        stdin = None;
+                        let _ = child.start_kill();
+                    }
                     Some(cmd) => self.handle_command(cmd, &mut stdin).await,
                     None => {
                         stdin = None;
@@ -856,7 +953,7 @@ impl SessionTask {
                 | Command::SetMode(_, r)
                 | Command::SetModel(_, _, r) => drop(r.send(Err(CommandError::closed(&self.id)))),
                 Command::Describe(r) => drop(r.send(Err(CommandError::closed(&self.id)))),
-                Command::Close(r) => drop(r.send(())),
+                Command::Close(r) | Command::Abandon(r) => drop(r.send(())),
             }
         }
     }
@@ -1123,7 +1220,7 @@ impl SessionTask {
                 let _ = reply.send(Ok(()));
             }
             Command::Describe(reply) => drop(reply.send(Ok(self.describe()))),
-            Command::Close(reply) => drop(reply.send(())),
+            Command::Close(reply) | Command::Abandon(reply) => drop(reply.send(())),
         }
     }
 
@@ -1273,6 +1370,9 @@ impl SessionTask {
     }
 
     async fn append(&mut self, events: Vec<Event>) {
+        if self.abandoned {
+            return;
+        }
         if let Err(e) = self.hub.store.append(&self.id, events).await {
             eprintln!(
                 "agentwire: session {}: could not store events: {e}",
@@ -1283,6 +1383,9 @@ impl SessionTask {
 
     /// The process is gone: end what is active, record why, mark the session.
     async fn finish(&mut self, exit_code: Option<i32>, closed_by_user: bool) {
+        if self.abandoned {
+            return;
+        }
         let at = now();
         let stderr: Vec<u8> = self.stderr.iter().copied().collect();
         let stderr = String::from_utf8_lossy(&stderr);

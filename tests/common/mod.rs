@@ -53,10 +53,15 @@ impl Server {
 
     /// Starts a server on port 0 with the PostgreSQL store at `url` (`--store`).
     pub fn start_on_postgres(url: &str, extra: &[&str]) -> Server {
+        Server::start_on_postgres_paced(url, 2, extra)
+    }
+
+    /// The same, with the demo agent pausing `delay_ms` between chunks.
+    pub fn start_on_postgres_paced(url: &str, delay_ms: u64, extra: &[&str]) -> Server {
         let mut server = Server::spawn(
             Path::new(""),
             0,
-            2,
+            delay_ms,
             &[&["--store", url], extra].concat(),
             None,
         );

@@ -22,7 +22,9 @@
 //! * Each session names the companion that hosts its agent ([`SessionRecord::node`]).
 //!   [`Store::claim_session`] moves a session to a companion atomically, and only a session
 //!   that no companion is running, so two companions (or two requests on one) never run the
-//!   same session's agent.
+//!   same session's agent. A live companion renews its lease ([`Store::beat`]); the live
+//!   sessions of a node whose lease ran out are taken over by exactly one other
+//!   ([`Store::take_over_stale`]), which then ends them as failed.
 //! * [`Store::epoch`] names this log's incarnation: it stays the same across restarts on the
 //!   same file or database and changes only when the log is rebuilt, so a client can tell "resume" from
 //!   "reset".
@@ -176,6 +178,17 @@ pub trait Store: Send + Sync + 'static {
     /// it (see its `node`), and nothing changed.
     async fn claim_session(&self, id: &str, node: &str, now: Timestamp)
         -> Result<bool, StoreError>;
+    /// Renews `node`'s lease: it is alive at `now`.
+    async fn beat(&self, node: &str, now: Timestamp) -> Result<(), StoreError>;
+    /// Makes `node` the host (state `starting`) of every live session of another node whose
+    /// lease was last renewed before `cutoff` (or never), atomically, and returns them as they
+    /// are now (hosted by `node`): each is taken by exactly one of the companions that try.
+    async fn take_over_stale(
+        &self,
+        node: &str,
+        cutoff: Timestamp,
+        now: Timestamp,
+    ) -> Result<Vec<SessionRecord>, StoreError>;
 
     /// Appends a batch to one session, atomically and durably; see the module docs. Events
     /// must belong to `session_id`; their own `sequence` is ignored.

@@ -93,6 +93,11 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX events_by_time ON agentwire.events (session_id, timestamp_ms);",
     // 2: the companion that hosts each session.
     "ALTER TABLE agentwire.sessions ADD COLUMN node text NOT NULL DEFAULT '';",
+    // 3: each companion's lease.
+    "CREATE TABLE agentwire.nodes (
+         name    text PRIMARY KEY,
+         seen_at bigint NOT NULL
+     );",
 ];
 
 /// The advisory lock key that serializes migrations ("agentwir" in ASCII).
@@ -497,6 +502,15 @@ enum Op {
         node: String,
         now: Timestamp,
     },
+    Beat {
+        node: String,
+        now: Timestamp,
+    },
+    TakeOver {
+        node: String,
+        cutoff: Timestamp,
+        now: Timestamp,
+    },
 }
 
 impl Op {
@@ -507,7 +521,7 @@ impl Op {
             Op::SetState { id, .. }
             | Op::SetProviderSessionId { id, .. }
             | Op::Claim { id, .. } => Some(id),
-            Op::CreateSession(_) => None,
+            Op::CreateSession(_) | Op::Beat { .. } | Op::TakeOver { .. } => None,
         }
     }
 }
@@ -516,6 +530,7 @@ enum Done {
     Appended(Vec<Appended>),
     Session(SessionRecord),
     Claimed(bool),
+    TakenOver(Vec<SessionRecord>),
     Unit,
 }
 
@@ -560,6 +575,8 @@ struct WriteConn {
     set_state: Statement,
     set_provider_session_id: Statement,
     claim: Statement,
+    beat: Statement,
+    take_over: Statement,
 }
 
 impl WriteConn {
@@ -613,6 +630,23 @@ impl WriteConn {
                     "UPDATE agentwire.sessions SET node = $2, state = 'starting', updated_at = $3
                      WHERE id = $1 AND state NOT IN ('starting', 'running')",
                 )
+                .await?,
+            beat: client
+                .prepare(
+                    "INSERT INTO agentwire.nodes (name, seen_at) VALUES ($1, $2)
+                     ON CONFLICT (name) DO UPDATE
+                     SET seen_at = greatest(agentwire.nodes.seen_at, excluded.seen_at)",
+                )
+                .await?,
+            take_over: client
+                .prepare(&format!(
+                    "UPDATE agentwire.sessions AS s SET node = $1, state = 'starting',
+                         updated_at = $3
+                     WHERE s.state IN ('starting', 'running') AND s.node != $1
+                       AND coalesce((SELECT n.seen_at FROM agentwire.nodes AS n
+                                     WHERE n.name = s.node), 0) < $2
+                     RETURNING {SESSION_COLUMNS}"
+                ))
                 .await?,
             client,
         })
@@ -794,6 +828,20 @@ impl Writer {
                         }
                         n => Ok(Done::Claimed(n == 1)),
                     }
+                }
+                Op::Beat { node, now } => {
+                    let params: [&(dyn ToSql + Sync); 2] = [node, &now.unix_millis()];
+                    tx.execute(&conn.beat, &params).await?;
+                    Ok(Done::Unit)
+                }
+                Op::TakeOver { node, cutoff, now } => {
+                    let params: [&(dyn ToSql + Sync); 3] =
+                        [node, &cutoff.unix_millis(), &now.unix_millis()];
+                    let rows = tx.query(&conn.take_over, &params).await?;
+                    rows.iter()
+                        .map(session_row)
+                        .collect::<Result<Vec<_>, _>>()
+                        .map(Done::TakenOver)
                 }
             };
             results.push(result);
@@ -1193,6 +1241,33 @@ impl Store for PostgresStore {
         match self.submit(op).await? {
             Done::Claimed(claimed) => Ok(claimed),
             _ => unreachable!("a claim is answered with Claimed"),
+        }
+    }
+
+    async fn beat(&self, node: &str, now: Timestamp) -> Result<(), StoreError> {
+        check_text("node", node)?;
+        let op = Op::Beat {
+            node: node.to_owned(),
+            now,
+        };
+        self.submit(op).await.map(|_| ())
+    }
+
+    async fn take_over_stale(
+        &self,
+        node: &str,
+        cutoff: Timestamp,
+        now: Timestamp,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        check_text("node", node)?;
+        let op = Op::TakeOver {
+            node: node.to_owned(),
+            cutoff,
+            now,
+        };
+        match self.submit(op).await? {
+            Done::TakenOver(taken) => Ok(taken),
+            _ => unreachable!("a take-over is answered with TakenOver"),
         }
     }
 

@@ -70,6 +70,11 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX events_by_time ON events (session_id, timestamp_ms);",
     // 2: the companion that hosts each session.
     "ALTER TABLE sessions ADD COLUMN node TEXT NOT NULL DEFAULT '';",
+    // 3: each companion's lease.
+    "CREATE TABLE nodes (
+         name    TEXT PRIMARY KEY NOT NULL,
+         seen_at INTEGER NOT NULL
+     ) STRICT;",
 ];
 
 /// Requests waiting for the writer before `append` callers wait for room.
@@ -292,12 +297,22 @@ enum Op {
         node: String,
         now: Timestamp,
     },
+    Beat {
+        node: String,
+        now: Timestamp,
+    },
+    TakeOver {
+        node: String,
+        cutoff: Timestamp,
+        now: Timestamp,
+    },
 }
 
 enum Done {
     Appended(Vec<Appended>),
     Session(SessionRecord),
     Claimed(bool),
+    TakenOver(Vec<SessionRecord>),
     Unit,
 }
 
@@ -466,6 +481,32 @@ impl Step<'_> {
                     return Err(StoreError::UnknownSession(id));
                 }
                 Ok(Done::Claimed(n == 1))
+            }
+            Op::Beat { node, now } => {
+                self.conn.execute(
+                    "INSERT INTO nodes (name, seen_at) VALUES (?1, ?2)
+                     ON CONFLICT (name) DO UPDATE SET seen_at = max(seen_at, excluded.seen_at)",
+                    params![node, now.unix_millis()],
+                )?;
+                Ok(Done::Unit)
+            }
+            Op::TakeOver { node, cutoff, now } => {
+                let sql = format!(
+                    "UPDATE sessions SET node = ?1, state = 'starting', updated_at = ?3
+                     WHERE state IN ('starting', 'running') AND node != ?1
+                       AND coalesce((SELECT seen_at FROM nodes WHERE name = sessions.node), 0)
+                           < ?2
+                     RETURNING {SESSION_COLUMNS}"
+                );
+                let mut stmt = self.conn.prepare_cached(&sql)?;
+                let rows = stmt.query_map(
+                    params![node, cutoff.unix_millis(), now.unix_millis()],
+                    session_row,
+                )?;
+                let taken = rows
+                    .map(|row| session_state(row?))
+                    .collect::<Result<Vec<_>, StoreError>>()?;
+                Ok(Done::TakenOver(taken))
             }
         }
     }
@@ -807,6 +848,31 @@ impl Store for SqliteStore {
         match self.submit(op).await? {
             Done::Claimed(claimed) => Ok(claimed),
             _ => unreachable!("a claim is answered with Claimed"),
+        }
+    }
+
+    async fn beat(&self, node: &str, now: Timestamp) -> Result<(), StoreError> {
+        let op = Op::Beat {
+            node: node.to_owned(),
+            now,
+        };
+        self.submit(op).await.map(|_| ())
+    }
+
+    async fn take_over_stale(
+        &self,
+        node: &str,
+        cutoff: Timestamp,
+        now: Timestamp,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        let op = Op::TakeOver {
+            node: node.to_owned(),
+            cutoff,
+            now,
+        };
+        match self.submit(op).await? {
+            Done::TakenOver(taken) => Ok(taken),
+            _ => unreachable!("a take-over is answered with TakenOver"),
         }
     }
 
