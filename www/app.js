@@ -37,6 +37,7 @@ const state = {
   models: new Map(), // session -> SessionModel, from the Client's batches
   current: null, // the session shown, or {transcript: name}
   client: null,
+  node: null, // this companion's node: a session another node runs is read-only here
   resets: 0, // sessions whose log the server replaced (another epoch): rebuilt from scratch
 };
 
@@ -72,6 +73,7 @@ function renderSessions() {
 }
 
 function renderHead() {
+  let elsewhere = null;
   const current = state.current;
   if (current === null) {
     $("session-title").textContent = "No session selected";
@@ -84,7 +86,9 @@ function renderHead() {
     $("lifecycle").replaceChildren(badge(current.lifecycle ?? "idle", `lifecycle-${current.lifecycle ?? "idle"}`));
   } else {
     const s = state.sessions.find((x) => x.id === current);
-    $("session-title").textContent = s ? `${s.provider} session ${s.id}` : current;
+    elsewhere = s && hostedElsewhere(s) ? s.node : null;
+    $("session-title").textContent =
+      (s ? `${s.provider} session ${s.id}` : current) + (elsewhere ? ` · on node ${elsewhere}` : "");
     const lifecycle = state.lifecycles.get(current) ?? "initializing";
     $("lifecycle").replaceChildren(badge(lifecycle, `lifecycle-${lifecycle}`));
   }
@@ -92,9 +96,16 @@ function renderHead() {
   $("usage").textContent = u
     ? `${u.input_tokens} in · ${u.output_tokens} out` + (u.cost_usd ? ` · $${u.cost_usd.toFixed(4)}` : "")
     : "";
-  const live = typeof current === "string";
+  // Commands go to the companion that runs the session: from here, it can only be watched.
+  const live = typeof current === "string" && !elsewhere;
   $("send").disabled = !live;
   $("interrupt").disabled = !live;
+  $("send").title = elsewhere ? `Node ${elsewhere} runs this session: send prompts from its page` : "";
+}
+
+function hostedElsewhere(s) {
+  return Boolean(s.node) && state.node !== null && s.node !== state.node &&
+    (s.state === "running" || s.state === "starting");
 }
 
 // The permission modes of the session shown, when its agent has any (the session contract).
@@ -180,6 +191,7 @@ async function refreshSessions() {
 async function main() {
   await init();
   const info = await api("GET", "/api/info");
+  state.node = info.node ?? null;
   const providers = $("provider");
   for (const p of info.providers) {
     const option = document.createElement("option");

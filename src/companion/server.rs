@@ -230,6 +230,7 @@ async fn info(State(state): State<AppState>) -> Json<Value> {
         "epoch": state.hub.store().epoch(),
         "protocols": wire::PROTOCOL_VERSIONS,
         "providers": state.hub.providers(),
+        "node": state.hub.node(),
     }))
 }
 

@@ -794,6 +794,10 @@ async function multiNodeRun() {
   const context = await browser(dir);
   const page = await open(context, `${b.url}#${session}`);
   await until(page, "B's page shows A's session", (s) => window.agentwirePage.state.current === s, session);
+  // Watched, not driven, from B: A runs it, and the page says so.
+  await until(page, "the page names node A", () =>
+    document.getElementById("session-title")!.textContent!.endsWith("on node a") &&
+    (document.getElementById("send") as HTMLButtonElement).disabled);
   await a.api("POST", `/api/sessions/${session}/turns`, { prompt: "hello from node A" });
   await lastItem(page, "assistant_message", "!item.streaming && item.text.includes('hello from node A')");
   await lifecycle(page, "idle");
