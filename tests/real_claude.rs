@@ -17,13 +17,11 @@ use serde_json::{json, Value};
 
 /// Every request reached the Messages API, besides the CLI's preconnect `HEAD /`.
 fn assert_only_messages_traffic(rig: &Rig) {
-    let traffic = rig.traffic();
-    assert!(!traffic.is_empty(), "the CLI reached the fake model");
-    for (method, path) in &traffic {
+    rig.assert_only_traffic(|method, path| {
         let messages = method == "POST" && path.starts_with("/v1/messages");
         let preconnect = method == "HEAD" && path == "/";
-        assert!(messages || preconnect, "unexpected request {method} {path}");
-    }
+        messages || preconnect
+    });
     assert!(rig.fake.requests().iter().any(|r| r["method"] == "POST"
         && r["headers"]["user-agent"]
             .as_str()
@@ -43,11 +41,8 @@ fn plain_turns_stream_the_models_text_and_complete_with_distinct_run_ids() {
         info["providers"],
         json!(["demo", "claude", "codex", "gemini", "opencode"])
     );
-    let session = rig.create_session();
-    let (first, events) = rig.turn(&session, "hello");
-    assert_eq!(terminal(&events, &first).kind(), EventType::RunCompleted);
+    let (session, first, second, events) = rig.two_plain_turns();
     let sent = of_run(&events, &first, EventType::MessageSent);
-    assert_eq!(sent.len(), 1, "exactly one user message for the turn");
     assert_eq!(sent[0].data_str("content"), Some("hello"));
     let received = of_run(&events, &first, EventType::MessageReceived);
     assert_eq!(received.len(), 1);
@@ -55,24 +50,8 @@ fn plain_turns_stream_the_models_text_and_complete_with_distinct_run_ids() {
         received[0].data_str("content"),
         Some("Hello from the fake model.")
     );
-    let streamed: String = of_run(&events, &first, EventType::MessageStreamed)
-        .iter()
-        .filter_map(|e| e.data_str("delta"))
-        .collect();
-    assert_eq!(streamed, "Hello from the fake model.");
     assert!(events.iter().any(|e| e.kind() == EventType::SessionStarted));
-
-    let (second, events) = rig.turn(&session, "and again");
-    assert_ne!(first, second);
-    assert_eq!(terminal(&events, &second).kind(), EventType::RunCompleted);
-    assert_eq!(of_run(&events, &second, EventType::MessageSent).len(), 1);
     assert_eq!(of_run(&events, &second, EventType::RunStarted).len(), 1);
-    assert_contiguous(&events);
-    // The CLI's own session id is kept as the resume handle.
-    let (_, body) = rig
-        .server
-        .api("GET", &format!("/api/sessions/{session}"), None);
-    assert!(body["session"]["provider_session_id"].is_string(), "{body}");
     assert_only_messages_traffic(&rig);
     assert_eq!(posts(&rig), 2, "one model request per turn");
     rig.keep_transcript(&session, "claude", "plain");

@@ -14,41 +14,13 @@ use common::*;
 
 /// Every request reached the Responses API.
 fn assert_only_responses_traffic(rig: &Rig) {
-    let traffic = rig.traffic();
-    assert!(!traffic.is_empty(), "the CLI reached the fake model");
-    for (method, path) in &traffic {
-        assert!(
-            method == "POST" && path == "/v1/responses",
-            "unexpected request {method} {path}"
-        );
-    }
+    rig.assert_only_traffic(|method, path| method == "POST" && path == "/v1/responses");
 }
 
 #[test]
 fn plain_turns_stream_the_models_text_and_complete_with_distinct_run_ids() {
     let rig = Rig::codex();
-    let session = rig.create_session();
-    let (first, events) = rig.turn(&session, "hello");
-    assert_eq!(terminal(&events, &first).kind(), EventType::RunCompleted);
-    let sent = of_run(&events, &first, EventType::MessageSent);
-    assert_eq!(sent.len(), 1, "exactly one user message for the turn");
-    assert_eq!(texts(&events, &first), ["Hello from the fake model."]);
-    let streamed: String = of_run(&events, &first, EventType::MessageStreamed)
-        .iter()
-        .filter_map(|e| e.data_str("delta"))
-        .collect();
-    assert_eq!(streamed, "Hello from the fake model.");
-
-    let (second, events) = rig.turn(&session, "and again");
-    assert_ne!(first, second);
-    assert_eq!(terminal(&events, &second).kind(), EventType::RunCompleted);
-    assert_eq!(of_run(&events, &second, EventType::MessageSent).len(), 1);
-    assert_contiguous(&events);
-    // The thread id is kept as the resume handle.
-    let (_, body) = rig
-        .server
-        .api("GET", &format!("/api/sessions/{session}"), None);
-    assert!(body["session"]["provider_session_id"].is_string(), "{body}");
+    let (session, _, _, _) = rig.two_plain_turns();
     assert_only_responses_traffic(&rig);
     assert_eq!(rig.traffic().len(), 2, "one model request per turn");
     rig.keep_transcript(&session, "codex-app-server", "plain");
@@ -140,15 +112,7 @@ fn a_thread_resumes_after_a_kill_9_and_the_model_sees_the_earlier_turn() {
     let mut rig = Rig::codex();
     let session = rig.create_session();
     let (first, _) = rig.turn(&session, "remember the word pineapple");
-    rig.restart();
-    let (status, body) = rig
-        .server
-        .api("POST", &format!("/api/sessions/{session}/resume"), None);
-    assert_eq!(status, 200, "{body}");
-    let (next, events) = rig.turn(&session, "which word did I ask you to remember?");
-    assert_ne!(first, next);
-    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
-    assert_contiguous(&events);
+    rig.resumed_turn(&session, &first);
     let requests = rig.fake.requests();
     let last = requests.last().unwrap();
     let input = last["body"]["input"].to_string();

@@ -11,47 +11,22 @@ mod common;
 
 use agentwire::core::event::EventType;
 use common::real::{of_run, terminal, texts, Rig};
-use common::*;
 use serde_json::json;
 
 /// Every request reached the Gemini API: the router's classifier (`generateContent`) and
 /// the streamed turns.
 fn assert_only_gemini_traffic(rig: &Rig) {
-    let traffic = rig.traffic();
-    assert!(!traffic.is_empty(), "the CLI reached the fake model");
-    for (method, path) in &traffic {
-        assert!(
-            method == "POST" && path.starts_with("/v1beta/models/"),
-            "unexpected request {method} {path}"
-        );
-    }
+    rig.assert_only_traffic(|method, path| method == "POST" && path.starts_with("/v1beta/models/"));
 }
 
 #[test]
 fn plain_turns_stream_the_models_text_and_complete_with_distinct_run_ids() {
     let rig = Rig::gemini();
-    let session = rig.create_session();
-    let (first, events) = rig.turn(&session, "hello");
-    assert_eq!(terminal(&events, &first).kind(), EventType::RunCompleted);
-    let sent = of_run(&events, &first, EventType::MessageSent);
-    assert_eq!(sent.len(), 1, "exactly one user message for the turn");
-    assert_eq!(texts(&events, &first), ["Hello from the fake model."]);
-    let streamed: String = of_run(&events, &first, EventType::MessageStreamed)
-        .iter()
-        .filter_map(|e| e.data_str("delta"))
-        .collect();
-    assert_eq!(streamed, "Hello from the fake model.");
-
-    let (second, events) = rig.turn(&session, "and again");
-    assert_ne!(first, second);
-    assert_eq!(terminal(&events, &second).kind(), EventType::RunCompleted);
-    assert_eq!(of_run(&events, &second, EventType::MessageSent).len(), 1);
-    assert_contiguous(&events);
-    // The ACP session id is kept as the resume handle; the session describes itself.
+    let (session, _, _, _) = rig.two_plain_turns();
+    // The session describes itself.
     let (_, body) = rig
         .server
         .api("GET", &format!("/api/sessions/{session}"), None);
-    assert!(body["session"]["provider_session_id"].is_string(), "{body}");
     assert_eq!(body["runtime"]["version"], "0.61.0", "{body}");
     assert_eq!(body["current_mode"], "default", "{body}");
     let modes: Vec<&str> = body["modes"]
@@ -180,15 +155,7 @@ fn a_resumed_session_loads_or_falls_back_to_a_new_acp_session() {
         .server
         .api("GET", &format!("/api/sessions/{session}"), None);
     let handle = body["session"]["provider_session_id"].clone();
-    rig.restart();
-    let (status, body) = rig
-        .server
-        .api("POST", &format!("/api/sessions/{session}/resume"), None);
-    assert_eq!(status, 200, "{body}");
-    let (next, events) = rig.turn(&session, "which word did I ask you to remember?");
-    assert_ne!(first, next);
-    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
-    assert_contiguous(&events);
+    let events = rig.resumed_turn(&session, &first);
     let sent: Vec<_> = events
         .iter()
         .filter(|e| e.kind() == EventType::MessageSent)

@@ -250,6 +250,60 @@ in_app_updates = false
         (turn, events)
     }
 
+    /// Asserts that the CLI reached the fake model, and only with requests `allowed` accepts.
+    pub fn assert_only_traffic(&self, allowed: impl Fn(&str, &str) -> bool) {
+        let traffic = self.traffic();
+        assert!(!traffic.is_empty(), "the CLI reached the fake model");
+        for (method, path) in &traffic {
+            assert!(allowed(method, path), "unexpected request {method} {path}");
+        }
+    }
+
+    /// The basic scenario, the same for every CLI: two turns with distinct ids, each with
+    /// exactly one user message and completed; the first streams the fake model's greeting
+    /// in deltas. The CLI's own session id is kept as the resume handle. Returns the session,
+    /// both turns, and the events up to the second's end.
+    pub fn two_plain_turns(&self) -> (String, String, String, Vec<Event>) {
+        let session = self.create_session();
+        let (first, events) = self.turn(&session, "hello");
+        assert_eq!(terminal(&events, &first).kind(), EventType::RunCompleted);
+        let sent = of_run(&events, &first, EventType::MessageSent);
+        assert_eq!(sent.len(), 1, "exactly one user message for the turn");
+        assert_eq!(texts(&events, &first), ["Hello from the fake model."]);
+        let streamed: String = of_run(&events, &first, EventType::MessageStreamed)
+            .iter()
+            .filter_map(|e| e.data_str("delta"))
+            .collect();
+        assert_eq!(streamed, "Hello from the fake model.");
+
+        let (second, events) = self.turn(&session, "and again");
+        assert_ne!(first, second);
+        assert_eq!(terminal(&events, &second).kind(), EventType::RunCompleted);
+        assert_eq!(of_run(&events, &second, EventType::MessageSent).len(), 1);
+        super::assert_contiguous(&events);
+        let (_, body) = self
+            .server
+            .api("GET", &format!("/api/sessions/{session}"), None);
+        assert!(body["session"]["provider_session_id"].is_string(), "{body}");
+        (session, first, second, events)
+    }
+
+    /// The resume scenario: the server is killed (`kill -9`) after turn `first`, starts
+    /// again, and the session is resumed through the API; the next turn completes in the same
+    /// log. Returns the events up to its end.
+    pub fn resumed_turn(&mut self, session: &str, first: &str) -> Vec<Event> {
+        self.restart();
+        let (status, body) =
+            self.server
+                .api("POST", &format!("/api/sessions/{session}/resume"), None);
+        assert_eq!(status, 200, "{body}");
+        let (next, events) = self.turn(session, "which word did I ask you to remember?");
+        assert_ne!(first, next);
+        assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+        super::assert_contiguous(&events);
+        events
+    }
+
     /// The interrupt scenario, the same for every CLI: a slow turn, interrupted through the
     /// API once it streams, ends `run_cancelled`, and the next turn completes. Returns the
     /// session, the interrupted turn and the events up to its end.
