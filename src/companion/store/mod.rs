@@ -238,3 +238,16 @@ fn new_epoch() -> Result<String, StoreError> {
         .map_err(|e| StoreError::Database(format!("no randomness for the epoch: {e}")))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
+
+/// Refuses a batch holding an event of another session: `append`'s precondition, checked
+/// before the batch reaches a store's writer.
+pub(crate) fn check_batch(session_id: &str, events: &[Event]) -> Result<(), StoreError> {
+    match events.iter().find(|e| e.session_id() != session_id) {
+        Some(e) => Err(StoreError::SessionMismatch {
+            id: e.id().to_string(),
+            event_session: e.session_id().to_owned(),
+            session: session_id.to_owned(),
+        }),
+        None => Ok(()),
+    }
+}

@@ -881,13 +881,7 @@ impl Store for SqliteStore {
         session_id: &str,
         events: Vec<Event>,
     ) -> Result<Vec<Appended>, StoreError> {
-        if let Some(e) = events.iter().find(|e| e.session_id() != session_id) {
-            return Err(StoreError::SessionMismatch {
-                id: e.id().to_string(),
-                event_session: e.session_id().to_owned(),
-                session: session_id.to_owned(),
-            });
-        }
+        super::check_batch(session_id, &events)?;
         let op = Op::Append {
             session_id: session_id.to_owned(),
             events,
