@@ -353,15 +353,8 @@ impl Adapter for CodexAppServer {
 
 #[cfg(test)]
 mod tests {
+    use super::super::lines;
     use super::*;
-
-    fn lines(bytes: &[u8]) -> Vec<Value> {
-        bytes
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(|l| serde_json::from_slice(l).unwrap())
-            .collect()
-    }
 
     fn observe(a: &mut CodexAppServer, v: Value) -> Vec<Value> {
         lines(&a.observe(v.to_string().as_bytes()))

@@ -290,3 +290,13 @@ pub(crate) fn line(value: Value) -> Vec<u8> {
     bytes.push(b'\n');
     bytes
 }
+
+/// The JSON lines an adapter wrote (the inverse of [`line`]), for its tests.
+#[cfg(test)]
+pub(crate) fn lines(bytes: &[u8]) -> Vec<Value> {
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect()
+}
