@@ -1046,6 +1046,25 @@ impl SessionTask {
         })
     }
 
+    /// Logs a change the user made (mode, model) on the active turn, if any. An adapter whose
+    /// decoder reads our requests ([`Adapter::feeds_requests`]) reports it from the agent's
+    /// answer instead.
+    async fn log_user_change(&mut self, kind: EventType, data: Map<String, Value>, at: Timestamp) {
+        if self.feed_lines {
+            return;
+        }
+        let run = self.projector.active_turns().first().map(|r| r.to_string());
+        let event = host_event(
+            &self.id,
+            self.adapter.provider(),
+            run.as_deref(),
+            kind,
+            data,
+            at,
+        );
+        self.append(vec![event]).await;
+    }
+
     async fn handle_command(&mut self, cmd: Command, stdin: &mut Option<ChildStdin>) {
         let at = now();
         match cmd {
@@ -1156,21 +1175,8 @@ impl SessionTask {
                     return;
                 }
                 self.current_mode = Some(mode.clone());
-                if self.feed_lines {
-                    // The decoder reports the switch from the agent's answer.
-                    let _ = reply.send(Ok(()));
-                    return;
-                }
-                let run = self.projector.active_turns().first().map(|r| r.to_string());
-                let event = host_event(
-                    &self.id,
-                    self.adapter.provider(),
-                    run.as_deref(),
-                    EventType::ModeChanged,
-                    obj(json!({"mode": mode, "source": "user"})),
-                    at,
-                );
-                self.append(vec![event]).await;
+                let data = obj(json!({"mode": mode, "source": "user"}));
+                self.log_user_change(EventType::ModeChanged, data, at).await;
                 let _ = reply.send(Ok(()));
             }
             Command::SetModel(model, thinking, reply) => {
@@ -1203,20 +1209,8 @@ impl SessionTask {
                     data.insert("thinking".into(), json!(t));
                     self.runtime.insert("thinking".into(), json!(t));
                 }
-                if self.feed_lines {
-                    let _ = reply.send(Ok(()));
-                    return;
-                }
-                let run = self.projector.active_turns().first().map(|r| r.to_string());
-                let event = host_event(
-                    &self.id,
-                    self.adapter.provider(),
-                    run.as_deref(),
-                    EventType::ModelChanged,
-                    data,
-                    at,
-                );
-                self.append(vec![event]).await;
+                self.log_user_change(EventType::ModelChanged, data, at)
+                    .await;
                 let _ = reply.send(Ok(()));
             }
             Command::Describe(reply) => drop(reply.send(Ok(self.describe()))),
