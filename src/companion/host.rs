@@ -283,14 +283,17 @@ impl Hub {
         Ok(recovered)
     }
 
-    /// Renews this node's lease now, then every third of `lease_ms`, for as long as the
-    /// server runs; each time, takes over the live sessions of nodes whose lease ran out (a
-    /// companion that died and did not come back) and ends them as failed, so that no page
-    /// shows them running forever. They can then be resumed on any companion.
+    /// Renews this node's lease every third of `lease_ms` from now (`serve` renews it once
+    /// itself before it serves), for as long as the server runs; each time, takes over the
+    /// live sessions of nodes whose lease ran out (a companion that died and did not come
+    /// back) and ends them as failed, so that no page shows them running forever. They can
+    /// then be resumed on any companion.
     pub async fn keep_lease(self: Arc<Self>) {
         let lease = self.config.lease_ms.max(3);
         let mut tick = tokio::time::interval(Duration::from_millis(lease as u64 / 3));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick is immediate: the renewal `serve` just made.
+        tick.tick().await;
         loop {
             tick.tick().await;
             if let Err(e) = self.renew_lease().await {
