@@ -11,11 +11,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 
-import { chromium } from "playwright-core";
-import { bin, root } from "./fixtures.js";
+import { bin, launchChromium, root } from "./fixtures.js";
 
 const TOKEN = "browser-test-token-0123";
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 
 const tmp = mkdtempSync(join(tmpdir(), "agentwire-browser-"));
 const www = join(tmp, "www");
@@ -44,14 +42,7 @@ try {
     });
     server.on("exit", (code) => reject(new Error(`the server exited (${code})`)));
   });
-  const context = await chromium.launchPersistentContext(join(tmp, "profile"), {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    ],
-  });
+  const context = await launchChromium(join(tmp, "profile"));
   try {
     const page = context.pages()[0] ?? (await context.newPage());
     const problems: string[] = [];

@@ -11,11 +11,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 
-import { chromium, type Page } from "playwright-core";
-import { bin, root } from "./fixtures.js";
+import { type Page } from "playwright-core";
+import { bin, launchChromium, root } from "./fixtures.js";
 
 const TOKEN = "chaos-test-token-0123";
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const DEADLINE_MS = 120_000;
 const tmp = mkdtempSync(join(tmpdir(), "agentwire-chaos-"));
 const children: ChildProcess[] = [];
@@ -78,14 +77,7 @@ try {
   );
   const session = (await api(addr, "POST", "/api/sessions", { provider: "demo" })).id as string;
 
-  const context = await chromium.launchPersistentContext(join(tmp, "profile"), {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    ],
-  });
+  const context = await launchChromium(join(tmp, "profile"));
   try {
     const shaken = context.pages()[0] ?? (await context.newPage());
     const errors: string[] = [];

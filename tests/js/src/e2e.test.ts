@@ -22,12 +22,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import { type BrowserContext, type Page } from "playwright-core";
 
 import { Projector } from "../../../pkg-web/agentwire.js";
 import type { Item } from "../../../pkg-web/agentwire.js";
 import { normalize, Projector as TranscriptProjector } from "../../../pkg-web/transcripts/agentwire.js";
-import { bin, loadPackage, root } from "./fixtures.js";
+import { bin, launchChromium, loadPackage, root } from "./fixtures.js";
 
 declare global {
   interface Window {
@@ -40,7 +40,6 @@ declare global {
 }
 
 const TOKEN = "e2e-test-token-0123456789";
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const DEADLINE_MS = 20_000;
 const ARTIFACTS = join(root, "target", "e2e");
 const CLI_DIR = join(root, ".agentwire", "clis", "node_modules", ".bin");
@@ -163,15 +162,7 @@ async function modeIs(server: Server, session: string, mode: string) {
 // ---- the browser ----
 
 async function browser(dir: string): Promise<BrowserContext> {
-  const context = await chromium.launchPersistentContext(join(dir, "profile"), {
-    executablePath: CHROMIUM,
-    headless: true,
-    viewport: { width: 1280, height: 800 },
-    args: [
-      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    ],
-  });
+  const context = await launchChromium(join(dir, "profile"), { viewport: { width: 1280, height: 800 } });
   cleanups.push(() => context.close());
   // A hook to act right after the page's client took in a WebSocket frame, before the
   // animation frame that delivers its batch: `window.e2eAfterFrame`, called once.

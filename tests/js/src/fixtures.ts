@@ -5,11 +5,27 @@ import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
+import { chromium, type BrowserContext } from "playwright-core";
+
 import { initSync } from "../../../pkg-web/agentwire.js";
 import type { Format } from "../../../pkg-web/agentwire.js";
 import { initSync as initTranscripts } from "../../../pkg-web/transcripts/agentwire.js";
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+
+/** Debian's Chromium (or `$CHROMIUM`), headless, on a fresh profile directory: what every
+ * browser test drives. */
+export function launchChromium(profile: string, options: { viewport?: { width: number; height: number } } = {}): Promise<BrowserContext> {
+  return chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+    headless: true,
+    ...options,
+    args: [
+      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    ],
+  });
+}
 
 /** The native binary to compare with (scripts/test builds it). */
 export const bin = process.env.AGENTWIRE_BIN ?? join(root, "target", "debug", "agentwire");
