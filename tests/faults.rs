@@ -19,11 +19,14 @@ fn terminal<'a>(events: &'a [Event], run: &str) -> &'a Event {
 #[test]
 fn every_fault_ends_its_turn_and_the_others_keep_streaming() {
     let dir = tempfile::tempdir().unwrap();
+    // The deaf answer streams 100 chunks, 10 ms apart: about a second, several times the
+    // cancel grace, so it is still streaming when the grace runs out even on a loaded machine
+    // (at 5 ms and a 500 ms grace, it sometimes finished first).
     let server = Server::start_with_delay(
         &dir.path().join("a.db"),
         0,
-        5,
-        &["--turn-idle-limit-ms", "1500", "--cancel-grace-ms", "500"],
+        10,
+        &["--turn-idle-limit-ms", "1500", "--cancel-grace-ms", "250"],
     );
     let healthy = server.create_demo_session();
     let healthy_turn = server.start_turn(&healthy, "a slow answer");
