@@ -531,6 +531,7 @@ impl Hub {
         let provider = adapter.provider().as_str();
         let id = id.to_owned();
         let mut cmd = adapter.command(&cwd);
+        scrub_environment(&mut cmd);
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -1449,6 +1450,22 @@ impl SessionTask {
     }
 }
 
+/// Removes agentwire's own variables (`AGENTWIRE_TOKEN`, `AGENTWIRE_STORE` with its password,
+/// …) from a child's environment: a hosted agent, or a script it was talked into running,
+/// must not be able to call the API and approve its own tool calls.
+pub(crate) fn scrub_environment(cmd: &mut tokio::process::Command) {
+    for (name, _) in std::env::vars_os() {
+        if is_agentwire_variable(&name) {
+            cmd.env_remove(&name);
+        }
+    }
+}
+
+fn is_agentwire_variable(name: &std::ffi::OsStr) -> bool {
+    name.to_str()
+        .is_some_and(|n| n.to_ascii_uppercase().starts_with("AGENTWIRE_"))
+}
+
 /// Makes the agent die with the companion even when the companion is killed outright (an
 /// agent that does not read its stdin, like `opencode serve`, would otherwise outlive it).
 #[cfg(target_os = "linux")]
@@ -1523,9 +1540,12 @@ struct Recorder {
 impl Recorder {
     fn open(path: &std::path::Path) -> Option<Recorder> {
         // Appending: a resumed session goes on in the same file.
+        // Private: it holds every prompt and every output.
+        use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(path);
         match file {
             Ok(file) => Some(Recorder {
