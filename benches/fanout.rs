@@ -53,7 +53,7 @@ async fn main() {
         other => panic!("--store {other}: expected sqlite or postgres"),
     };
     let at = Timestamp::EPOCH;
-    let session = "ses_fanout";
+    let session = "ses_fa0";
     store
         .create_session(SessionRecord {
             id: session.into(),

@@ -43,7 +43,7 @@ enum Command {
         input: InputArgs,
     },
     /// Host agent sessions and serve them to browsers (HTTP API, WebSocket, SSE, demo page).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Follow a session's events as JSON Lines, resuming by itself after disconnects.
     Tail {
         /// The session to follow.
@@ -54,9 +54,13 @@ enum Command {
         /// The server's WebSocket URL.
         #[arg(long, default_value = "ws://127.0.0.1:7777/ws")]
         url: String,
-        /// The server's token (or AGENTWIRE_TOKEN).
-        #[arg(long, env = "AGENTWIRE_TOKEN")]
-        token: String,
+        /// The server's token (or AGENTWIRE_TOKEN). On a shared machine prefer --token-file
+        /// or the variable: every local user can read a command line.
+        #[arg(long, env = "AGENTWIRE_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Read the token from this file (its first line).
+        #[arg(long, value_name = "FILE", conflicts_with = "token")]
+        token_file: Option<PathBuf>,
         /// Exit once caught up instead of following.
         #[arg(long)]
         no_follow: bool,
@@ -121,15 +125,34 @@ struct ServeArgs {
         conflicts_with = "db"
     )]
     store: Option<String>,
-    /// The access token (or AGENTWIRE_TOKEN); a random one is made when absent.
-    #[arg(long, env = "AGENTWIRE_TOKEN")]
+    /// The access token, at least 16 characters (or AGENTWIRE_TOKEN); a random one is made
+    /// when absent. Every local user can read a command line: prefer --token-file or the
+    /// variable.
+    #[arg(long, env = "AGENTWIRE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Read the access token from this file (its first line; the file must not be readable
+    /// by group or others).
+    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
     /// The demo page's directory.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/www"))]
     www: PathBuf,
-    /// Another origin allowed to use the API and WebSocket (repeatable), e.g. a dev server.
-    #[arg(long)]
+    /// Another origin allowed to use the API (with CORS) and the WebSocket (repeatable), e.g.
+    /// a dev server: http://localhost:5173. `null` is refused.
+    #[arg(long, value_name = "ORIGIN", value_parser = crate::companion::access::parse_origin)]
     allow_origin: Vec<String>,
+    /// Another name the server answers to (repeatable), as the Host header carries it, e.g.
+    /// a reverse proxy's `agents.example.com`. By default only 127.0.0.1:PORT,
+    /// localhost:PORT, [::1]:PORT and the bound address are.
+    #[arg(long, value_name = "HOST", value_parser = crate::companion::access::parse_host)]
+    allow_host: Vec<String>,
+    /// The most connections open at once (WebSockets included); at the cap, the connection
+    /// idle the longest is closed.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    /// Milliseconds a connection may take to send a request head, or stay idle between two.
+    #[arg(long, default_value_t = 10_000, hide = true)]
+    header_timeout_ms: u64,
     /// Milliseconds between server heartbeats on the WebSocket.
     #[arg(long, default_value_t = 15_000)]
     heartbeat_ms: u64,
@@ -218,15 +241,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ExitCode::SUCCESS
             })
         }
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Tail {
             session,
             after,
             url,
             token,
+            token_file,
             no_follow,
             backoff_ms,
         } => {
+            let token = match (token, token_file) {
+                (_, Some(file)) => read_token_file(&file)?,
+                (Some(token), None) => token,
+                (None, None) => bail!("a token is required: --token-file FILE or AGENTWIRE_TOKEN"),
+            };
             let options = crate::companion::tail::TailOptions {
                 url,
                 token,
@@ -282,16 +311,40 @@ fn run(cli: Cli) -> Result<ExitCode> {
 fn serve(args: ServeArgs) -> Result<ExitCode> {
     use crate::companion::store::{PostgresStore, SqliteStore, Store};
     use crate::companion::{host, server, tail};
-    let explicit_token = args.token.is_some();
+    let explicit_token = args.token.is_some() || args.token_file.is_some();
     if !args.addr.ip().is_loopback() && !explicit_token {
         bail!(
-            "refusing to listen on {} (not loopback) without an explicit --token",
+            "refusing to listen on {} (not loopback) without an explicit --token or --token-file",
             args.addr
         );
     }
-    let token = args.token.unwrap_or_else(tail::new_token);
-    if token.len() < 8 {
-        bail!("the token must be at least 8 characters");
+    let on_command_line = std::env::args().any(|a| a == "--token" || a.starts_with("--token="));
+    if on_command_line {
+        eprintln!(
+            "agentwire: warning: a --token on the command line is readable by every local user \
+             (ps, /proc/PID/cmdline); prefer --token-file or AGENTWIRE_TOKEN"
+        );
+    }
+    let token = match (&args.token, &args.token_file) {
+        (_, Some(file)) => read_token_file(file)?,
+        (Some(token), None) => token.clone(),
+        (None, None) => tail::new_token(),
+    };
+    if token.chars().count() < crate::companion::access::MIN_TOKEN_LEN {
+        bail!(
+            "the token must be at least {} characters",
+            crate::companion::access::MIN_TOKEN_LEN
+        );
+    }
+    if token.chars().any(|c| c.is_control() || c == ' ') {
+        bail!("the token must not contain spaces or control characters");
+    }
+    match crate::companion::listen::raise_file_limit() {
+        Ok(limit) if (limit as usize) < args.max_connections + 64 => eprintln!(
+            "agentwire: only {limit} open files allowed: fewer connections than --max-connections fit"
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!("agentwire: could not raise the open-file limit: {e}"),
     }
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(async move {
@@ -320,6 +373,9 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         hub_config.foreground_idle_limit_ms = args.turn_idle_limit_ms;
         hub_config.cli_dir = std::path::absolute(&args.cli_dir)
             .with_context(|| format!("resolving {}", args.cli_dir.display()))?;
+        if let Some(dir) = &args.record_dir {
+            private_dir(dir)?;
+        }
         hub_config.record_dir = args.record_dir;
         hub_config.node = match args.node {
             Some(node) if node.trim().is_empty() => bail!("--node must not be empty"),
@@ -342,12 +398,18 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         tokio::spawn(hub.clone().keep_lease());
         let mut config = server::ServerConfig::new(token.clone(), args.www);
         config.allowed_origins = args.allow_origin;
+        config.allowed_hosts = args.allow_host;
+        config.listen.max_connections = args.max_connections.max(1);
+        config.listen.header_timeout =
+            std::time::Duration::from_millis(args.header_timeout_ms.max(10));
         config.limits.heartbeat_ms = args.heartbeat_ms.max(100);
         let listener = tokio::net::TcpListener::bind(args.addr)
             .await
             .with_context(|| format!("listening on {}", args.addr))?;
         let addr = listener.local_addr().context("reading the bound address")?;
-        println!("agentwire: serving http://{addr}/?token={token}");
+        // The token goes in the fragment: browsers send it to no server, keep it out of
+        // referrers, and the page takes it out of the address bar.
+        println!("agentwire: serving http://{addr}/#token={token}");
         println!(
             "agentwire: store {location} (epoch {}), node {:?}",
             hub.store().epoch(),
@@ -374,6 +436,40 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             .context("serving")?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// A token kept in a file: its first line, trimmed. The file must be private to its owner,
+/// as an SSH key must.
+fn read_token_file(path: &std::path::Path) -> Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        bail!(
+            "{} is readable by other users: chmod 600 it",
+            path.display()
+        );
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let token = text.lines().next().unwrap_or("").trim().to_owned();
+    if token.is_empty() {
+        bail!("{} holds no token", path.display());
+    }
+    Ok(token)
+}
+
+/// Creates `dir` (and its parents) private to this user (0700). An existing directory is
+/// left as it is (it may be shared, like /tmp): the files in it are created 0600 anyway.
+fn private_dir(dir: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))
 }
 
 fn read_and_normalize(input: &InputArgs) -> Result<Normalized> {

@@ -235,7 +235,7 @@ async fn commands_answer_with_correlated_replies_and_clear_refusals() {
         &mut socket,
         &ClientMsg::Interrupt {
             id: "c4".into(),
-            session: "ses_nope".into(),
+            session: "ses_0ff".into(),
         },
     )
     .await;
@@ -604,7 +604,7 @@ async fn tail_prints_the_log_as_json_lines() {
     let out = Command::new(env!("CARGO_BIN_EXE_agentwire"))
         .args([
             "tail",
-            "ses_missing",
+            "ses_0ff",
             "--no-follow",
             "--url",
             &format!("ws://{}/ws", server.addr),
@@ -738,7 +738,7 @@ async fn a_client_flooding_commands_without_reading_does_not_starve_the_others()
             } else {
                 ClientMsg::Interrupt {
                     id: i.to_string(),
-                    session: "ses_nope".into(),
+                    session: "ses_0ff".into(),
                 }
             };
             if flooder
@@ -1149,7 +1149,7 @@ async fn what_a_provider_cannot_do_is_refused_as_unsupported() {
         handles[0], handles[1],
         "the agent went on with its own session"
     );
-    let (status, body) = server.api("POST", "/api/sessions/ses_nope/resume", None);
+    let (status, body) = server.api("POST", "/api/sessions/ses_0ff/resume", None);
     assert_eq!(
         (status, body["error"]["code"].as_str()),
         (404, Some("unknown_session"))

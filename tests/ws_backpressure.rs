@@ -50,7 +50,7 @@ async fn a_slow_subscriber_is_resynced_from_the_store_not_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("a.db")).unwrap());
     let at = Timestamp::from_unix_millis(0);
-    let session = "ses_slow";
+    let session = "ses_5100";
     store
         .create_session(SessionRecord {
             id: session.into(),

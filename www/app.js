@@ -6,7 +6,24 @@ import init, { Client } from "agentwire";
 import { SessionModel, TimelineView } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
-const token = new URLSearchParams(location.search).get("token") ?? "";
+const token = takeToken();
+
+// The token comes in the URL's fragment (`#token=…`, which no server and no referrer ever
+// sees) or, from older links, its query; it is kept in this tab's sessionStorage so a reload
+// still has it, and taken out of the address bar (and so out of the history) at once.
+function takeToken() {
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const query = new URLSearchParams(location.search);
+  const given = fragment.get("token") ?? query.get("token");
+  if (given === null) return sessionStorage.getItem("agentwire.token") ?? "";
+  sessionStorage.setItem("agentwire.token", given);
+  query.delete("token");
+  const search = query.size > 0 ? `?${query}` : "";
+  const session = fragment.has("token") ? fragment.get("session") : location.hash.slice(1);
+  const hash = session ? `#${session}` : "";
+  history.replaceState(null, "", `${location.pathname}${search}${hash}`);
+  return given;
+}
 
 async function api(method, path, body) {
   const response = await fetch(path, {

@@ -4,7 +4,9 @@
 //! * [`store`]: the durable log (SQLite) behind the `Store` trait.
 //! * [`host`]: one task per session owning its agent process.
 //! * [`adapter`]: how each agent CLI is started and spoken to.
-//! * [`server`]: HTTP routes, auth, static files; [`ws`]: the WebSocket protocol.
+//! * [`server`]: HTTP routes, static files; [`access`]: who may use them (host, origin,
+//!   token); [`listen`]: the accept loop (connection cap, timeouts); [`ws`]: the WebSocket
+//!   protocol.
 //! * [`tail`]: the `agentwire tail` terminal client.
 //! * [`chaos`]: `agentwire chaos-proxy`, a fault-injecting TCP proxy for reliability tests.
 //! * [`demo_agent`]: `agentwire demo-agent`, a fake agent speaking Claude Code's stream-json.
@@ -14,11 +16,13 @@
 //! This is the only place that reads the clock and draws random numbers; the core gets both
 //! as arguments.
 
+pub mod access;
 pub mod adapter;
 pub mod chaos;
 pub mod demo_agent;
 pub mod fake_model;
 pub mod host;
+pub mod listen;
 pub mod server;
 pub mod store;
 pub mod tail;

@@ -2,14 +2,19 @@
 //! endpoint and the demo page's static files, with security on by default.
 //!
 //! Security: the server binds 127.0.0.1 unless told otherwise and refuses a non-loopback
-//! address without an explicit token; every API, SSE and WebSocket request must carry the
-//! token (`Authorization: Bearer T` or `?token=T`); a request that carries an `Origin` other
-//! than the server's own is refused (no cross-site WebSocket hijacking, no cross-site
-//! requests); bodies, frames and provider lines are size-limited with a clear error; static
-//! files are served only from the www directory, with no path traversal.
+//! address without an explicit token. Every request, static files included, passes the
+//! [`Access`] rules (its `Host` must name this server, its `Origin`, if any, must be allowed);
+//! every API, SSE and WebSocket request must also carry the token, with failed attempts
+//! limited. Responses carry `X-Content-Type-Options: nosniff` and `Referrer-Policy:
+//! no-referrer`; pages a `Content-Security-Policy` with `frame-ancestors 'none'` (their
+//! inline scripts, such as an import map, allowed by hash); the API `Cache-Control:
+//! no-store`. Only origins given with `--allow-origin` get CORS headers. Bodies, frames and
+//! provider lines are size-limited with a clear JSON error (axum's own rejections
+//! included); static files are served only from the www directory, with no path traversal
+//! and no dotfiles. Connections are capped and timed out by [`super::listen`].
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,8 +29,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
+use super::access::{self, Access, Refusal};
 use super::adapter::Thinking;
 use super::host::{CommandError, Hub};
+use super::listen::{self, ListenLimits};
 use super::store::{EventQuery, StoreError};
 use super::ws::{self, ConnectionLimits, Follower, Page};
 use crate::core::event::EventType;
@@ -36,8 +43,14 @@ use crate::core::wire::{self, Decision};
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub token: String,
-    /// Origins allowed besides the server's own (e.g. a dev server), exact match.
+    /// Origins allowed besides the server's own (e.g. a dev server), exact match; they get
+    /// CORS headers on the API.
     pub allowed_origins: Vec<String>,
+    /// `Host` values allowed besides the loopback names and the bound address (e.g. a reverse
+    /// proxy's name), exact match.
+    pub allowed_hosts: Vec<String>,
+    /// Connection cap and timeouts.
+    pub listen: ListenLimits,
     /// The directory of the demo page.
     pub www: PathBuf,
     pub limits: ConnectionLimits,
@@ -52,6 +65,8 @@ impl ServerConfig {
         ServerConfig {
             token,
             allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            listen: ListenLimits::default(),
             www,
             limits: ConnectionLimits {
                 max_frame: wire::DEFAULT_MAX_FRAME,
@@ -71,15 +86,82 @@ pub struct AppState {
     pub config: Arc<ServerConfig>,
     /// Fired by `POST /api/connections/drop`: every open WebSocket closes.
     pub drops: tokio::sync::broadcast::Sender<()>,
+    /// The host, origin and token rules.
+    pub access: Arc<Access>,
+    /// Open streams, by kind (`GET /api/info` reports them).
+    pub streams: Arc<StreamCounts>,
 }
 
 impl AppState {
+    /// The hosts allowed are the configured ones until [`serve`] adds the bound address's.
     pub fn new(hub: Arc<Hub>, config: Arc<ServerConfig>) -> AppState {
+        let access = Access::new(
+            config.token.clone(),
+            config.allowed_hosts.clone(),
+            config.allowed_origins.clone(),
+        );
         AppState {
             hub,
             config,
             drops: tokio::sync::broadcast::channel(1).0,
+            access: Arc::new(access),
+            streams: Arc::default(),
         }
+    }
+
+    /// The same state answering to the names of `addr` too ([`access::loopback_hosts`]).
+    pub fn bound_to(mut self, addr: std::net::SocketAddr) -> AppState {
+        let mut hosts = access::loopback_hosts(addr);
+        hosts.extend(self.config.allowed_hosts.iter().cloned());
+        self.access = Arc::new(Access::new(
+            self.config.token.clone(),
+            hosts,
+            self.config.allowed_origins.clone(),
+        ));
+        self
+    }
+}
+
+/// How many SSE streams and WebSocket connections are open: each is counted by a guard its
+/// task holds, so the count falls when the task really ends.
+#[derive(Debug, Default)]
+pub struct StreamCounts {
+    pub sse: AtomicUsize,
+    pub websocket: AtomicUsize,
+}
+
+/// Counts one open stream while it lives.
+pub struct StreamGuard {
+    counts: Arc<StreamCounts>,
+    websocket: bool,
+}
+
+impl StreamGuard {
+    pub fn sse(counts: &Arc<StreamCounts>) -> StreamGuard {
+        counts.sse.fetch_add(1, Ordering::Relaxed);
+        StreamGuard {
+            counts: counts.clone(),
+            websocket: false,
+        }
+    }
+
+    pub fn websocket(counts: &Arc<StreamCounts>) -> StreamGuard {
+        counts.websocket.fetch_add(1, Ordering::Relaxed);
+        StreamGuard {
+            counts: counts.clone(),
+            websocket: true,
+        }
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let count = if self.websocket {
+            &self.counts.websocket
+        } else {
+            &self.counts.sse
+        };
+        count.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -119,6 +201,7 @@ impl From<CommandError> for ApiError {
             | "hosted_elsewhere"
             | "no_resume_handle" => StatusCode::CONFLICT,
             "store_error" => StatusCode::INTERNAL_SERVER_ERROR,
+            "bad_session_id" => StatusCode::BAD_REQUEST,
             "cli_not_found" | "spawn_failed" => StatusCode::FAILED_DEPENDENCY,
             _ => StatusCode::BAD_REQUEST,
         };
@@ -132,7 +215,8 @@ impl From<StoreError> for ApiError {
     }
 }
 
-/// The router: API and WebSocket behind the token and origin checks; static files open.
+/// The router: every route behind the host and origin rules and the security headers; the
+/// API and the WebSocket behind the token too; static files without it (they hold no data).
 pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .route("/api/info", get(info))
@@ -151,77 +235,166 @@ pub fn router(state: AppState) -> Router {
         .route("/api/sessions/{id}/stream", get(sse_stream))
         .route("/api/connections/drop", post(drop_connections))
         .route("/ws", get(websocket))
+        .layer(middleware::from_fn(json_rejections))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(DefaultBodyLimit::max(state.config.body_limit));
-    api.fallback(get(static_file)).with_state(state)
+    api.fallback(get(static_file))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            host_and_origin,
+        ))
+        .with_state(state)
 }
 
-/// Serves until `shutdown` resolves, then closes every session (killing the agents).
+/// Serves until `shutdown` resolves, then closes every session (killing the agents). The
+/// server answers to the loopback names of the listener's port and the configured hosts.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let state = state.bound_to(listener.local_addr()?);
     let hub = state.hub.clone();
-    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let limits = state.config.listen;
+    listen::serve(
+        listener,
+        router(state),
+        limits,
+        shutdown,
+        Duration::from_secs(5),
+    )
+    .await;
     hub.shutdown().await;
     Ok(())
 }
 
-/// Token and origin checks for everything but static files.
-async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let headers = request.headers();
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        if !origin_allowed(origin, headers, &state.config.allowed_origins) {
-            let msg = format!("origin {origin:?} is not allowed");
-            return ApiError::new(StatusCode::FORBIDDEN, "forbidden_origin", msg).into_response();
-        }
-    }
-    let presented = bearer(headers).or_else(|| query_token(request.uri()));
-    match presented {
-        Some(t) if constant_time_eq(t.as_bytes(), state.config.token.as_bytes()) => {
-            next.run(request).await
-        }
-        Some(_) => {
-            ApiError::new(StatusCode::UNAUTHORIZED, "bad_token", "wrong token").into_response()
-        }
-        None => ApiError::new(
+fn refused(refusal: Refusal) -> Response {
+    let (status, code, message) = match refusal {
+        Refusal::Host(host) => (
+            StatusCode::FORBIDDEN,
+            "forbidden_host",
+            format!("host {host} is not this server's (see --allow-host)"),
+        ),
+        Refusal::Origin(origin) => (
+            StatusCode::FORBIDDEN,
+            "forbidden_origin",
+            format!("origin {origin} is not allowed (see --allow-origin)"),
+        ),
+        Refusal::TokenRequired => (
             StatusCode::UNAUTHORIZED,
             "token_required",
-            "a token is required: Authorization: Bearer <token> or ?token=<token>",
-        )
-        .into_response(),
-    }
-}
-
-/// Same origin: `Origin` equals `http://<Host>`; or listed in `allowed`.
-fn origin_allowed(origin: &HeaderValue, headers: &HeaderMap, allowed: &[String]) -> bool {
-    let Ok(origin) = origin.to_str() else {
-        return false;
+            "a token is required: Authorization: Bearer <token> or ?token=<token>".into(),
+        ),
+        Refusal::BadToken => (StatusCode::UNAUTHORIZED, "bad_token", "wrong token".into()),
+        Refusal::TooManyAttempts { retry_after } => {
+            let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+            let mut response = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_attempts",
+                format!("too many wrong tokens lately: try again in {seconds} s"),
+            )
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            return response;
+        }
     };
-    if allowed.iter().any(|a| a == origin) {
-        return true;
+    ApiError::new(status, code, message).into_response()
+}
+
+/// The host and origin rules, for every route; then the security headers on every response.
+async fn host_and_origin(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let mut response = match state.access.check_host_and_origin(request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => refused(refusal),
+    };
+    let headers = response.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
+        );
     }
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-    host.is_some_and(|h| origin == format!("http://{h}"))
+    response
 }
 
-fn bearer(headers: &HeaderMap) -> Option<String> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    value.strip_prefix("Bearer ").map(str::to_owned)
+/// The API's rules past host and origin: CORS for the allowed origins (preflights answered
+/// without a token), the token, and `Cache-Control: no-store`.
+async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let cors = state.access.cors_origin(request.headers()).cloned();
+    let mut response = if access::is_preflight(request.method(), request.headers()) {
+        match &cors {
+            Some(_) => StatusCode::NO_CONTENT.into_response(),
+            None => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden_origin",
+                "CORS is only for origins given with --allow-origin",
+            )
+            .into_response(),
+        }
+    } else {
+        match state.access.check_token(request.headers(), request.uri()) {
+            Ok(()) => next.run(request).await,
+            Err(refusal) => refused(refusal),
+        }
+    };
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(origin) = cors {
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("authorization, content-type, last-event-id"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, DELETE"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("600"),
+        );
+        headers.append(header::VARY, HeaderValue::from_static("origin"));
+    }
+    response
 }
 
-fn query_token(uri: &Uri) -> Option<String> {
-    uri.query()?
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("token=").map(str::to_owned))
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// axum's own rejections (a body too large, not JSON, JSON of the wrong shape, a bad query
+/// or path) come as plain text: they become the API's JSON error with a stable code.
+async fn json_rejections(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let plain = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/plain"));
+    if !plain || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let code = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "bad_body",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        s if s.is_server_error() => "internal_error",
+        _ => "bad_request",
+    };
+    let body = axum::body::to_bytes(response.into_body(), 4096)
+        .await
+        .unwrap_or_default();
+    let message = String::from_utf8_lossy(&body).trim().to_owned();
+    ApiError::new(status, code, message).into_response()
 }
 
 async fn info(State(state): State<AppState>) -> Json<Value> {
@@ -231,6 +404,10 @@ async fn info(State(state): State<AppState>) -> Json<Value> {
         "protocols": wire::PROTOCOL_VERSIONS,
         "providers": state.hub.providers(),
         "node": state.hub.node(),
+        "streams": {
+            "sse": state.streams.sse.load(Ordering::Relaxed),
+            "websocket": state.streams.websocket.load(Ordering::Relaxed),
+        },
     }))
 }
 
@@ -255,7 +432,7 @@ async fn create_session(
 
 async fn get_session(
     State(state): State<AppState>,
-    UrlPath(id): UrlPath<String>,
+    SessionId(id): SessionId,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(state.hub.describe(&id).await?))
 }
@@ -267,7 +444,7 @@ struct SetMode {
 
 async fn set_mode(
     State(state): State<AppState>,
-    UrlPath(id): UrlPath<String>,
+    SessionId(id): SessionId,
     Json(body): Json<SetMode>,
 ) -> Result<StatusCode, ApiError> {
     state.hub.set_mode(&id, body.mode).await?;
@@ -282,7 +459,7 @@ struct SetModel {
 
 async fn set_model(
     State(state): State<AppState>,
-    UrlPath(id): UrlPath<String>,
+    SessionId(id): SessionId,
     Json(body): Json<SetModel>,
 ) -> Result<StatusCode, ApiError> {
     state.hub.set_model(&id, body.model, body.thinking).await?;
@@ -291,7 +468,7 @@ async fn set_model(
 
 async fn resume_session(
     State(state): State<AppState>,
-    UrlPath(id): UrlPath<String>,
+    SessionId(id): SessionId,
 ) -> Result<Json<Value>, ApiError> {
     let session = state.hub.resume_session(&id).await?;
     Ok(Json(json!(session)))
@@ -299,7 +476,7 @@ async fn resume_session(
 
 async fn close_session(
     State(state): State<AppState>,
-    UrlPath(id): UrlPath<String>,
+    SessionId(id): SessionId,
 ) -> Result<StatusCode, ApiError> {
     state.hub.close_session(&id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -312,7 +489,7 @@ struct StartTurn {
 
 async fn start_turn(
     State(state): State<AppState>,
-    UrlPath(id): UrlPath<String>,
+    SessionId(id): SessionId,
     Json(body): Json<StartTurn>,
 ) -> Result<Json<Value>, ApiError> {
     let turn = state.hub.start_turn(&id, body.prompt).await?;
@@ -321,7 +498,7 @@ async fn start_turn(
 
 async fn interrupt(
     State(state): State<AppState>,
-    UrlPath(id): UrlPath<String>,
+    SessionId(id): SessionId,
 ) -> Result<StatusCode, ApiError> {
     state.hub.interrupt(&id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -334,7 +511,8 @@ struct Answer {
 
 async fn answer_approval(
     State(state): State<AppState>,
-    UrlPath((id, request_id)): UrlPath<(String, String)>,
+    SessionId(id): SessionId,
+    UrlPath((_, request_id)): UrlPath<(String, String)>,
     Json(body): Json<Answer>,
 ) -> Result<StatusCode, ApiError> {
     state
@@ -342,6 +520,32 @@ async fn answer_approval(
         .answer_approval(&id, request_id, body.decision)
         .await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The `{id}` of a session route, checked: `ses_` and lowercase hex, bounded
+/// ([`wire::is_session_id`]); anything else is `400 bad_session_id`, echoing none of it.
+struct SessionId(String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for SessionId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<SessionId, ApiError> {
+        let params = UrlPath::<Vec<(String, String)>>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.body_text()))?;
+        let id = params
+            .0
+            .into_iter()
+            .find(|(k, _)| k == "id")
+            .map(|(_, v)| v);
+        match id {
+            Some(id) if wire::is_session_id(&id) => Ok(SessionId(id)),
+            _ => Err(CommandError::new("bad_session_id", wire::SESSION_ID_RULE).into()),
+        }
+    }
 }
 
 /// The query string of the events endpoints.
@@ -392,7 +596,7 @@ impl EventsParams {
 
 async fn get_events(
     State(state): State<AppState>,
-    UrlPath(id): UrlPath<String>,
+    SessionId(id): SessionId,
     Query(params): Query<EventsParams>,
 ) -> Result<Json<Value>, ApiError> {
     let store = state.hub.store();
@@ -423,7 +627,7 @@ async fn get_events(
 /// The same log as Server-Sent Events: `id:` is the sequence, so `Last-Event-ID` resumes.
 async fn sse_stream(
     State(state): State<AppState>,
-    UrlPath(id): UrlPath<String>,
+    SessionId(id): SessionId,
     Query(params): Query<EventsParams>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -438,10 +642,20 @@ async fn sse_stream(
     let after = resume.or(params.after).unwrap_or(0);
     let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(64);
     let epoch = store.epoch().to_owned();
+    let open = StreamGuard::sse(&state.streams);
     tokio::spawn(async move {
+        let _open = open;
         let mut follower = Follower::new(store, &id, after);
+        // `caught_up` once, when the replay reaches the end; live events follow it.
+        let mut caught_up_sent = false;
         loop {
-            let items = match follower.next_page(512).await {
+            // The client may leave while the session is idle: end with it, not at the next
+            // event.
+            let page = tokio::select! {
+                page = follower.next_page(512) => page,
+                _ = tx.closed() => return,
+            };
+            let items = match page {
                 Ok(Page::Events(events)) => events
                     .iter()
                     .map(|e| {
@@ -451,7 +665,9 @@ async fn sse_stream(
                             .data(e.to_json())
                     })
                     .collect(),
+                Ok(Page::CaughtUp(_)) if caught_up_sent => continue,
                 Ok(Page::CaughtUp(latest)) => {
+                    caught_up_sent = true;
                     let data = json!({"latest": latest, "epoch": epoch}).to_string();
                     vec![SseEvent::default().event("caught_up").data(data)]
                 }
@@ -493,25 +709,81 @@ async fn websocket(State(state): State<AppState>, upgrade: WebSocketUpgrade) -> 
         .on_upgrade(move |socket| ws::handle_socket(socket, state))
 }
 
-/// Static files from the www directory; `/` is `index.html`.
+/// Static files from the www directory; `/` is `index.html`. A page gets its
+/// `Content-Security-Policy` ([`page_policy`]).
 async fn static_file(State(state): State<AppState>, uri: Uri) -> Response {
-    match resolve_static(&state.config.www, uri.path()) {
-        Some(path) => match tokio::fs::read(&path).await {
-            Ok(bytes) => ([(header::CONTENT_TYPE, content_type(&path))], bytes).into_response(),
-            Err(_) => {
-                ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such file").into_response()
-            }
-        },
-        None => ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such file").into_response(),
+    let not_found =
+        || ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such file").into_response();
+    let Some(path) = resolve_static(&state.config.www, uri.path()) else {
+        return not_found();
+    };
+    let Ok(bytes) = tokio::fs::read(&path).await else {
+        return not_found();
+    };
+    let kind = content_type(&path);
+    let mut response = ([(header::CONTENT_TYPE, kind)], bytes.clone()).into_response();
+    if kind.starts_with("text/html") {
+        let policy = page_policy(&String::from_utf8_lossy(&bytes));
+        if let Ok(value) = HeaderValue::from_str(&policy) {
+            response
+                .headers_mut()
+                .insert(header::CONTENT_SECURITY_POLICY, value);
+        }
     }
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
 }
 
-/// Maps a URL path to a file under `root`, refusing anything that could leave it.
+/// The policy of a page: its own scripts, styles, images and WebSocket only; WebAssembly
+/// allowed; never framed. Its inline scripts (an import map, say) are allowed by their
+/// SHA-256, so nothing injected into the page can run.
+pub fn page_policy(html: &str) -> String {
+    use base64::Engine;
+    use sha2::Digest;
+    let mut hashes = String::new();
+    for script in inline_scripts(html) {
+        let digest = sha2::Sha256::digest(script.as_bytes());
+        let b64 = base64::engine::general_purpose::STANDARD.encode(digest);
+        hashes.push_str(&format!(" 'sha256-{b64}'"));
+    }
+    format!(
+        "default-src 'none'; script-src 'self' 'wasm-unsafe-eval'{hashes}; \
+         style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
+         base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+}
+
+/// The bodies of the `<script>` elements without a `src`.
+fn inline_scripts(html: &str) -> Vec<&str> {
+    let mut scripts = Vec::new();
+    let mut rest = html;
+    while let Some(start) = rest.find("<script") {
+        let after = &rest[start..];
+        let Some(open_end) = after.find('>') else {
+            break;
+        };
+        let tag = &after[..open_end];
+        let body = &after[open_end + 1..];
+        let Some(close) = body.find("</script") else {
+            break;
+        };
+        if !tag.contains("src=") {
+            scripts.push(&body[..close]);
+        }
+        rest = &body[close..];
+    }
+    scripts
+}
+
+/// Maps a URL path to a file under `root`, refusing anything that could leave it, and
+/// dotfiles (`.env`, `.git/…`).
 pub fn resolve_static(root: &Path, url_path: &str) -> Option<PathBuf> {
     let rel = url_path.trim_start_matches('/');
     let rel = if rel.is_empty() { "index.html" } else { rel };
     let safe = rel.split('/').all(|part| {
-        !part.is_empty() && part != "." && part != ".." && !part.contains(['\\', '%', '\0', ':'])
+        !part.is_empty() && !part.starts_with('.') && !part.contains(['\\', '%', '\0', ':'])
     });
     if !safe {
         return None;
@@ -545,6 +817,9 @@ mod tests {
         std::fs::write(dir.path().join("index.html"), "hi").unwrap();
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("sub/a.js"), "x").unwrap();
+        // Dotfiles exist, and are still not served.
+        std::fs::write(dir.path().join(".env"), "SECRET=1").unwrap();
+        std::fs::write(dir.path().join("sub/.secret"), "x").unwrap();
         assert!(resolve_static(dir.path(), "/").is_some());
         assert!(resolve_static(dir.path(), "/sub/a.js").is_some());
         for bad in [
@@ -555,15 +830,23 @@ mod tests {
             "/C:/x",
             "/sub\\a.js",
             "/missing",
+            "/.env",
+            "/sub/.secret",
+            "/.git/config",
         ] {
             assert_eq!(resolve_static(dir.path(), bad), None, "{bad}");
         }
     }
 
     #[test]
-    fn tokens_compare_in_constant_time_and_exactly() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"abcd"));
+    fn pages_allow_their_own_inline_scripts_only() {
+        let html = r#"<head><script type="importmap">{"imports":{}}</script>
+<script type="module" src="app.js"></script><script>go()</script></head>"#;
+        assert_eq!(inline_scripts(html), [r#"{"imports":{}}"#, "go()"]);
+        let policy = page_policy(html);
+        assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
+        assert!(policy.contains("'wasm-unsafe-eval'"), "{policy}");
+        assert_eq!(policy.matches("'sha256-").count(), 2, "{policy}");
+        assert!(!page_policy("<p>no scripts</p>").contains("sha256"));
     }
 }

@@ -12,14 +12,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{Message, WebSocket};
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures_util::{SinkExt, Stream, StreamExt};
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
 use super::host::CommandError;
 use super::now;
-use super::server::AppState;
+use super::server::{AppState, StreamGuard};
 use super::store::{Committed, EventQuery, Store, StoreError};
 use crate::core::event::Event;
 use crate::core::wire::{self, ClientMsg, ServerMsg, WireError};
@@ -28,6 +28,10 @@ use crate::core::wire::{self, ClientMsg, ServerMsg, WireError};
 const OUTGOING_FRAMES: usize = 32;
 /// Events read from the store per page.
 const PAGE: usize = 512;
+/// Subscriptions one connection may hold at once.
+pub const MAX_SUBSCRIPTIONS: usize = 256;
+/// The close code for a frame over the hard cap (RFC 6455: message too big).
+const CLOSE_TOO_BIG: u16 = 1009;
 
 /// What a [`Follower`] read next.
 #[derive(Debug)]
@@ -108,9 +112,12 @@ pub struct ConnectionLimits {
 /// The axum side: splits the socket, runs the send loop (frames and heartbeats) and feeds
 /// received text frames to [`run_connection`].
 pub async fn handle_socket(socket: WebSocket, state: AppState) {
+    let _open = StreamGuard::websocket(&state.streams);
     let (mut sink, stream) = socket.split();
     let (tx, mut rx) = mpsc::channel::<String>(OUTGOING_FRAMES);
     let heartbeat = Duration::from_millis(state.config.limits.heartbeat_ms);
+    // Set when the connection must close with a code (a frame over the hard cap).
+    let (close_tx, mut close_rx) = tokio::sync::oneshot::channel::<CloseFrame>();
     let sender = tokio::spawn(async move {
         let mut ticker = tokio::time::interval(heartbeat);
         ticker.tick().await;
@@ -126,18 +133,38 @@ pub async fn handle_socket(socket: WebSocket, state: AppState) {
                 break;
             }
         }
-        let _ = sink.close().await;
+        match close_rx.try_recv() {
+            Ok(frame) => drop(sink.send(Message::Close(Some(frame))).await),
+            Err(_) => drop(sink.close().await),
+        }
     });
     // `POST /api/connections/drop` ends the incoming stream, which closes the connection.
     let mut drops = state.drops.subscribe();
+    let mut close_tx = Some(close_tx);
     let incoming = stream
         .take_until(async move { drops.recv().await })
-        .take_while(|m| std::future::ready(m.is_ok()))
+        .map(move |m| match m {
+            Ok(Message::Text(t)) => Some(Incoming::Text(t.to_string())),
+            Ok(Message::Binary(_)) => Some(Incoming::Binary),
+            Ok(_) => Some(Incoming::Control),
+            Err(e) => {
+                // tungstenite's capacity error: a frame over the hard cap.
+                if e.to_string().contains("Space limit exceeded") {
+                    if let Some(close) = close_tx.take() {
+                        let _ = close.send(CloseFrame {
+                            code: CLOSE_TOO_BIG,
+                            reason: "frame too large".into(),
+                        });
+                    }
+                }
+                None
+            }
+        })
+        .take_while(|m| std::future::ready(m.is_some()))
         .filter_map(|m| async move {
             match m {
-                Ok(Message::Text(t)) => Some(Incoming::Text(t.to_string())),
-                Ok(Message::Binary(_)) => Some(Incoming::Binary),
-                _ => None,
+                Some(Incoming::Control) | None => None,
+                other => other,
             }
         });
     run_connection(Box::pin(incoming), tx, state).await;
@@ -148,6 +175,8 @@ pub async fn handle_socket(socket: WebSocket, state: AppState) {
 pub enum Incoming {
     Text(String),
     Binary,
+    /// Ping, pong or close: nothing for the protocol.
+    Control,
 }
 
 /// The protocol over channels: reads client frames until the stream ends, writes server
@@ -215,7 +244,7 @@ where
                 }
             }
         }
-        Ok(Some(Incoming::Binary)) => {
+        Ok(Some(Incoming::Binary | Incoming::Control)) => {
             send(error("binary_frame", "frames are JSON text".into())).await;
             return;
         }
@@ -234,6 +263,7 @@ where
                 send(error("binary_frame", "frames are JSON text".into())).await;
                 continue;
             }
+            Incoming::Control => continue,
         };
         let msg = match ClientMsg::decode(&text, limits.client_frame_limit) {
             Ok(m) => m,
@@ -244,6 +274,24 @@ where
                 continue;
             }
         };
+        // Nothing a client chose is echoed or kept before it is checked.
+        if msg
+            .command_id()
+            .is_some_and(|id| id.len() > wire::MAX_COMMAND_ID)
+        {
+            let message = format!("a command id is at most {} bytes", wire::MAX_COMMAND_ID);
+            send(error("bad_command_id", message)).await;
+            continue;
+        }
+        if msg.session().is_some_and(|s| !wire::is_session_id(s)) {
+            let refusal = CommandError::new("bad_session_id", wire::SESSION_ID_RULE);
+            let frame = match msg.command_id() {
+                Some(id) => reply(id.to_owned(), Err(refusal)),
+                None => error(refusal.code, refusal.message),
+            };
+            send(frame).await;
+            continue;
+        }
         match msg {
             ClientMsg::Hello { .. } => {
                 send(error("already_hello", "hello was already received".into())).await;
@@ -255,6 +303,19 @@ where
             } => {
                 if let Some(old) = subscriptions.remove(&session) {
                     old.abort();
+                }
+                // A follow that ended (an unknown session, a store error) holds nothing.
+                subscriptions.retain(|_, task| !task.is_finished());
+                if subscriptions.len() >= MAX_SUBSCRIPTIONS {
+                    let message = format!(
+                        "a connection follows at most {MAX_SUBSCRIPTIONS} sessions at once: unsubscribe first"
+                    );
+                    let refusal = ServerMsg::Error {
+                        error: WireError::new("too_many_subscriptions", message),
+                        session: Some(session),
+                    };
+                    send(refusal).await;
+                    continue;
                 }
                 let task = tokio::spawn(follow(
                     store.clone(),

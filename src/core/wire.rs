@@ -22,6 +22,25 @@ pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
 /// The smallest frame size a peer may ask for; below it, events could not be chunked sanely.
 pub const MIN_MAX_FRAME: usize = 4 << 10;
 
+/// How a session id is spelled: `ses_` and 1 to 64 lowercase hex digits.
+pub const SESSION_ID_RULE: &str = "a session id is ses_ followed by 1 to 64 lowercase hex digits";
+
+/// The longest command id a client may choose (it is echoed in the reply).
+pub const MAX_COMMAND_ID: usize = 128;
+
+/// The longest error message a frame carries: whatever a peer sent that is quoted in one is
+/// cut, so an error frame always fits the smallest negotiable frame.
+pub const MAX_ERROR_MESSAGE: usize = 1024;
+
+/// Whether `s` is a session id ([`SESSION_ID_RULE`]): checked on every route before a
+/// session name is looked up, stored or echoed.
+pub fn is_session_id(s: &str) -> bool {
+    s.len() <= 68
+        && s.strip_prefix("ses_").is_some_and(|hex| {
+            !hex.is_empty() && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        })
+}
+
 /// A message from a client.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
@@ -188,10 +207,21 @@ pub struct WireError {
 }
 
 impl WireError {
+    /// The message is cut to [`MAX_ERROR_MESSAGE`] bytes (at a character boundary, marked
+    /// with `…`).
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> WireError {
+        let mut message = message.into();
+        if message.len() > MAX_ERROR_MESSAGE {
+            let mut end = MAX_ERROR_MESSAGE - '…'.len_utf8();
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message.truncate(end);
+            message.push('…');
+        }
         WireError {
             code: code.into(),
-            message: message.into(),
+            message,
         }
     }
 }
@@ -239,6 +269,39 @@ impl ClientMsg {
     /// Decodes a client frame no longer than `limit` bytes.
     pub fn decode(frame: &str, limit: usize) -> Result<ClientMsg, DecodeError> {
         decode(frame, limit)
+    }
+
+    /// The id a command's reply echoes.
+    pub fn command_id(&self) -> Option<&str> {
+        match self {
+            ClientMsg::StartTurn { id, .. }
+            | ClientMsg::Interrupt { id, .. }
+            | ClientMsg::AnswerApproval { id, .. }
+            | ClientMsg::SetMode { id, .. }
+            | ClientMsg::SetModel { id, .. }
+            | ClientMsg::ResumeSession { id, .. }
+            | ClientMsg::DescribeSession { id, .. } => Some(id),
+            ClientMsg::Ping { id } => id.as_deref(),
+            ClientMsg::Hello { .. }
+            | ClientMsg::Subscribe { .. }
+            | ClientMsg::Unsubscribe { .. } => None,
+        }
+    }
+
+    /// The session the message is about.
+    pub fn session(&self) -> Option<&str> {
+        match self {
+            ClientMsg::Subscribe { session, .. }
+            | ClientMsg::Unsubscribe { session }
+            | ClientMsg::StartTurn { session, .. }
+            | ClientMsg::Interrupt { session, .. }
+            | ClientMsg::AnswerApproval { session, .. }
+            | ClientMsg::SetMode { session, .. }
+            | ClientMsg::SetModel { session, .. }
+            | ClientMsg::ResumeSession { session, .. }
+            | ClientMsg::DescribeSession { session, .. } => Some(session),
+            ClientMsg::Hello { .. } | ClientMsg::Ping { .. } => None,
+        }
     }
 
     pub fn encode(&self) -> String {
@@ -541,6 +604,44 @@ mod tests {
         assert_eq!(
             ClientMsg::decode(&big, 64).unwrap_err().code(),
             "frame_too_large"
+        );
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn session_ids_are_checked_and_error_frames_stay_small() {
+        let max = format!("ses_{}", "f".repeat(64));
+        for good in ["ses_0", "ses_0123456789abcdef01234567", max.as_str()] {
+            assert!(is_session_id(good), "{good}");
+        }
+        let long = format!("ses_{}", "f".repeat(65));
+        for bad in [
+            "",
+            "ses_",
+            "ses_ABC",
+            "ses_xyz",
+            "s1",
+            "ses_12 ",
+            long.as_str(),
+        ] {
+            assert!(!is_session_id(bad), "{bad}");
+        }
+        // Whatever an error quotes, its frame fits the smallest frame a peer may negotiate.
+        let quoted = format!("no session {:?}", "é".repeat(1 << 20));
+        let frame = ServerMsg::Error {
+            error: WireError::new("unknown_session", quoted),
+            session: Some(max.clone()),
+        }
+        .encode();
+        assert!(frame.len() < MIN_MAX_FRAME, "{}", frame.len());
+        assert_eq!(WireError::new("x", "short").message, "short");
+        let start = ClientMsg::decode(
+            r#"{"t":"start_turn","id":"c1","session":"ses_1","prompt":"hi"}"#,
+            1 << 20,
+        )
+        .unwrap();
+        assert_eq!(
+            (start.command_id(), start.session()),
+            (Some("c1"), Some("ses_1"))
         );
     }
 

@@ -150,6 +150,7 @@ impl SqliteStore {
     /// `spawn_blocking`. It needs no runtime; the store's async methods need a tokio runtime.
     /// A file whose schema is newer than this build is refused.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        make_private(path)?;
         let mut conn = Connection::open(path)?;
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
@@ -669,6 +670,33 @@ impl Readers {
         conn.set_prepared_statement_cache_capacity(64);
         Ok(conn)
     }
+}
+
+/// The log holds every prompt and every output: its file is created 0600 (an existing one is
+/// narrowed to 0600), so SQLite creates `-wal` and `-shm` with the same mode; those left by an
+/// earlier run are narrowed too.
+fn make_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let io = |e: std::io::Error| StoreError::Database(format!("{}: {e}", path.display()));
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io)?;
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        let file = Path::new(&name);
+        match std::fs::metadata(file) {
+            Ok(meta) if meta.permissions().mode() & 0o077 != 0 => {
+                std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600))
+                    .map_err(io)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn session_exists(conn: &Connection, id: &str) -> Result<bool, StoreError> {

@@ -112,7 +112,7 @@ async function scenario(): Promise<Record<string, unknown>> {
   const described = await client.describeSession(session);
   const viaApi = await api("GET", `/api/sessions/${session}`);
   const contract = (d: any) => [d.session, d.capabilities, d.modes, d.current_mode, d.commands];
-  errors.push(code(await client.describeSession("ses_nope").catch((e: unknown) => e)));
+  errors.push(code(await client.describeSession("ses_0ff").catch((e: unknown) => e)));
   await until("the mode change arrived", () => client.after(session) >= described.latest_sequence);
   await until("the last batch", () => framesReceived > 0 && seen.items.get(session)?.length === client.snapshot(session).length);
   await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));

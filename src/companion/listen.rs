@@ -1,0 +1,302 @@
+//! The accept loop: HTTP/1.1 connections with a header-read timeout, an idle timeout, a cap
+//! on how many are open, and graceful shutdown.
+//!
+//! Idle and slow sockets cost a file descriptor each and nothing else may be starved by
+//! them: a connection that has not sent a whole request head within `header_timeout` is
+//! closed (hyper's header-read timer, which also runs while a kept-alive connection waits
+//! for its next request, so it is the idle timeout as well); at most `max_connections` are
+//! open at once, WebSockets included (the permit lives as long as the socket), and when the
+//! cap is reached the connection idle the longest is closed to make room. The soft limit on
+//! open files is raised to the hard one at start-up ([`raise_file_limit`]).
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+
+/// Limits of the accept loop.
+#[derive(Clone, Copy, Debug)]
+pub struct ListenLimits {
+    /// The most connections open at once.
+    pub max_connections: usize,
+    /// How long a connection may take to send a request head, and stay idle between requests.
+    pub header_timeout: Duration,
+}
+
+impl Default for ListenLimits {
+    fn default() -> ListenLimits {
+        ListenLimits {
+            max_connections: 1024,
+            header_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit (macOS defaults to 256), so the
+/// connection cap, not the file table, decides when connections wait. Returns the new limit.
+pub fn raise_file_limit() -> io::Result<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read or write the struct passed to them.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            limit = raised;
+        }
+    }
+    Ok(limit.rlim_cur)
+}
+
+/// One open connection, as the cap sees it.
+struct Conn {
+    /// No request is being served: the connection may be closed to make room.
+    idle: Arc<AtomicBool>,
+    /// When it last became idle (ms since the loop started).
+    idle_since: Arc<AtomicU64>,
+    close: Arc<Notify>,
+}
+
+/// Open connections by number, so the cap can close the one idle the longest.
+#[derive(Default)]
+struct Registry {
+    conns: Mutex<HashMap<u64, Conn>>,
+}
+
+impl Registry {
+    /// Asks the connection idle the longest to close; false when none is idle.
+    fn evict_one(&self) -> bool {
+        let conns = self.conns.lock().expect("registry lock");
+        let oldest = conns
+            .values()
+            .filter(|c| c.idle.load(Ordering::Relaxed))
+            .min_by_key(|c| c.idle_since.load(Ordering::Relaxed));
+        match oldest {
+            Some(c) => {
+                c.close.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves; then stops accepting, lets the
+/// requests in flight finish (at most `drain` long) and returns.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ListenLimits,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+    drain: Duration,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let registry = Arc::new(Registry::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let started = Instant::now();
+    let mut next_id = 0u64;
+    tokio::pin!(shutdown);
+    loop {
+        let permit = match slots.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                registry.evict_one();
+                tokio::select! {
+                    permit = slots.clone().acquire_owned() => permit.expect("never closed"),
+                    _ = &mut shutdown => break,
+                }
+            }
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors, or a connection reset before accept: wait a
+                    // moment (closing an idle connection if that is what is short) and go on.
+                    if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) {
+                        registry.evict_one();
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        next_id += 1;
+        let conn = Conn {
+            idle: Arc::new(AtomicBool::new(true)),
+            idle_since: Arc::new(AtomicU64::new(started.elapsed().as_millis() as u64)),
+            close: Arc::new(Notify::new()),
+        };
+        let handle = ConnHandle {
+            id: next_id,
+            idle: conn.idle.clone(),
+            idle_since: conn.idle_since.clone(),
+            close: conn.close.clone(),
+            started,
+        };
+        registry
+            .conns
+            .lock()
+            .expect("registry lock")
+            .insert(next_id, conn);
+        tokio::spawn(serve_connection(
+            stream,
+            peer,
+            permit,
+            app.clone(),
+            limits,
+            handle,
+            registry.clone(),
+            stop_rx.clone(),
+        ));
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    // Requests in flight finish (bounded); upgraded WebSockets are closed by the hub's
+    // shutdown, which follows.
+    let _ = tokio::time::timeout(drain, async {
+        while !registry.conns.lock().expect("registry lock").is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+struct ConnHandle {
+    id: u64,
+    idle: Arc<AtomicBool>,
+    idle_since: Arc<AtomicU64>,
+    close: Arc<Notify>,
+    started: Instant,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    permit: OwnedSemaphorePermit,
+    app: Router,
+    limits: ListenLimits,
+    handle: ConnHandle,
+    registry: Arc<Registry>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let io = TokioIo::new(Permitted {
+        stream,
+        _permit: permit,
+    });
+    let idle = handle.idle.clone();
+    let idle_since = handle.idle_since.clone();
+    let started = handle.started;
+    let app = app.layer(axum::Extension(axum::extract::ConnectInfo(peer)));
+    let service = tower::ServiceExt::map_request(app, move |req| {
+        idle.store(false, Ordering::Relaxed);
+        req
+    });
+    let idle = handle.idle.clone();
+    let service = tower::ServiceExt::map_response(service, move |res: axum::response::Response| {
+        idle_since.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        idle.store(true, Ordering::Relaxed);
+        res
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .keep_alive(true);
+    let conn = builder
+        .serve_connection(io, TowerToHyperService::new(service))
+        .with_upgrades();
+    tokio::pin!(conn);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            _ = conn.as_mut() => break,
+            _ = handle.close.notified(), if !closing => {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            changed = stop.changed(), if !closing => {
+                if changed.is_err() || *stop.borrow() {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+    registry
+        .conns
+        .lock()
+        .expect("registry lock")
+        .remove(&handle.id);
+}
+
+/// A TCP stream that holds its connection slot for as long as it lives, also after a
+/// WebSocket upgrade has taken it from hyper.
+struct Permitted {
+    stream: TcpStream,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl AsyncRead for Permitted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Permitted {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
