@@ -42,13 +42,23 @@ impl Server {
     }
 
     pub fn start_with_delay(db: &Path, port: u16, delay_ms: u64, extra: &[&str]) -> Server {
-        Server::spawn(db, port, delay_ms, extra, None)
+        Server::spawn(db, port, delay_ms, extra, None, &mut |_| {})
+    }
+
+    /// Starts a server on port 0 after `prepare` has had its way with the command (extra
+    /// environment, resource limits).
+    pub fn start_prepared(
+        db: &Path,
+        extra: &[&str],
+        prepare: &mut dyn FnMut(&mut Command),
+    ) -> Server {
+        Server::spawn(db, 0, 2, extra, None, prepare)
     }
 
     /// Starts a server whose environment is exactly `PATH` (this one's, unless `env` sets
     /// it) plus `env`: nothing of the caller's credentials or settings leaks into the agents.
     pub fn start_with_env(db: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
-        Server::spawn(db, 0, 2, extra, Some(env))
+        Server::spawn(db, 0, 2, extra, Some(env), &mut |_| {})
     }
 
     /// Starts a server on port 0 with the PostgreSQL store at `url` (`--store`).
@@ -64,6 +74,7 @@ impl Server {
             delay_ms,
             &[&["--store", url], extra].concat(),
             None,
+            &mut |_| {},
         );
         server.db = PathBuf::new();
         server
@@ -75,8 +86,10 @@ impl Server {
         delay_ms: u64,
         extra: &[&str],
         env: Option<&[(&str, &str)]>,
+        prepare: &mut dyn FnMut(&mut Command),
     ) -> Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_agentwire"));
+        prepare(&mut command);
         if let Some(env) = env {
             command
                 .env_clear()

@@ -1,0 +1,684 @@
+//! Security, black-box, as an attacker on the same machine would try it: a real `agentwire
+//! serve` on 127.0.0.1, raw sockets and a real WebSocket client. DNS rebinding (a foreign
+//! `Host`), tokens reaching the hosted agents, idle and slow sockets, memory held by bogus
+//! subscriptions, SSE streams outliving their clients, file modes, response headers, and the
+//! rough edges (CORS for allowed origins, percent-encoded tokens, JSON rejections, 1009).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agentwire::core::wire::{ClientMsg, ServerMsg};
+use common::{http, recv, send, ws_connect, Server, DEADLINE, TOKEN};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::Value;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Message;
+
+/// A raw HTTP/1.1 exchange: the status, the head (lowercase), the body.
+fn raw(addr: SocketAddr, request: &str) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut bytes = Vec::new();
+    let _ = stream.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_ascii_lowercase(), body.to_owned())
+}
+
+fn get(addr: SocketAddr, path: &str, host: &str, extra: &str) -> (u16, String, String) {
+    raw(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{extra}\r\n"),
+    )
+}
+
+fn error_code(body: &str) -> String {
+    let value: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    value["error"]["code"].as_str().unwrap_or("").to_owned()
+}
+
+fn start(extra: &[&str]) -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("log.db"), 0, extra);
+    (dir, server)
+}
+
+/// DNS rebinding: a page on `evil.example` (resolving to 127.0.0.1) is not this server, on
+/// the API, the WebSocket and the static files alike; its Origin matching its Host changes
+/// nothing. Names given with --allow-host are served.
+#[tokio::test]
+async fn a_foreign_host_is_refused_on_every_route() {
+    let (_dir, server) = start(&["--allow-host", "agents.example.com"]);
+    let addr = server.addr;
+    let port = addr.port();
+    let evil = format!("evil.example:{port}");
+    let bearer = format!("Authorization: Bearer {TOKEN}\r\n");
+    let origin = format!("{bearer}Origin: http://{evil}\r\n");
+    let post = format!(
+        "POST /api/sessions HTTP/1.1\r\nHost: {evil}\r\n{origin}Content-Type: application/json\r\nContent-Length: 19\r\nConnection: close\r\n\r\n{{\"provider\":\"demo\"}}"
+    );
+    let (status, _, body) = raw(addr, &post);
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (403, "forbidden_host")
+    );
+    for path in ["/", "/app.js", "/api/sessions", "/api/info"] {
+        let (status, _, body) = get(addr, path, &evil, &origin);
+        assert_eq!(
+            (status, error_code(&body).as_str()),
+            (403, "forbidden_host"),
+            "{path}"
+        );
+    }
+    // A foreign Host on the WebSocket handshake, with the token.
+    let mut socket = TcpStream::connect(addr).unwrap();
+    socket.set_read_timeout(Some(DEADLINE)).unwrap();
+    write!(
+        socket,
+        "GET /ws?token={TOKEN} HTTP/1.1\r\nHost: {evil}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = [0u8; 64];
+    let n = socket.read(&mut head).unwrap();
+    assert!(String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 403"));
+    // The right host with a foreign origin: refused too (origins are checked against the
+    // allowed hosts, not against the request's own Host).
+    let (status, _, body) = get(
+        addr,
+        "/api/sessions",
+        &addr.to_string(),
+        &format!("{bearer}Origin: http://{evil}\r\n"),
+    );
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (403, "forbidden_origin")
+    );
+    // What is allowed.
+    for host in [
+        addr.to_string(),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        "agents.example.com".to_owned(),
+    ] {
+        let (status, _, _) = get(addr, "/api/sessions", &host, &bearer);
+        assert_eq!(status, 200, "{host}");
+    }
+    let (status, _, _) = get(
+        addr,
+        "/api/sessions",
+        "agents.example.com",
+        &format!("{bearer}Origin: https://agents.example.com\r\n"),
+    );
+    assert_eq!(status, 200);
+    assert!(ws_connect(&server.ws_url(), &[]).await.is_ok());
+}
+
+/// Guessing the token runs at a few attempts a second whatever the caller does; tokens
+/// shorter than 16 characters are refused at start-up.
+#[test]
+fn wrong_tokens_are_limited_and_short_tokens_refused() {
+    let (_dir, server) = start(&[]);
+    let mut codes = Vec::new();
+    for i in 0..60 {
+        let (_, body) = http(
+            server.addr,
+            "GET",
+            "/api/sessions",
+            None,
+            &[("Authorization", &format!("Bearer guess-{i:016}"))],
+        );
+        codes.push(body["error"]["code"].as_str().unwrap_or("").to_owned());
+    }
+    let limited = codes.iter().filter(|c| *c == "too_many_attempts").count();
+    assert!(
+        codes[0] == "bad_token" && limited >= 30,
+        "60 quick guesses: {codes:?}"
+    );
+    // While the limit holds, even the right token is not checked; it is again a moment later.
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let (status, _) = server.api("GET", "/api/sessions", None);
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 429);
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--token",
+            "short-token-15c",
+        ])
+        .env_remove("AGENTWIRE_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16 characters"));
+}
+
+/// The processes `pid` started.
+fn children(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid …; comm may hold spaces, so split after the last ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            found.push(child);
+        }
+    }
+    found
+}
+
+/// A hosted agent (or whatever a prompt injection makes it run) finds no token and no store
+/// password in its environment or its command line; `--token-file` works and must be
+/// private.
+#[test]
+fn the_token_never_reaches_a_hosted_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = token_file.to_str().unwrap().to_owned();
+    // agentwire's variables in the server's environment (and the token on its command line).
+    let mut server = Server::start_prepared(&dir.path().join("log.db"), &[], &mut |cmd| {
+        // (AGENTWIRE_STORE itself would conflict with --db: every AGENTWIRE_ variable goes.)
+        cmd.env("AGENTWIRE_TOKEN", TOKEN)
+            .env("AGENTWIRE_NODE", "node-1")
+            .env(
+                "AGENTWIRE_PG_URL",
+                "postgres://agentwire:hunter2-password@127.0.0.1/x",
+            );
+    });
+    let session = server.create_demo_session();
+    let deadline = Instant::now() + DEADLINE;
+    let agents = loop {
+        let agents = children(server.child.id());
+        if !agents.is_empty() {
+            break agents;
+        }
+        assert!(Instant::now() < deadline, "the demo agent never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    for pid in agents {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        for (what, bytes) in [("environ", &environ), ("cmdline", &cmdline)] {
+            let text = String::from_utf8_lossy(bytes);
+            assert!(!text.contains(TOKEN), "the token is in the agent's {what}");
+            assert!(
+                !text.contains("hunter2"),
+                "the store password is in the agent's {what}"
+            );
+            assert!(
+                !text.contains("AGENTWIRE_"),
+                "an agentwire variable in the agent's {what}: {text}"
+            );
+        }
+    }
+    server.start_turn(&session, "hello");
+    server.kill();
+
+    // --token-file: the server takes its first line.
+    let out = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--token-file",
+            &file,
+            "--db",
+        ])
+        .arg(dir.path().join("log3.db"))
+        .env_remove("AGENTWIRE_TOKEN")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = out;
+    let mut line = String::new();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.ends_with(&format!("#token={TOKEN}\n")), "{line}");
+    // A token file others can read is refused.
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--token-file", &file])
+        .env_remove("AGENTWIRE_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("chmod 600"));
+}
+
+/// With a soft limit of 256 open files (macOS' default), 300 idle sockets and 50 that send
+/// half a request head do not delay a request with the token by a second; slow heads are
+/// cut after the header timeout; at the connection cap, the connection idle the longest
+/// makes room.
+#[test]
+fn idle_and_slow_sockets_starve_nobody() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_prepared(
+        &dir.path().join("log.db"),
+        &["--header-timeout-ms", "1500"],
+        &mut |cmd| {
+            // SAFETY: only setrlimit(2) between fork and exec.
+            unsafe {
+                cmd.pre_exec(|| {
+                    let mut limit = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+                    limit.rlim_cur = 256;
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        },
+    );
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(TcpStream::connect(server.addr).unwrap());
+    }
+    let mut slow = Vec::new();
+    for _ in 0..50 {
+        let mut s = TcpStream::connect(server.addr).unwrap();
+        s.write_all(b"GET /api/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            .unwrap();
+        slow.push(s);
+    }
+    let started = Instant::now();
+    let (status, _) = server.api("GET", "/api/sessions", None);
+    let took = started.elapsed();
+    assert_eq!(status, 200);
+    assert!(
+        took < Duration::from_secs(1),
+        "a request behind 350 idle sockets took {took:?}"
+    );
+    // The slow heads are cut once the header timeout passes.
+    for mut s in slow {
+        s.set_read_timeout(Some(DEADLINE)).unwrap();
+        let mut buf = [0u8; 256];
+        let n = s.read(&mut buf).unwrap_or(0);
+        let answer = String::from_utf8_lossy(&buf[..n]);
+        assert!(n == 0 || answer.starts_with("HTTP/1.1 408"), "{answer}");
+    }
+    assert!(started.elapsed() >= Duration::from_millis(1000));
+    drop(idle);
+
+    // A cap of 20: 40 idle sockets, then a real request still gets through.
+    let capped = Server::start(
+        &dir.path().join("capped.db"),
+        0,
+        &["--max-connections", "20"],
+    );
+    let held: Vec<_> = (0..40)
+        .map(|_| TcpStream::connect(capped.addr).unwrap())
+        .collect();
+    let started = Instant::now();
+    let (status, _) = capped.api("GET", "/api/sessions", None);
+    assert_eq!(status, 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(held);
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// 1,000 subscribes to bogus ~100 KB session names and 300 to unknown ones on one
+/// connection hold no memory and no subscription slot; no frame the server sends exceeds the
+/// negotiated 4 KiB; a frame over four times the client limit closes the socket with 1009.
+#[tokio::test]
+async fn bogus_subscriptions_hold_no_memory_and_frames_stay_bounded() {
+    let (_dir, server) = start(&[]);
+    let session = server.create_demo_session();
+    let pid = server.child.id();
+    let mut socket = ws_connect(&server.ws_url(), &[]).await.unwrap();
+    send(
+        &mut socket,
+        &ClientMsg::Hello {
+            protocols: vec![1],
+            max_frame: Some(4096),
+            client: None,
+        },
+    )
+    .await;
+    assert!(matches!(
+        recv(&mut socket).await,
+        Some(ServerMsg::Welcome {
+            max_frame: 4096,
+            ..
+        })
+    ));
+    let before = rss_kib(pid);
+    let name = format!("ses_{}", "0".repeat(100_000));
+    let bogus = ClientMsg::Subscribe {
+        session: name,
+        after: 0,
+        epoch: None,
+    }
+    .encode();
+    let mut largest = 0;
+    for i in 0..1_300 {
+        let frame = if i < 1_000 {
+            bogus.clone()
+        } else {
+            // Well formed, unknown: each follow ends at once and must free its slot.
+            ClientMsg::Subscribe {
+                session: format!("ses_{i:x}"),
+                after: 0,
+                epoch: None,
+            }
+            .encode()
+        };
+        socket.send(Message::Text(frame.into())).await.unwrap();
+        let code = loop {
+            let Some(Ok(Message::Text(text))) = socket.next().await else {
+                panic!("the socket closed");
+            };
+            largest = largest.max(text.len());
+            match ServerMsg::decode(&text, usize::MAX).unwrap() {
+                ServerMsg::Error { error, .. } => break error.code,
+                ServerMsg::Heartbeat { .. } => continue,
+                other => panic!("{other:?}"),
+            }
+        };
+        let want = if i < 1_000 {
+            "bad_session_id"
+        } else {
+            "unknown_session"
+        };
+        assert_eq!(code, want);
+    }
+    // The real session still subscribes: 300 ended follows left no slot taken.
+    send(
+        &mut socket,
+        &ClientMsg::Subscribe {
+            session: session.clone(),
+            after: 0,
+            epoch: None,
+        },
+    )
+    .await;
+    loop {
+        match recv(&mut socket).await.expect("open") {
+            ServerMsg::CaughtUp { .. } => break,
+            ServerMsg::Events { .. } | ServerMsg::Heartbeat { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    let grown = rss_kib(pid).saturating_sub(before);
+    assert!(grown < 20 * 1024, "RSS grew by {grown} KiB");
+    assert!(largest <= 4096, "a {largest}-byte frame");
+    // Over four times the client frame limit (1 MiB): closed with 1009.
+    let huge = format!(r#"{{"t":"ping","id":"{}"}}"#, "x".repeat(5 << 20));
+    let _ = socket.send(Message::Text(huge.into())).await;
+    let code = loop {
+        match tokio::time::timeout(DEADLINE, socket.next()).await.unwrap() {
+            Some(Ok(Message::Close(frame))) => break frame.map(|f| f.code),
+            Some(Ok(_)) => continue,
+            other => panic!("no close frame: {other:?}"),
+        }
+    };
+    assert_eq!(code, Some(CloseCode::Size));
+}
+
+fn info(server: &Server) -> Value {
+    let (status, body) = server.api("GET", "/api/info", None);
+    assert_eq!(status, 200);
+    body
+}
+
+/// SSE streams of an idle session end when their clients go (not at the next event), and a
+/// stream says `caught_up` once, not after every live event.
+#[test]
+fn sse_streams_end_with_their_clients() {
+    let (_dir, server) = start(&[]);
+    let session = server.create_demo_session();
+    let baseline = info(&server)["streams"]["sse"].as_u64().unwrap();
+    let request = format!(
+        "GET /api/sessions/{session}/stream HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n",
+        server.addr
+    );
+    let mut clients = Vec::new();
+    for _ in 0..200 {
+        let mut s = TcpStream::connect(server.addr).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        clients.push(s);
+    }
+    let wait_for = |want: u64| {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let open = info(&server)["streams"]["sse"].as_u64().unwrap();
+            if open == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{open} SSE streams open, want {want}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for(baseline + 200);
+    drop(clients);
+    wait_for(baseline);
+
+    // One stream across a live turn: caught_up once.
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    server.start_turn(&session, "hello there");
+    let mut seen = String::new();
+    let mut buf = [0u8; 8192];
+    while !seen.contains("run_completed") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert_eq!(seen.matches("event: caught_up").count(), 1, "{seen}");
+    assert!(seen.matches("event: event").count() > 3);
+}
+
+/// The log and the recordings are private; response headers protect the page; dotfiles are
+/// not served; the printed URL carries the token in its fragment.
+#[test]
+fn files_are_private_and_pages_are_protected() {
+    let dir = tempfile::tempdir().unwrap();
+    let www = dir.path().join("www");
+    std::fs::create_dir(&www).unwrap();
+    std::fs::write(
+        www.join("index.html"),
+        r#"<script type="importmap">{"imports":{}}</script><p>hi</p>"#,
+    )
+    .unwrap();
+    std::fs::write(www.join(".env"), "SECRET=1").unwrap();
+    let records = dir.path().join("records/nested");
+    let server = Server::start(
+        &dir.path().join("log.db"),
+        0,
+        &[
+            "--www",
+            www.to_str().unwrap(),
+            "--record-dir",
+            records.to_str().unwrap(),
+        ],
+    );
+    let session = server.create_demo_session();
+    let turn = server.start_turn(&session, "hello again");
+    server.wait_events(&session, "the turn ends", |events| {
+        common::ended(events, &turn)
+    });
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for suffix in ["", "-wal", "-shm"] {
+        let path = dir.path().join(format!("log.db{suffix}"));
+        assert_eq!(mode(&path), 0o600, "{}", path.display());
+    }
+    assert_eq!(mode(&records), 0o700);
+    assert_eq!(mode(&records.join(format!("{session}.jsonl"))), 0o600);
+
+    let host = server.addr.to_string();
+    let (status, head, _) = get(server.addr, "/", &host, "");
+    assert_eq!(status, 200);
+    for want in [
+        "content-security-policy: default-src 'none'; script-src 'self' 'wasm-unsafe-eval' 'sha256-",
+        "frame-ancestors 'none'",
+        "x-content-type-options: nosniff",
+        "referrer-policy: no-referrer",
+    ] {
+        assert!(head.contains(want), "{want:?} missing from\n{head}");
+    }
+    let (status, _, _) = get(server.addr, "/.env", &host, "");
+    assert_eq!(status, 404);
+    let (status, head, _) = get(
+        server.addr,
+        "/api/sessions",
+        &host,
+        &format!("Authorization: Bearer {TOKEN}\r\n"),
+    );
+    assert_eq!(status, 200);
+    assert!(head.contains("cache-control: no-store"), "{head}");
+    assert!(head.contains("x-content-type-options: nosniff"), "{head}");
+    assert!(!head.contains("access-control-allow-origin"), "{head}");
+}
+
+/// `--allow-origin` makes the API usable from that origin (CORS, preflight without a token)
+/// and no other; `null` is refused; a `?token=` is percent-decoded; axum's own rejections
+/// are the documented JSON errors.
+#[test]
+fn allowed_origins_tokens_in_queries_and_json_rejections() {
+    let out = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--allow-origin", "null"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let dir = tempfile::tempdir().unwrap();
+    let token = "a+b/c=d%e&f-0123456789";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--token",
+            token,
+            "--allow-origin",
+            "http://localhost:5173",
+            "--db",
+        ])
+        .arg(dir.path().join("log2.db"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("agentwire: serving http://")
+        .and_then(|r| r.split('/').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let host = addr.to_string();
+    let preflight = |origin: &str| {
+        raw(
+            addr,
+            &format!(
+                "OPTIONS /api/sessions HTTP/1.1\r\nHost: {host}\r\nOrigin: {origin}\r\n\
+                 Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization, content-type\r\nConnection: close\r\n\r\n"
+            ),
+        )
+    };
+    let (status, head, _) = preflight("http://localhost:5173");
+    assert_eq!(status, 204, "{head}");
+    assert!(
+        head.contains("access-control-allow-origin: http://localhost:5173"),
+        "{head}"
+    );
+    assert!(
+        head.contains("access-control-allow-headers: authorization, content-type"),
+        "{head}"
+    );
+    let (status, head, _) = preflight("http://elsewhere.example");
+    assert_eq!(status, 403);
+    assert!(!head.contains("access-control-allow-origin"));
+    let encoded = "a%2Bb%2Fc%3Dd%25e%26f-0123456789";
+    let (status, head, _) = get(
+        addr,
+        &format!("/api/sessions?token={encoded}"),
+        &host,
+        "Origin: http://localhost:5173\r\n",
+    );
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("access-control-allow-origin: http://localhost:5173"));
+    // Rejections: 413, 415, 422, each as {"error": {"code", "message"}}.
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    let post = |content_type: &str, body: &str| {
+        raw(
+            addr,
+            &format!(
+                "POST /api/sessions HTTP/1.1\r\nHost: {host}\r\n{bearer}Content-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    };
+    let big = format!("{{\"provider\":\"{}\"}}", "x".repeat(2 << 20));
+    for (content_type, body, status, code) in [
+        ("application/json", big.as_str(), 413, "body_too_large"),
+        ("text/plain", "{}", 415, "unsupported_media_type"),
+        ("application/json", r#"{"provider": 7}"#, 422, "bad_body"),
+        ("application/json", "{oops", 400, "bad_request"),
+    ] {
+        let (got, head, body) = post(content_type, body);
+        assert_eq!(
+            (got, error_code(&body).as_str()),
+            (status, code),
+            "{head}\n{body}"
+        );
+        assert!(head.contains("content-type: application/json"), "{head}");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
