@@ -409,12 +409,17 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         let addr = listener.local_addr().context("reading the bound address")?;
         // The token goes in the fragment: browsers send it to no server, keep it out of
         // referrers, and the page takes it out of the address bar.
-        println!("agentwire: serving http://{addr}/#token={token}");
-        println!(
+        // Whoever reads stdout may stop (`| head -1`): the server goes on regardless.
+        let mut out = io::stdout().lock();
+        let _ = writeln!(out, "agentwire: serving http://{addr}/#token={token}");
+        let _ = writeln!(
+            out,
             "agentwire: store {location} (epoch {}), node {:?}",
             hub.store().epoch(),
             hub.node()
         );
+        let _ = out.flush();
+        drop(out);
         let state = server::AppState::new(hub, std::sync::Arc::new(config));
         // Ctrl-C or SIGTERM: stop accepting, close every session (killing its agent), exit.
         let shutdown = async {

@@ -21,10 +21,24 @@ fn tail_through_a_cutting_proxy_prints_the_log_exactly_once() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_with_delay(&dir.path().join("a.db"), 0, 20, &[]);
+    // The proxy's address is a name of the server's too (clients send it as their Host), so
+    // the server is told it first, as a reverse proxy's would be.
+    let proxy_listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let server = Server::start_with_delay(
+        &dir.path().join("a.db"),
+        0,
+        20,
+        &["--allow-host", &proxy_listen],
+    );
     let mut proxy = Command::new(env!("CARGO_BIN_EXE_agentwire"))
         .args([
             "chaos-proxy",
+            "--listen",
+            &proxy_listen,
             "--upstream",
             &server.addr.to_string(),
             "--seed",

@@ -609,11 +609,8 @@ fn allowed_origins_tokens_in_queries_and_json_rejections() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
     let addr: SocketAddr = line
         .trim()
         .strip_prefix("agentwire: serving http://")

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentwire::companion::host::{Hub, HubConfig};
-use agentwire::companion::server::{AppState, ServerConfig};
+use agentwire::companion::server::ServerConfig;
 use agentwire::companion::store::{SessionRecord, SessionState, SqliteStore, Store};
 use agentwire::companion::ws::{run_connection, Incoming};
 use agentwire::core::event::{Event, EventInit, EventType, Provider};
@@ -68,10 +68,7 @@ async fn a_slow_subscriber_is_resynced_from_the_store_not_skipped() {
         store.clone(),
         HubConfig::new(std::env::current_exe().unwrap()),
     );
-    let state = AppState::new(
-        hub,
-        Arc::new(ServerConfig::new("t".repeat(16), dir.path().into())),
-    );
+    let limits = ServerConfig::new("t".repeat(16), dir.path().into()).limits;
 
     let (in_tx, in_rx) = mpsc::channel::<Incoming>(8);
     let incoming = Box::pin(futures_util::stream::unfold(in_rx, |mut rx| async move {
@@ -79,7 +76,7 @@ async fn a_slow_subscriber_is_resynced_from_the_store_not_skipped() {
     }));
     // A tiny outgoing queue: the subscriber overflows it as soon as it stops reading.
     let (out_tx, mut out_rx) = mpsc::channel::<String>(2);
-    tokio::spawn(run_connection(incoming, out_tx, state));
+    tokio::spawn(run_connection(incoming, out_tx, hub, limits));
     let hello = ClientMsg::Hello {
         protocols: vec![1],
         max_frame: Some(MIN_MAX_FRAME),

@@ -14,7 +14,7 @@
 //! and no dotfiles. Connections are capped and timed out by [`super::listen`].
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +34,7 @@ use super::adapter::Thinking;
 use super::host::{CommandError, Hub};
 use super::listen::{self, ListenLimits};
 use super::store::{EventQuery, StoreError};
-use super::ws::{self, ConnectionLimits, Follower, Page};
+use super::ws::{self, ConnectionLimits, Follower, Page, StreamCounts, StreamGuard};
 use crate::core::event::EventType;
 use crate::core::time::Timestamp;
 use crate::core::wire::{self, Decision};
@@ -119,49 +119,6 @@ impl AppState {
             self.config.allowed_origins.clone(),
         ));
         self
-    }
-}
-
-/// How many SSE streams and WebSocket connections are open: each is counted by a guard its
-/// task holds, so the count falls when the task really ends.
-#[derive(Debug, Default)]
-pub struct StreamCounts {
-    pub sse: AtomicUsize,
-    pub websocket: AtomicUsize,
-}
-
-/// Counts one open stream while it lives.
-pub struct StreamGuard {
-    counts: Arc<StreamCounts>,
-    websocket: bool,
-}
-
-impl StreamGuard {
-    pub fn sse(counts: &Arc<StreamCounts>) -> StreamGuard {
-        counts.sse.fetch_add(1, Ordering::Relaxed);
-        StreamGuard {
-            counts: counts.clone(),
-            websocket: false,
-        }
-    }
-
-    pub fn websocket(counts: &Arc<StreamCounts>) -> StreamGuard {
-        counts.websocket.fetch_add(1, Ordering::Relaxed);
-        StreamGuard {
-            counts: counts.clone(),
-            websocket: true,
-        }
-    }
-}
-
-impl Drop for StreamGuard {
-    fn drop(&mut self) {
-        let count = if self.websocket {
-            &self.counts.websocket
-        } else {
-            &self.counts.sse
-        };
-        count.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -706,7 +663,11 @@ async fn websocket(State(state): State<AppState>, upgrade: WebSocketUpgrade) -> 
     upgrade
         .max_message_size(hard_cap)
         .max_frame_size(hard_cap)
-        .on_upgrade(move |socket| ws::handle_socket(socket, state))
+        .on_upgrade(move |socket| {
+            let open = StreamGuard::websocket(&state.streams);
+            let drops = state.drops.subscribe();
+            ws::handle_socket(socket, state.hub, state.config.limits, drops, open)
+        })
 }
 
 /// Static files from the www directory; `/` is `index.html`. A page gets its

@@ -9,6 +9,7 @@
 //! is told (`resync`) and keeps reading by cursor. Nothing is skipped.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,8 +19,8 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
 use super::host::CommandError;
+use super::host::Hub;
 use super::now;
-use super::server::{AppState, StreamGuard};
 use super::store::{Committed, EventQuery, Store, StoreError};
 use crate::core::event::Event;
 use crate::core::wire::{self, ClientMsg, ServerMsg, WireError};
@@ -99,6 +100,49 @@ impl Follower {
     }
 }
 
+/// How many SSE streams and WebSocket connections are open: each is counted by a guard its
+/// task holds, so the count falls when the task really ends.
+#[derive(Debug, Default)]
+pub struct StreamCounts {
+    pub sse: AtomicUsize,
+    pub websocket: AtomicUsize,
+}
+
+/// Counts one open stream while it lives.
+pub struct StreamGuard {
+    counts: Arc<StreamCounts>,
+    websocket: bool,
+}
+
+impl StreamGuard {
+    pub fn sse(counts: &Arc<StreamCounts>) -> StreamGuard {
+        counts.sse.fetch_add(1, Ordering::Relaxed);
+        StreamGuard {
+            counts: counts.clone(),
+            websocket: false,
+        }
+    }
+
+    pub fn websocket(counts: &Arc<StreamCounts>) -> StreamGuard {
+        counts.websocket.fetch_add(1, Ordering::Relaxed);
+        StreamGuard {
+            counts: counts.clone(),
+            websocket: true,
+        }
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let count = if self.websocket {
+            &self.counts.websocket
+        } else {
+            &self.counts.sse
+        };
+        count.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Limits and timings of one connection.
 #[derive(Clone, Copy, Debug)]
 pub struct ConnectionLimits {
@@ -111,11 +155,19 @@ pub struct ConnectionLimits {
 
 /// The axum side: splits the socket, runs the send loop (frames and heartbeats) and feeds
 /// received text frames to [`run_connection`].
-pub async fn handle_socket(socket: WebSocket, state: AppState) {
-    let _open = StreamGuard::websocket(&state.streams);
+/// `drops` closes the connection when it fires (`POST /api/connections/drop`); `open` counts
+/// it while it lives.
+pub async fn handle_socket(
+    socket: WebSocket,
+    hub: Arc<Hub>,
+    limits: ConnectionLimits,
+    mut drops: broadcast::Receiver<()>,
+    open: StreamGuard,
+) {
+    let _open = open;
     let (mut sink, stream) = socket.split();
     let (tx, mut rx) = mpsc::channel::<String>(OUTGOING_FRAMES);
-    let heartbeat = Duration::from_millis(state.config.limits.heartbeat_ms);
+    let heartbeat = Duration::from_millis(limits.heartbeat_ms);
     // Set when the connection must close with a code (a frame over the hard cap).
     let (close_tx, mut close_rx) = tokio::sync::oneshot::channel::<CloseFrame>();
     let sender = tokio::spawn(async move {
@@ -139,7 +191,6 @@ pub async fn handle_socket(socket: WebSocket, state: AppState) {
         }
     });
     // `POST /api/connections/drop` ends the incoming stream, which closes the connection.
-    let mut drops = state.drops.subscribe();
     let mut close_tx = Some(close_tx);
     let incoming = stream
         .take_until(async move { drops.recv().await })
@@ -167,7 +218,7 @@ pub async fn handle_socket(socket: WebSocket, state: AppState) {
                 other => other,
             }
         });
-    run_connection(Box::pin(incoming), tx, state).await;
+    run_connection(Box::pin(incoming), tx, hub, limits).await;
     let _ = sender.await;
 }
 
@@ -181,12 +232,15 @@ pub enum Incoming {
 
 /// The protocol over channels: reads client frames until the stream ends, writes server
 /// frames to `out`. Returns when the client is gone or must be dropped.
-pub async fn run_connection<I>(mut incoming: I, out: mpsc::Sender<String>, state: AppState)
-where
+pub async fn run_connection<I>(
+    mut incoming: I,
+    out: mpsc::Sender<String>,
+    hub: Arc<Hub>,
+    limits: ConnectionLimits,
+) where
     I: Stream<Item = Incoming> + Unpin,
 {
-    let limits = state.config.limits;
-    let store = state.hub.store().clone();
+    let store = hub.store().clone();
     let send = |msg: ServerMsg| {
         let out = out.clone();
         async move { out.send(msg.encode()).await.is_ok() }
@@ -340,7 +394,7 @@ where
                 session,
                 prompt,
             } => {
-                let result = state.hub.start_turn(&session, prompt).await;
+                let result = hub.start_turn(&session, prompt).await;
                 send(reply(
                     id,
                     result.map(|turn| serde_json::json!({ "turnId": turn })),
@@ -348,7 +402,7 @@ where
                 .await;
             }
             ClientMsg::Interrupt { id, session } => {
-                let result = state.hub.interrupt(&session).await;
+                let result = hub.interrupt(&session).await;
                 send(reply(id, result.map(|()| serde_json::json!({})))).await;
             }
             ClientMsg::AnswerApproval {
@@ -357,14 +411,11 @@ where
                 request_id,
                 decision,
             } => {
-                let result = state
-                    .hub
-                    .answer_approval(&session, request_id, decision)
-                    .await;
+                let result = hub.answer_approval(&session, request_id, decision).await;
                 send(reply(id, result.map(|()| serde_json::json!({})))).await;
             }
             ClientMsg::SetMode { id, session, mode } => {
-                let result = state.hub.set_mode(&session, mode).await;
+                let result = hub.set_mode(&session, mode).await;
                 send(reply(id, result.map(|()| serde_json::json!({})))).await;
             }
             ClientMsg::SetModel {
@@ -373,15 +424,15 @@ where
                 model,
                 thinking,
             } => {
-                let result = state.hub.set_model(&session, model, thinking).await;
+                let result = hub.set_model(&session, model, thinking).await;
                 send(reply(id, result.map(|()| serde_json::json!({})))).await;
             }
             ClientMsg::ResumeSession { id, session } => {
-                let result = state.hub.resume_session(&session).await;
+                let result = hub.resume_session(&session).await;
                 send(reply(id, result.map(|s| serde_json::json!(s)))).await;
             }
             ClientMsg::DescribeSession { id, session } => {
-                send(reply(id, state.hub.describe(&session).await)).await;
+                send(reply(id, hub.describe(&session).await)).await;
             }
         }
     }

@@ -7,6 +7,7 @@
 import { strict as assert } from "node:assert";
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
+import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -60,15 +61,30 @@ async function until<T>(what: string, probe: () => Promise<T | undefined | false
 
 const items = (page: Page) => page.evaluate(() => (window as any).agentwirePage.view.items);
 
+/** A port free a moment ago, for the proxy: the server must know its name beforehand. */
+function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const probe = createServer();
+    probe.listen(0, "127.0.0.1", () => {
+      const { port } = probe.address() as AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
 try {
+  // The page is loaded through the proxy, so the proxy's address is a name of the server (its
+  // Host and its Origin), given to it as a reverse proxy's would be.
+  const proxyListen = `127.0.0.1:${await freePort()}`;
   const addr = await start(
     ["serve", "--addr", "127.0.0.1:0", "--token", TOKEN, "--db", join(tmp, "store.db"),
-      "--www", join(root, "www"), "--demo-delay-ms", "20", "--heartbeat-ms", "500"],
+      "--www", join(root, "www"), "--demo-delay-ms", "20", "--heartbeat-ms", "500",
+      "--allow-host", proxyListen],
     /^agentwire: serving http:\/\/([^/]+)\//,
   );
   let cuts = 0;
   const proxy = await start(
-    ["chaos-proxy", "--upstream", addr, "--seed", "11", "--cut-min-ms", "40", "--cut-max-ms", "200",
+    ["chaos-proxy", "--listen", proxyListen, "--upstream", addr, "--seed", "11", "--cut-min-ms", "40", "--cut-max-ms", "200",
       "--stall-per-mille", "30", "--max-delay-ms", "3"],
     /^chaos-proxy: listening (.+)$/,
     (line) => {
