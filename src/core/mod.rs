@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod dedup;
+pub mod error;
 pub mod event;
 pub mod lifecycle;
 pub mod normalize;

@@ -270,14 +270,19 @@ export type ClientErrorCode =
   | "bad_options" | "bad_decision" | "unknown_provider" | "not_a_transcript"
   | "not_connected" | "connection_lost" | "closed" | "malformed_event" | "unknown_error";
 
-/** Codes of the wire protocol and the server's command replies (docs/protocol.md). */
+/** Codes of the wire protocol, the server's command replies and its HTTP API
+ * (docs/protocol.md); the same list as `core::error::ErrorCode`, checked by a test. */
 export type ServerErrorCode =
   | "malformed_frame" | "unknown_type" | "frame_too_large" | "binary_frame" | "already_hello"
-  | "hello_required" | "hello_timeout" | "unsupported_protocol" | "unknown_session"
-  | "foreground_turn_active" | "not_connected" | "empty_prompt" | "no_active_turn"
-  | "unknown_request" | "turn_id_used" | "store_error" | "unknown_provider" | "bad_cwd"
-  | "cli_not_found" | "spawn_failed" | "unsupported" | "unknown_mode" | "bad_request"
-  | "already_running" | "no_resume_handle" | "hosted_elsewhere";
+  | "hello_required" | "hello_timeout" | "unsupported_protocol" | "bad_command_id"
+  | "bad_session_id" | "too_many_subscriptions" | "forbidden_host" | "forbidden_origin"
+  | "token_required" | "bad_token" | "too_many_attempts" | "unknown_session"
+  | "unknown_request" | "unknown_provider" | "unknown_mode" | "foreground_turn_active"
+  | "no_active_turn" | "turn_id_used" | "empty_prompt" | "bad_cwd" | "not_connected"
+  | "already_running" | "hosted_elsewhere" | "no_resume_handle" | "unsupported"
+  | "cli_not_found" | "spawn_failed" | "store_error" | "bad_request" | "bad_body"
+  | "body_too_large" | "unsupported_media_type" | "method_not_allowed" | "not_found"
+  | "bad_since" | "bad_type" | "internal_error";
 
 export type ErrorCode = ClientErrorCode | ServerErrorCode;
 
