@@ -335,12 +335,29 @@ fn idle_and_slow_sockets_starve_nobody() {
     assert!(started.elapsed() >= Duration::from_millis(1000));
     drop(idle);
 
-    // A cap of 20: 40 idle sockets, then a real request still gets through.
+    // A cap of 20: an SSE stream open, then 40 idle sockets; a real request still gets
+    // through (idle sockets make room), and the stream, which is not idle, is not cut.
     let capped = Server::start(
         &dir.path().join("capped.db"),
         0,
         &["--max-connections", "20"],
     );
+    let session = capped.create_demo_session();
+    let mut stream = TcpStream::connect(capped.addr).unwrap();
+    write!(
+        stream,
+        "GET /api/sessions/{session}/stream HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n",
+        capped.addr
+    )
+    .unwrap();
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 8192];
+    while !seen.contains("caught_up") {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
     let held: Vec<_> = (0..40)
         .map(|_| TcpStream::connect(capped.addr).unwrap())
         .collect();
@@ -352,6 +369,12 @@ fn idle_and_slow_sockets_starve_nobody() {
         "{:?}",
         started.elapsed()
     );
+    capped.start_turn(&session, "hello");
+    while !seen.contains("run_completed") {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the SSE stream was cut to make room: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
     drop(held);
 }
 

@@ -71,11 +71,33 @@ pub fn raise_file_limit() -> io::Result<u64> {
 
 /// One open connection, as the cap sees it.
 struct Conn {
-    /// No request is being served: the connection may be closed to make room.
-    idle: Arc<AtomicBool>,
-    /// When it last became idle (ms since the loop started).
-    idle_since: Arc<AtomicU64>,
+    activity: Arc<Activity>,
     close: Arc<Notify>,
+    /// Already asked to close: not picked again.
+    closing: AtomicBool,
+}
+
+/// Whether a connection is serving a request, and since when it is not.
+#[derive(Debug)]
+struct Activity {
+    /// No request is being served (its response body is done too): the connection may be
+    /// closed to make room.
+    idle: AtomicBool,
+    /// When it last became idle (ms since the loop started).
+    idle_since: AtomicU64,
+    started: Instant,
+}
+
+impl Activity {
+    fn busy(&self) {
+        self.idle.store(false, Ordering::Relaxed);
+    }
+
+    fn done(&self) {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.idle_since.store(now, Ordering::Relaxed);
+        self.idle.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Open connections by number, so the cap can close the one idle the longest.
@@ -90,10 +112,13 @@ impl Registry {
         let conns = self.conns.lock().expect("registry lock");
         let oldest = conns
             .values()
-            .filter(|c| c.idle.load(Ordering::Relaxed))
-            .min_by_key(|c| c.idle_since.load(Ordering::Relaxed));
+            .filter(|c| {
+                c.activity.idle.load(Ordering::Relaxed) && !c.closing.load(Ordering::Relaxed)
+            })
+            .min_by_key(|c| c.activity.idle_since.load(Ordering::Relaxed));
         match oldest {
             Some(c) => {
+                c.closing.store(true, Ordering::Relaxed);
                 c.close.notify_one();
                 true
             }
@@ -146,16 +171,18 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         next_id += 1;
         let conn = Conn {
-            idle: Arc::new(AtomicBool::new(true)),
-            idle_since: Arc::new(AtomicU64::new(started.elapsed().as_millis() as u64)),
+            activity: Arc::new(Activity {
+                idle: AtomicBool::new(true),
+                idle_since: AtomicU64::new(started.elapsed().as_millis() as u64),
+                started,
+            }),
             close: Arc::new(Notify::new()),
+            closing: AtomicBool::new(false),
         };
         let handle = ConnHandle {
             id: next_id,
-            idle: conn.idle.clone(),
-            idle_since: conn.idle_since.clone(),
+            activity: conn.activity.clone(),
             close: conn.close.clone(),
-            started,
         };
         registry
             .conns
@@ -187,10 +214,8 @@ pub async fn serve(
 
 struct ConnHandle {
     id: u64,
-    idle: Arc<AtomicBool>,
-    idle_since: Arc<AtomicU64>,
+    activity: Arc<Activity>,
     close: Arc<Notify>,
-    started: Instant,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -208,19 +233,22 @@ async fn serve_connection(
         stream,
         _permit: permit,
     });
-    let idle = handle.idle.clone();
-    let idle_since = handle.idle_since.clone();
-    let started = handle.started;
+    let activity = handle.activity.clone();
     let app = app.layer(axum::Extension(axum::extract::ConnectInfo(peer)));
     let service = tower::ServiceExt::map_request(app, move |req| {
-        idle.store(false, Ordering::Relaxed);
+        activity.busy();
         req
     });
-    let idle = handle.idle.clone();
+    // Busy until the response's body is done (an SSE stream is not idle), not just its head.
+    let activity = handle.activity.clone();
     let service = tower::ServiceExt::map_response(service, move |res: axum::response::Response| {
-        idle_since.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
-        idle.store(true, Ordering::Relaxed);
-        res
+        let activity = activity.clone();
+        res.map(|body| {
+            axum::body::Body::new(Tracked {
+                body,
+                activity: Some(activity),
+            })
+        })
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -252,6 +280,50 @@ async fn serve_connection(
         .lock()
         .expect("registry lock")
         .remove(&handle.id);
+}
+
+/// A response body that marks its connection idle when it is done or dropped.
+struct Tracked {
+    body: axum::body::Body,
+    activity: Option<Arc<Activity>>,
+}
+
+impl Tracked {
+    fn finish(&mut self) {
+        if let Some(activity) = self.activity.take() {
+            activity.done();
+        }
+    }
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+            self.finish();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.finish();
+    }
 }
 
 /// A TCP stream that holds its connection slot for as long as it lives, also after a

@@ -131,7 +131,10 @@ mod tests {
         ts.dedup();
         let mut rust: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
         rust.sort_unstable();
-        assert_eq!(ts, rust, "src/wasm/types.d.ts ErrorCode vs core::error::ErrorCode");
+        assert_eq!(
+            ts, rust,
+            "src/wasm/types.d.ts ErrorCode vs core::error::ErrorCode"
+        );
     }
 
     #[wasm_bindgen_test(unsupported = test)]
