@@ -95,31 +95,30 @@ pub struct AppState {
 impl AppState {
     /// The hosts allowed are the configured ones until [`serve`] adds the bound address's.
     pub fn new(hub: Arc<Hub>, config: Arc<ServerConfig>) -> AppState {
-        let access = Access::new(
-            config.token.clone(),
-            config.allowed_hosts.clone(),
-            config.allowed_origins.clone(),
-        );
         AppState {
+            access: access_for(&config, Vec::new()),
             hub,
             config,
             drops: tokio::sync::broadcast::channel(1).0,
-            access: Arc::new(access),
             streams: Arc::default(),
         }
     }
 
     /// The same state answering to the names of `addr` too ([`access::loopback_hosts`]).
     pub fn bound_to(mut self, addr: std::net::SocketAddr) -> AppState {
-        let mut hosts = access::loopback_hosts(addr);
-        hosts.extend(self.config.allowed_hosts.iter().cloned());
-        self.access = Arc::new(Access::new(
-            self.config.token.clone(),
-            hosts,
-            self.config.allowed_origins.clone(),
-        ));
+        self.access = access_for(&self.config, access::loopback_hosts(addr));
         self
     }
+}
+
+/// The configured access rules, with `hosts` allowed besides the configured ones.
+fn access_for(config: &ServerConfig, mut hosts: Vec<String>) -> Arc<Access> {
+    hosts.extend(config.allowed_hosts.iter().cloned());
+    Arc::new(Access::new(
+        config.token.clone(),
+        hosts,
+        config.allowed_origins.clone(),
+    ))
 }
 
 /// An API error: a status and `{"error": {"code", "message"}}`.
@@ -682,14 +681,15 @@ async fn static_file(State(state): State<AppState>, uri: Uri) -> Response {
         return not_found();
     };
     let kind = content_type(&path);
-    let mut response = ([(header::CONTENT_TYPE, kind)], bytes.clone()).into_response();
-    if kind.starts_with("text/html") {
-        let policy = page_policy(&String::from_utf8_lossy(&bytes));
-        if let Ok(value) = HeaderValue::from_str(&policy) {
-            response
-                .headers_mut()
-                .insert(header::CONTENT_SECURITY_POLICY, value);
-        }
+    let policy = kind
+        .starts_with("text/html")
+        .then(|| HeaderValue::from_str(&page_policy(&String::from_utf8_lossy(&bytes))).ok())
+        .flatten();
+    let mut response = ([(header::CONTENT_TYPE, kind)], bytes).into_response();
+    if let Some(policy) = policy {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_SECURITY_POLICY, policy);
     }
     response
         .headers_mut()
