@@ -10,6 +10,7 @@
 mod common;
 
 use agentwire::core::event::EventType;
+use common::ended;
 use common::real::{of_run, terminal, texts, Rig};
 use serde_json::json;
 
@@ -197,4 +198,93 @@ fn a_resumed_session_loads_or_falls_back_to_a_new_acp_session() {
     }
     assert_only_gemini_traffic(&rig);
     rig.keep_transcript(&session, "gemini-acp", "resumed");
+}
+
+/// The id of our `session/prompt` whose text is `text`, in the recorded traffic.
+fn prompt_id(lines: &[serde_json::Value], text: &str) -> Option<serde_json::Value> {
+    lines
+        .iter()
+        .find(|l| l["method"] == "session/prompt" && l["params"]["prompt"][0]["text"] == text)
+        .map(|l| l["id"].clone())
+}
+
+/// The agent's answer to our request `id`, in the recorded traffic.
+fn answer<'a>(
+    lines: &'a [serde_json::Value],
+    id: &serde_json::Value,
+) -> Option<&'a serde_json::Value> {
+    lines
+        .iter()
+        .find(|l| l["id"] == *id && l.get("method").is_none())
+}
+
+/// Issue 13, item 2: the model fails (HTTP 500) and the CLI retries; the turn is interrupted,
+/// the CLI does not answer within the grace, and the turn is cancelled for it
+/// (`interrupt_timeout`). The next prompt is answered while the CLI still retries the old
+/// one, and only then (the model back) does the CLI answer the old request, `cancelled`. That
+/// late answer is matched to its own, ended turn by its JSON-RPC id and dropped: the new turn
+/// keeps its answer and ends `run_completed`, and no other turn appears.
+#[test]
+fn a_late_answer_to_an_interrupted_turn_leaves_the_next_turn_alone() {
+    let rig = Rig::gemini();
+    let session = rig.create_session();
+    let (first, events) = rig.turn(&session, "hello");
+    assert_eq!(terminal(&events, &first).kind(), EventType::RunCompleted);
+
+    rig.outage(true);
+    let stuck_prompt = "outage: the model fails for a while";
+    let stuck = rig.server.start_turn(&session, stuck_prompt);
+    // The CLI's router asks the model first; its requests fail and it retries them.
+    rig.wait_request("the model to fail the prompt", |r| {
+        r["body"].to_string().contains(stuck_prompt)
+    });
+    let path = format!("/api/sessions/{session}/interrupt");
+    let (status, body) = rig.server.api("POST", &path, None);
+    assert_eq!(status, 204, "{body}");
+    let events = rig.wait(&session, "the grace to end the turn", |e| ended(e, &stuck));
+    let end = terminal(&events, &stuck);
+    assert_eq!(end.kind(), EventType::RunCancelled, "{}", end.to_json());
+    assert_eq!(
+        end.data_str("reason"),
+        Some("interrupt_timeout"),
+        "{}",
+        end.to_json()
+    );
+    let old = prompt_id(&rig.recording(&session), stuck_prompt).expect("the stuck prompt");
+    assert!(
+        answer(&rig.recording(&session), &old).is_none(),
+        "the CLI has not answered the interrupted prompt yet"
+    );
+
+    let next = rig.server.start_turn(&session, "next prompt");
+    let lines = rig.wait_recording(&session, "the answer to the next prompt", |l| {
+        prompt_id(l, "next prompt").is_some_and(|id| answer(l, &id).is_some())
+    });
+    assert!(
+        answer(&lines, &old).is_none(),
+        "the new turn was answered first"
+    );
+    rig.outage(false);
+    let lines = rig.wait_recording(&session, "the late answer to the old prompt", |l| {
+        answer(l, &old).is_some()
+    });
+    eprintln!("late answer: {}", answer(&lines, &old).unwrap());
+    // A turn after it: everything before is in the log.
+    let (last, events) = rig.turn(&session, "and a last one");
+
+    assert_eq!(terminal(&events, &next).kind(), EventType::RunCompleted);
+    assert_eq!(texts(&events, &next), ["Hello from the fake model."]);
+    assert_eq!(of_run(&events, &next, EventType::MessageSent).len(), 1);
+    assert_eq!(
+        terminal(&events, &stuck).data_str("reason"),
+        Some("interrupt_timeout")
+    );
+    assert_eq!(terminal(&events, &last).kind(), EventType::RunCompleted);
+    assert_eq!(texts(&events, &last), ["Hello from the fake model."]);
+    let runs: std::collections::BTreeSet<&str> = events.iter().filter_map(|e| e.run_id()).collect();
+    let expected: std::collections::BTreeSet<&str> =
+        [first.as_str(), stuck.as_str(), next.as_str(), last.as_str()].into();
+    assert_eq!(runs, expected, "no other turn");
+    common::assert_contiguous(&events);
+    assert_only_gemini_traffic(&rig);
 }
