@@ -141,12 +141,14 @@ fn the_mode_changes_through_the_api_and_an_unknown_one_is_refused() {
     rig.keep_transcript(&session, "gemini-acp", "mode");
 }
 
-/// FIXME: whether the Gemini CLI 0.61.0 can `session/load` a session right after a `kill -9`
-/// depends on timing: it often answers "No previous sessions found for this project." though
-/// its chat file is there. The adapter then falls back to a new ACP session (the failed load
-/// is an `error_occurred` in the log, and the model does not see the earlier turn); when the
-/// load works, the replayed history stays out of the log and the model sees the earlier
-/// turn. This accepts both and checks each is consistent.
+/// Whether the Gemini CLI 0.61.0 can `session/load` a session depends on the clock: within
+/// the UTC minute its chat file was created, loading resets that file first and then answers
+/// "No previous sessions found for this project." ([`Rig::age_gemini_sessions`]). The adapter
+/// then falls back to a new ACP session (the failed load is an `error_occurred` in the log,
+/// and the model does not see the earlier turn); a minute later the load works, and the
+/// replayed history stays out of the log (see
+/// `a_resumed_session_keeps_the_replayed_history_out_of_the_log`). This accepts both and
+/// checks each is consistent.
 #[test]
 fn a_resumed_session_loads_or_falls_back_to_a_new_acp_session() {
     let mut rig = Rig::gemini();
@@ -285,6 +287,119 @@ fn a_late_answer_to_an_interrupted_turn_leaves_the_next_turn_alone() {
     let expected: std::collections::BTreeSet<&str> =
         [first.as_str(), stuck.as_str(), next.as_str(), last.as_str()].into();
     assert_eq!(runs, expected, "no other turn");
+    common::assert_contiguous(&events);
+    assert_only_gemini_traffic(&rig);
+}
+
+/// Issue 13, item 3: two text turns and an interrupted one, `kill -9` of the companion, a
+/// restart and a resume, then "third prompt". The CLI loads its session (the session files
+/// dated back: see [`Rig::age_gemini_sessions`]) and replays its history, the first update
+/// before its answer to `session/load` and the rest after it; none of it reaches the log
+/// (it is there already): the new turn holds its own answer only, no turn appears that
+/// nobody started, and the model saw the earlier turns.
+#[test]
+fn a_resumed_session_keeps_the_replayed_history_out_of_the_log() {
+    let mut rig = Rig::gemini();
+    let session = rig.create_session();
+    let (first, _) = rig.turn(&session, "first prompt");
+    let (second, _) = rig.turn(&session, "second prompt");
+    let slow = rig.server.start_turn(&session, "slow");
+    rig.wait(&session, "the answer to stream", |e| {
+        e.iter()
+            .any(|e| e.kind() == EventType::MessageStreamed && e.run_id() == Some(&slow))
+    });
+    let path = format!("/api/sessions/{session}/interrupt");
+    let (status, body) = rig.server.api("POST", &path, None);
+    assert_eq!(status, 204, "{body}");
+    let events = rig.wait(&session, "the turn to end", |e| ended(e, &slow));
+    assert_eq!(terminal(&events, &slow).kind(), EventType::RunCancelled);
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    let handle = body["session"]["provider_session_id"].clone();
+    // The CLI's own record of the session holds the turns.
+    rig.wait_for_file(rig.home(), "session-", "second prompt");
+
+    rig.restart_after(Rig::age_gemini_sessions);
+    let (status, body) = rig
+        .server
+        .api("POST", &format!("/api/sessions/{session}/resume"), None);
+    assert_eq!(status, 200, "{body}");
+    let (third, events) = rig.turn(&session, "third prompt");
+
+    // The load worked, and the CLI replayed the history after answering it.
+    let lines = rig.recording(&session);
+    let load = lines
+        .iter()
+        .rposition(|l| l["method"] == "session/load")
+        .expect("a session/load");
+    let load_id = &lines[load]["id"];
+    let answered = lines
+        .iter()
+        .position(|l| l["id"] == *load_id && l.get("method").is_none())
+        .expect("an answer to session/load");
+    assert!(
+        lines[answered].get("result").is_some(),
+        "{}",
+        lines[answered]
+    );
+    let replayed_after = lines[answered..].iter().any(|l| {
+        l["params"]["update"]["sessionUpdate"] == "user_message_chunk"
+            && l["params"]["update"]["content"]["text"] == "second prompt"
+    });
+    assert!(replayed_after, "the replay comes after the answer");
+    let (_, body) = rig
+        .server
+        .api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(body["session"]["provider_session_id"], handle);
+    let requests = rig.fake.requests();
+    let last = requests
+        .iter()
+        .rfind(|r| {
+            r["path"]
+                .as_str()
+                .is_some_and(|p| p.contains("streamGenerateContent"))
+        })
+        .unwrap();
+    assert!(
+        last["body"]["contents"]
+            .to_string()
+            .contains("second prompt"),
+        "the model sees the earlier turns"
+    );
+
+    // None of the replay is in the log.
+    let end = terminal(&events, &third);
+    assert_eq!(end.kind(), EventType::RunCompleted, "{}", end.to_json());
+    assert!(end.data().get("inferred").is_none(), "{}", end.to_json());
+    assert_eq!(texts(&events, &third), ["Hello from the fake model."]);
+    let streamed: String = of_run(&events, &third, EventType::MessageStreamed)
+        .iter()
+        .filter_map(|e| e.data_str("delta"))
+        .collect();
+    assert_eq!(streamed, "Hello from the fake model.");
+    let sent: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind() == EventType::MessageSent)
+        .filter_map(|e| e.data_str("content"))
+        .collect();
+    assert_eq!(
+        sent,
+        ["first prompt", "second prompt", "slow", "third prompt"]
+    );
+    let runs: std::collections::BTreeSet<&str> = events.iter().filter_map(|e| e.run_id()).collect();
+    let expected: std::collections::BTreeSet<&str> = [
+        first.as_str(),
+        second.as_str(),
+        slow.as_str(),
+        third.as_str(),
+    ]
+    .into();
+    assert_eq!(runs, expected, "no turn that nobody started");
+    assert!(
+        !events.iter().any(|e| e.kind() == EventType::ErrorOccurred),
+        "no error"
+    );
     common::assert_contiguous(&events);
     assert_only_gemini_traffic(&rig);
 }

@@ -229,7 +229,13 @@ in_app_updates = false
     /// Kills the server outright (`kill -9`; its agents die with it) and starts it again on
     /// the same store, with the same environment.
     pub fn restart(&mut self) {
+        self.restart_after(|_| {});
+    }
+
+    /// [`Rig::restart`], doing `between` while no server runs.
+    pub fn restart_after(&mut self, between: impl FnOnce(&Rig)) {
         self.server.kill();
+        between(self);
         self.server = serve(&self._db.path().join("a.db"), &self.args, &self.env);
     }
 
