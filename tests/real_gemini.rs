@@ -65,6 +65,12 @@ fn a_shell_command_waits_for_approval_and_runs_once_allowed() {
         1
     );
     assert!(rig.cwd.path().join("approved.txt").exists());
+    // What will run is shown before it runs (the CLI sends the command only as the title).
+    let asked = of_run(&events, &turn, EventType::ToolApprovalRequested);
+    let command = "touch approved.txt && echo hello-from-tool";
+    assert_eq!(asked[0].data()["tool_input"]["command"], command);
+    let started = of_run(&events, &turn, EventType::ToolCallStarted);
+    assert_eq!(started[0].data()["tool_input"]["command"], command);
     let said = texts(&events, &turn);
     assert_eq!(said[0], "Running a command.");
     assert!(said[1].contains("hello-from-tool"), "{said:?}");

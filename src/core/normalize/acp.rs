@@ -17,7 +17,9 @@
 //!     started then `tool_call_completed`/`tool_call_failed` when its `status` already says
 //!     so. `tool_name` is the ACP `kind` (`execute`, `edit`, `read`, `think`, …: stable per
 //!     tool, which a UI can key icons on), falling back to the `title`; both `kind` and
-//!     `title` are kept in `data`.
+//!     `title` are kept in `data`. An `execute` call without `rawInput` (the Gemini CLI sends
+//!     none) gets `tool_input: {command: title}`: the Gemini CLI's title of a shell call is
+//!     its command.
 //!   * `tool_call_update` → `tool_call_updated {status, title, output_delta | output}`, or
 //!     `tool_call_completed {tool_output}` / `tool_call_failed {error}` when `status` becomes
 //!     `completed` / `failed` (each call ends once; later updates are ignored). ACP content
@@ -999,6 +1001,14 @@ fn merge_tool(tool: &mut Tool, update: &Map<String, Value>) {
         tool.output_text = content_text(content);
         tool.content = Some(content.clone());
     }
+    // The Gemini CLI sends no `rawInput`; the title of its shell call (`execute`) is the
+    // command, which a page shows before it runs.
+    let shell = tool.kind.as_ref().and_then(Value::as_str) == Some("execute");
+    if shell && tool.input.as_object().is_some_and(Map::is_empty) {
+        if let Some(title) = tool.title.as_ref().and_then(Value::as_str) {
+            tool.input = json!({ "command": title });
+        }
+    }
 }
 
 /// `kind` when the agent gives one (stable per tool), else the title.
@@ -1283,7 +1293,7 @@ mod tests {
                 2 t1 run_started
                 3 t1 message_streamed role="assistant" delta="Work"
                 4 t1 message_received role="assistant" content="Work"
-                5 t1 tool_call_started tool_name="execute" tool_call_id="slow" tool_input={}
+                5 t1 tool_call_started tool_name="execute" tool_call_id="slow" tool_input={"command":"sleep 100"}
                 6 t1 tool_call_cancelled tool_name="execute" tool_call_id="slow"
                 7 t1 run_cancelled reason="cancelled"
                 8 t2 run_started
@@ -1319,8 +1329,8 @@ mod tests {
                 1 t1 run_started
                 2 t1 tool_call_started tool_name="grep foo" tool_call_id="a" tool_input={"pattern":"foo"}
                 3 t1 tool_call_completed tool_name="grep foo" tool_call_id="a" tool_input={"pattern":"foo"} tool_output={"matches":2}
-                4 t1 tool_call_started tool_name="execute" tool_call_id="b" tool_input={}
-                5 t1 tool_call_failed tool_name="execute" tool_call_id="b" content=[1 items] tool_input={} error="denied"
+                4 t1 tool_call_started tool_name="execute" tool_call_id="b" tool_input={"command":"rm -rf /"}
+                5 t1 tool_call_failed tool_name="execute" tool_call_id="b" content=[1 items] tool_input={"command":"rm -rf /"} error="denied"
                 6 t1 tool_call_started tool_name="late" tool_call_id="z" tool_input={}
                 7 t1 tool_call_failed tool_name="late" tool_call_id="z" tool_input={} error="tool call failed"
                 ! line 6: missing_field: missing field `toolCallId`
