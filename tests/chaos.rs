@@ -22,7 +22,7 @@ fn tail_through_a_cutting_proxy_prints_the_log_exactly_once() {
         .unwrap_or(3);
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start_with_delay(&dir.path().join("a.db"), 0, 20, &[]);
-    let mut proxy = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+    let mut proxy = Command::new(env!("CARGO_BIN_EXE_agentwire-testkit"))
         .args([
             "chaos-proxy",
             "--upstream",

@@ -1,6 +1,6 @@
 //! The real Gemini CLI (pinned by `scripts/install-clis`) hosted through the Agent Client
 //! Protocol (`gemini --experimental-acp`, the generic ACP adapter) by a real `agentwire serve`,
-//! talking to `agentwire fake-model` on 127.0.0.1 through `GOOGLE_GEMINI_BASE_URL`
+//! talking to `agentwire-testkit fake-model` on 127.0.0.1 through `GOOGLE_GEMINI_BASE_URL`
 //! (tests/common/real.rs). The model is the only fake. `RECORD_TRANSCRIPTS=1` keeps each
 //! session's traffic as tests/data/gemini-acp/agentwire-fake__<name>.jsonl (see the README
 //! there).

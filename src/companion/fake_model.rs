@@ -1,6 +1,7 @@
-//! `agentwire fake-model`: a scripted model server on 127.0.0.1 for running the real agent CLIs
-//! offline (test support). It is the only faked part of the real-CLI tests: the CLIs are the
-//! real ones, pointed at this server through their base-URL settings.
+//! `agentwire-testkit fake-model`: a scripted model server on 127.0.0.1 for running the real
+//! agent CLIs offline (test support, not in the product binary). It is the only faked part of
+//! the real-CLI tests: the CLIs are the real ones, pointed at this server through their
+//! base-URL settings.
 //!
 //! It binds loopback addresses only and refuses any other. It speaks:
 //! * Anthropic Messages: `POST /v1/messages[?beta=true]` (SSE when `stream: true`, else JSON)
@@ -1225,7 +1226,7 @@ fn gemini(plan: Plan, c: &Conversation) -> Response {
     sse(frames)
 }
 
-/// `agentwire fake-model`: serves on `addr` until Ctrl-C, after printing
+/// `agentwire-testkit fake-model`: serves on `addr` until Ctrl-C, after printing
 /// `fake-model: listening http://ADDR` on stdout.
 pub async fn run(addr: SocketAddr) -> Result<(), FakeModelError> {
     let server = start(addr).await?;

@@ -6,17 +6,21 @@
 //! * [`adapter`]: how each agent CLI is started and spoken to.
 //! * [`server`]: HTTP routes, auth, static files; [`ws`]: the WebSocket protocol.
 //! * [`tail`]: the `agentwire tail` terminal client.
-//! * [`chaos`]: `agentwire chaos-proxy`, a fault-injecting TCP proxy for reliability tests.
 //! * [`demo_agent`]: `agentwire demo-agent`, a fake agent speaking Claude Code's stream-json.
-//! * [`fake_model`]: `agentwire fake-model`, a scripted model API server for running the real
-//!   CLIs offline in tests.
+//! * Test tools, only with the `testkit` feature (which `cargo test` turns on; they are the
+//!   `agentwire-testkit` binary, never the product's): `chaos`, `agentwire-testkit
+//!   chaos-proxy`, a fault-injecting TCP proxy for reliability tests; `fake_model`,
+//!   `agentwire-testkit fake-model`, a scripted model API server for running the real CLIs
+//!   offline in tests.
 //!
 //! This is the only place that reads the clock and draws random numbers; the core gets both
 //! as arguments.
 
 pub mod adapter;
+#[cfg(feature = "testkit")]
 pub mod chaos;
 pub mod demo_agent;
+#[cfg(feature = "testkit")]
 pub mod fake_model;
 pub mod host;
 pub mod server;
