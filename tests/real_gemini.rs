@@ -295,6 +295,7 @@ fn a_late_answer_to_an_interrupted_turn_leaves_the_next_turn_alone() {
     assert_eq!(runs, expected, "no other turn");
     common::assert_contiguous(&events);
     assert_only_gemini_traffic(&rig);
+    rig.keep_transcript(&session, "gemini-acp", "late-answer");
 }
 
 /// Issue 13, item 3: two text turns and an interrupted one, `kill -9` of the companion, a
@@ -408,4 +409,5 @@ fn a_resumed_session_keeps_the_replayed_history_out_of_the_log() {
     );
     common::assert_contiguous(&events);
     assert_only_gemini_traffic(&rig);
+    rig.keep_transcript(&session, "gemini-acp", "resumed-load");
 }

@@ -577,4 +577,68 @@ mod tests {
         let (_, sent) = started(Some("old"), false);
         assert_eq!(sent[0]["method"], "session/new");
     }
+
+    #[test]
+    fn the_real_gemini_cli_replay_stays_out_until_it_is_over() {
+        // The second process of tests/data/gemini-acp/agentwire-fake__resumed-load.jsonl
+        // (Gemini CLI 0.61.0): its agent lines fed to a fresh adapter, which must send what
+        // the companion sent then, and pass on no replayed update.
+        const RECORDING: &str =
+            include_str!("../../../tests/data/gemini-acp/agentwire-fake__resumed-load.jsonl");
+        let recorded_lines: Vec<Value> = RECORDING
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let start = recorded_lines
+            .iter()
+            .rposition(|l| l["method"] == "initialize")
+            .unwrap();
+        let ours = |l: &Value| {
+            l["id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("agentwire-"))
+                && l.get("method").is_some()
+        };
+        let load = recorded_lines[start..]
+            .iter()
+            .find(|l| l["method"] == "session/load")
+            .unwrap();
+        let session = load["params"]["sessionId"].as_str().unwrap();
+        let mut a = AcpStdio::gemini("gemini".into(), None).resuming(session);
+        let mut sent = lines(&a.start(Path::new("/w")));
+        sent.extend(lines(&a.prompt("third prompt")));
+        let mut passed = Vec::new();
+        for line in &recorded_lines[start..] {
+            if ours(line) {
+                continue;
+            }
+            sent.extend(observe(&mut a, line.clone()));
+            if !a.quiet() {
+                passed.push(line.clone());
+            }
+        }
+        let recorded: Vec<(&Value, &Value)> = recorded_lines[start..]
+            .iter()
+            .filter(|l| ours(l))
+            .map(|l| (&l["id"], &l["method"]))
+            .collect();
+        let now: Vec<(&Value, &Value)> = sent.iter().map(|l| (&l["id"], &l["method"])).collect();
+        assert_eq!(now, recorded, "the same requests, barriers included");
+        assert!(
+            recorded
+                .iter()
+                .filter(|(_, m)| *m == "_agentwire/barrier")
+                .count()
+                >= 2
+        );
+        // What passed: the last barrier's answer, then the prompt's own updates and answer.
+        let texts: Vec<&str> = passed
+            .iter()
+            .filter_map(|l| l["params"]["update"]["content"]["text"].as_str())
+            .collect();
+        assert_eq!(texts, ["Hello", " from the", " fake model."]);
+        assert!(passed
+            .iter()
+            .all(|l| { l["params"]["update"]["sessionUpdate"] != "user_message_chunk" }));
+    }
 }
