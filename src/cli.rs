@@ -68,27 +68,6 @@ enum Command {
         #[arg(long, default_value_t = 100, hide = true)]
         backoff_ms: u64,
     },
-    /// Run a TCP proxy on loopback that cuts, stalls and delays connections (for tests).
-    #[command(hide = true)]
-    ChaosProxy {
-        #[arg(long, default_value = "127.0.0.1:0")]
-        listen: std::net::SocketAddr,
-        #[arg(long)]
-        upstream: std::net::SocketAddr,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Each connection is cut after a random time in [cut_min_ms, cut_max_ms].
-        #[arg(long, default_value_t = 50)]
-        cut_min_ms: u64,
-        #[arg(long, default_value_t = 400)]
-        cut_max_ms: u64,
-        /// Chance per forwarded chunk, in 1/1000, of a stall of 50..300 ms.
-        #[arg(long, default_value_t = 20)]
-        stall_per_mille: u64,
-        /// Each forwarded chunk is delayed by up to this many ms.
-        #[arg(long, default_value_t = 5)]
-        max_delay_ms: u64,
-    },
     /// Run the built-in demo agent (Claude Code stream-json on stdin/stdout).
     #[command(hide = true)]
     DemoAgent {
@@ -97,12 +76,6 @@ enum Command {
         /// Go on with this session id (as `claude --resume` does).
         #[arg(long)]
         resume: Option<String>,
-    },
-    /// Run the scripted fake model server (loopback only) that the real-CLI tests use.
-    #[command(hide = true)]
-    FakeModel {
-        #[arg(long, default_value = "127.0.0.1:0")]
-        addr: std::net::SocketAddr,
     },
 }
 
@@ -277,33 +250,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::DemoAgent { delay_ms, resume } => {
             Ok(crate::companion::demo_agent::run(delay_ms, resume))
-        }
-        Command::ChaosProxy {
-            listen,
-            upstream,
-            seed,
-            cut_min_ms,
-            cut_max_ms,
-            stall_per_mille,
-            max_delay_ms,
-        } => {
-            let options = crate::companion::chaos::ChaosOptions {
-                listen,
-                upstream,
-                seed,
-                cut_after_ms: (cut_min_ms, cut_max_ms),
-                stall_per_mille,
-                stall_ms: (50, 300),
-                delay_ms: (0, max_delay_ms),
-            };
-            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            runtime.block_on(crate::companion::chaos::run(options))?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::FakeModel { addr } => {
-            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            runtime.block_on(crate::companion::fake_model::run(addr))?;
-            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -34,7 +34,7 @@ fn tail_through_a_cutting_proxy_prints_the_log_exactly_once() {
         20,
         &["--allow-host", &proxy_listen],
     );
-    let mut proxy = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+    let mut proxy = Command::new(env!("CARGO_BIN_EXE_agentwire-testkit"))
         .args([
             "chaos-proxy",
             "--listen",

@@ -1,4 +1,4 @@
-//! The fake model server (`agentwire fake-model`) over plain HTTP, one test per API shape: what
+//! The fake model server (`agentwire-testkit fake-model`) over plain HTTP, one test per API shape: what
 //! the real CLIs will parse must be what each API really sends.
 
 #![cfg(not(target_arch = "wasm32"))]
@@ -369,8 +369,22 @@ fn every_request_is_recorded_with_credentials_redacted_and_unknown_paths_are_404
 }
 
 #[test]
+fn the_test_tools_are_not_in_the_product_binary() {
+    for tool in ["fake-model", "chaos-proxy"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+            .args([tool, "--help"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "agentwire {tool} exists");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("unrecognized subcommand"), "{stderr}");
+    }
+}
+
+#[test]
 fn the_fake_model_refuses_a_non_loopback_address() {
-    let out = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+    let out = Command::new(env!("CARGO_BIN_EXE_agentwire-testkit"))
         .args(["fake-model", "--addr", "0.0.0.0:0"])
         .stdin(Stdio::null())
         .output()

@@ -1,7 +1,8 @@
-//! `agentwire chaos-proxy`: a TCP proxy on 127.0.0.1 that breaks connections on purpose, for
-//! reliability tests. Each accepted connection is forwarded to the upstream; a seeded
-//! generator decides, per connection, when to cut it (both directions dropped at once, as a
-//! dead network would) and inserts stalls and delays on the way. The same seed gives the same
+//! `agentwire-testkit chaos-proxy`: a TCP proxy on 127.0.0.1 that breaks connections on
+//! purpose, for reliability tests (not in the product binary). Each accepted connection is
+//! forwarded to the upstream; a seeded generator decides, per connection, when to cut it
+//! (both directions dropped at once, as a dead network would) and inserts stalls and delays
+//! on the way. The same seed gives the same
 //! plan for the same sequence of connections and chunks.
 //!
 //! Only WebSocket connections (an HTTP request with `Upgrade: websocket`) are shaken; other

@@ -1,6 +1,7 @@
-//! `agentwire fake-model`: a scripted model server on 127.0.0.1 for running the real agent CLIs
-//! offline (test support). It is the only faked part of the real-CLI tests: the CLIs are the
-//! real ones, pointed at this server through their base-URL settings.
+//! `agentwire-testkit fake-model`: a scripted model server on 127.0.0.1 for running the real
+//! agent CLIs offline (test support, not in the product binary). It is the only faked part of
+//! the real-CLI tests: the CLIs are the real ones, pointed at this server through their
+//! base-URL settings.
 //!
 //! It binds loopback addresses only and refuses any other. It speaks:
 //! * Anthropic Messages: `POST /v1/messages[?beta=true]` (SSE when `stream: true`, else JSON)
@@ -16,6 +17,8 @@
 //! Every request (method, path with query, headers with credentials redacted, body as JSON) is
 //! recorded, and `GET /_requests` returns them in order (`DELETE /_requests` clears them), so a
 //! test can assert that a CLI reached nothing else. Unknown paths are recorded and get a 404.
+//! `POST /_outage` and `DELETE /_outage` start and end an outage of the `outage` scenario
+//! (a model that fails for a while, then answers: the CLI retries in between).
 //!
 //! **Scenarios.** The reply is chosen from the request's conversation. When tool results come
 //! after the last user text (the follow-up request of a tool turn), the reply is a text that
@@ -27,6 +30,7 @@
 //! |---|---|
 //! | `<task-notification>` | a background task woke the agent: `The background task finished.` |
 //! | `http401`, `http429`, `http500`, `http529` | that HTTP status with the API's error body |
+//! | `outage` | HTTP 500 to every request (the Gemini CLI's classifiers too) while an outage is on (`POST /_outage` starts one, `DELETE /_outage` ends it), else as (none) |
 //! | `midstream` | a text starts, then an SSE `error` event (Anthropic), `response.failed` (Responses), an error chunk (Chat, Gemini); a non-streaming retry gets a whole text |
 //! | `slow` | 100 text deltas, 100 ms apart (something to interrupt) |
 //! | `background` | a shell tool call that starts `sleep 1 && echo background-done` in the background |
@@ -44,7 +48,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,7 +56,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Map, Value};
 use tokio::net::TcpListener;
@@ -81,6 +85,8 @@ pub enum FakeModelError {
 struct Shared {
     requests: Mutex<Vec<Value>>,
     ids: AtomicU64,
+    /// An outage of the `outage` scenario is on.
+    outage: AtomicBool,
 }
 
 impl Shared {
@@ -120,6 +126,7 @@ pub fn router() -> Router {
     let shared = Arc::new(Shared::default());
     Router::new()
         .route("/_requests", get(list_requests).delete(clear_requests))
+        .route("/_outage", post(start_outage).delete(end_outage))
         .fallback(handle)
         .layer(DefaultBodyLimit::max(64 << 20))
         .with_state(shared)
@@ -133,6 +140,16 @@ async fn list_requests(State(shared): State<Arc<Shared>>) -> Json<Value> {
 
 async fn clear_requests(State(shared): State<Arc<Shared>>) -> StatusCode {
     shared.requests.lock().expect("request log").clear();
+    StatusCode::NO_CONTENT
+}
+
+async fn start_outage(State(shared): State<Arc<Shared>>) -> StatusCode {
+    shared.outage.store(true, Ordering::SeqCst);
+    StatusCode::NO_CONTENT
+}
+
+async fn end_outage(State(shared): State<Arc<Shared>>) -> StatusCode {
+    shared.outage.store(false, Ordering::SeqCst);
     StatusCode::NO_CONTENT
 }
 
@@ -477,6 +494,8 @@ pub enum Scenario {
     Tool,
     Think,
     Http(u16),
+    /// HTTP 500 while an outage is on, else [`Scenario::Plain`].
+    Outage,
     Midstream,
     Slow,
     Background,
@@ -496,6 +515,7 @@ impl Scenario {
             ("http429", Scenario::Http(429)),
             ("http500", Scenario::Http(500)),
             ("http529", Scenario::Http(529)),
+            ("outage", Scenario::Outage),
             ("midstream", Scenario::Midstream),
             ("slow", Scenario::Slow),
             ("background", Scenario::Background),
@@ -552,6 +572,12 @@ enum Plan {
 
 impl Plan {
     fn of(c: &Conversation, shared: &Shared) -> Plan {
+        let (outputs, text) = c.last_turn();
+        let outage = Scenario::of(text) == Scenario::Outage;
+        if outage && shared.outage.load(Ordering::SeqCst) {
+            // Every request of the prompt fails, the Gemini CLI's router classifier too.
+            return Plan::Fail(500);
+        }
         match c.asks_for {
             Some("model_choice") => {
                 return Plan::Structured(json!({
@@ -573,7 +599,6 @@ impl Plan {
             }
             _ => {}
         }
-        let (outputs, text) = c.last_turn();
         let reply = |blocks| Plan::Reply {
             blocks,
             delay: Duration::ZERO,
@@ -592,7 +617,7 @@ impl Plan {
         };
         let no_shell = || Block::Text(deltas("No shell tool was offered."));
         match Scenario::of(text) {
-            Scenario::Plain => reply(vec![Block::Text(vec![
+            Scenario::Plain | Scenario::Outage => reply(vec![Block::Text(vec![
                 "Hello".into(),
                 " from the".into(),
                 " fake model.".into(),
@@ -1201,7 +1226,7 @@ fn gemini(plan: Plan, c: &Conversation) -> Response {
     sse(frames)
 }
 
-/// `agentwire fake-model`: serves on `addr` until Ctrl-C, after printing
+/// `agentwire-testkit fake-model`: serves on `addr` until Ctrl-C, after printing
 /// `fake-model: listening http://ADDR` on stdout.
 pub async fn run(addr: SocketAddr) -> Result<(), FakeModelError> {
     let server = start(addr).await?;
@@ -1244,6 +1269,24 @@ mod tests {
             command_override("tool\n$ touch x && echo done"),
             Some("touch x && echo done".into())
         );
+    }
+
+    #[test]
+    fn an_outage_fails_its_scenario_until_it_ends() {
+        let shared = Shared::default();
+        let request = anthropic_request(json!([{"role": "user", "content": "outage"}]), &[]);
+        let c = Conversation::read(&Api::Anthropic, &request);
+        assert!(matches!(Plan::of(&c, &shared), Plan::Reply { .. }));
+        shared.outage.store(true, Ordering::SeqCst);
+        assert!(matches!(Plan::of(&c, &shared), Plan::Fail(500)));
+        let other = anthropic_request(json!([{"role": "user", "content": "hello"}]), &[]);
+        let other = Conversation::read(&Api::Anthropic, &other);
+        assert!(
+            matches!(Plan::of(&other, &shared), Plan::Reply { .. }),
+            "only its scenario"
+        );
+        shared.outage.store(false, Ordering::SeqCst);
+        assert!(matches!(Plan::of(&c, &shared), Plan::Reply { .. }));
     }
 
     #[test]

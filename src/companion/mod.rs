@@ -8,18 +8,22 @@
 //!   token); [`listen`]: the accept loop (connection cap, timeouts); [`ws`]: the WebSocket
 //!   protocol.
 //! * [`tail`]: the `agentwire tail` terminal client.
-//! * [`chaos`]: `agentwire chaos-proxy`, a fault-injecting TCP proxy for reliability tests.
 //! * [`demo_agent`]: `agentwire demo-agent`, a fake agent speaking Claude Code's stream-json.
-//! * [`fake_model`]: `agentwire fake-model`, a scripted model API server for running the real
-//!   CLIs offline in tests.
+//! * Test tools, only with the `testkit` feature (which `cargo test` turns on; they are the
+//!   `agentwire-testkit` binary, never the product's): `chaos`, `agentwire-testkit
+//!   chaos-proxy`, a fault-injecting TCP proxy for reliability tests; `fake_model`,
+//!   `agentwire-testkit fake-model`, a scripted model API server for running the real CLIs
+//!   offline in tests.
 //!
 //! This is the only place that reads the clock and draws random numbers; the core gets both
 //! as arguments.
 
 pub mod access;
 pub mod adapter;
+#[cfg(feature = "testkit")]
 pub mod chaos;
 pub mod demo_agent;
+#[cfg(feature = "testkit")]
 pub mod fake_model;
 pub mod host;
 pub mod listen;

@@ -1,21 +1,29 @@
 //! `agentwire tail`: follow a session over the WebSocket and print its canonical events as
 //! JSON Lines, like `tail -f`, resuming by itself after any disconnect.
 //!
-//! The [`Cursor`] of the core admits each sequence once, in order; after a drop the client
-//! reconnects with backoff and jitter and resubscribes from the last sequence it printed, so
-//! the output has no gap and no duplicate however often the connection breaks. A server that
-//! stops sending (not even heartbeats) for three heartbeat periods counts as a drop.
+//! The connection is driven by the core's sans-IO [`Client`], the same policy the browser
+//! package runs: it says when to open and close the socket, what to send (hello, the
+//! subscription from the cursor), when a silent connection is dead (three heartbeat periods),
+//! and when to reconnect (a backoff that doubles from `--backoff-ms` to 5 s, with jitter from
+//! a seeded generator this process seeds at random). This file only does the I/O: the socket,
+//! one timer, stdout. The client's cursor admits each sequence once, in order, and every
+//! admitted event is printed once ([`Client::take_events`]), so the output has no gap and no
+//! duplicate however often the connection breaks.
+//!
+//! It gives up (exit status 2) only when the server refuses the connection (HTTP status, e.g.
+//! a wrong token), does not know the session, or speaks no common protocol.
 
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use futures_util::{SinkExt, StreamExt};
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::random_hex;
+use crate::core::client::{Action, Client, ClientBatch, ClientConfig, ConnectionState};
 use crate::core::event::Event;
-use crate::core::wire::{ClientMsg, Cursor, ServerMsg, DEFAULT_MAX_FRAME, PROTOCOL_VERSIONS};
+use crate::core::projector::Note;
 
 /// What to follow and how.
 #[derive(Clone, Debug)]
@@ -32,150 +40,159 @@ pub struct TailOptions {
     pub backoff_min_ms: u64,
 }
 
-enum Outcome {
-    /// Caught up with `follow` off: done.
-    Done,
-    /// The connection ended or broke: reconnect.
-    Dropped(String),
-}
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A socket being opened for connection `conn`.
+type Opening = std::pin::Pin<
+    Box<dyn std::future::Future<Output = (u64, Result<Socket, tungstenite::Error>)> + Send>,
+>;
 
 /// Follows the session until caught up (without `follow`) or forever.
 pub async fn run(options: TailOptions) -> Result<()> {
-    let mut cursor = Cursor::resume(options.after, None);
-    let mut backoff_ms = options.backoff_min_ms;
+    let start = Instant::now();
+    let now_ms = || i64::try_from(start.elapsed().as_millis()).unwrap_or(i64::MAX);
+    let config = ClientConfig {
+        backoff_min_ms: i64::try_from(options.backoff_min_ms.max(1)).unwrap_or(i64::MAX),
+        seed: u64::from_str_radix(&random_hex(8), 16).unwrap_or(1),
+        client_name: concat!("agentwire-tail/", env!("CARGO_PKG_VERSION")).into(),
+        ..ClientConfig::default()
+    };
+    let sep = if options.url.contains('?') { '&' } else { '?' };
+    let url = format!("{}{sep}token={}", options.url, options.token);
+    let mut client = Client::new(config, now_ms());
+    client.keep_events();
+    client.subscribe_after(&options.session, options.after);
+    let mut socket: Option<(u64, Socket)> = None;
+    let mut opening: Option<Opening> = None;
+    let mut opening_conn = 0;
+    let stdout = std::io::stdout();
     loop {
-        match connect_once(&options, &mut cursor).await {
-            Ok(Outcome::Done) => return Ok(()),
-            Ok(Outcome::Dropped(why)) => {
-                eprintln!(
-                    "agentwire tail: connection dropped ({why}); resuming after {}",
-                    cursor.after
-                );
-                backoff_ms = options.backoff_min_ms;
+        // Do what the client decided, then report what it admitted.
+        while let Some(action) = client.poll_action() {
+            match action {
+                Action::Connect { conn } => {
+                    socket = None;
+                    opening_conn = conn;
+                    let url = url.clone();
+                    opening = Some(Box::pin(async move {
+                        let opened = tokio_tungstenite::connect_async(url.as_str()).await;
+                        (conn, opened.map(|(socket, _)| socket))
+                    }));
+                }
+                Action::Disconnect { conn } => {
+                    if socket.as_ref().is_some_and(|(c, _)| *c == conn) {
+                        socket = None;
+                    }
+                    if opening_conn == conn {
+                        // Opening took too long.
+                        opening = None;
+                    }
+                }
             }
-            Err(e) if is_fatal(&e) => return Err(e),
-            Err(e) => eprintln!("agentwire tail: {e:#}; retrying"),
         }
-        let jitter = u64::from(random_hex(1).as_bytes()[0] % 16) * backoff_ms / 16;
-        tokio::time::sleep(Duration::from_millis(backoff_ms + jitter)).await;
-        backoff_ms = (backoff_ms * 2).min(5_000);
+        while let Some(frame) = client.poll_transmit() {
+            let Some((conn, ws)) = socket.as_mut() else {
+                break;
+            };
+            if ws.send(Message::Text(frame.into())).await.is_err() {
+                let conn = *conn;
+                socket = None;
+                client.handle_close(conn, now_ms());
+            }
+        }
+        print(&stdout, &client.take_events())?;
+        let batch = client.drain();
+        report(&options, &client, batch)?;
+        if !options.follow && client.state() == ConnectionState::CaughtUp {
+            return Ok(());
+        }
+        if client.state() == ConnectionState::Closed {
+            bail!("the server speaks no protocol this client knows");
+        }
+        let timeout = client.poll_timeout();
+        tokio::select! {
+            (conn, opened) = async { opening.as_mut().expect("guarded").await }, if opening.is_some() => {
+                opening = None;
+                match opened {
+                    Ok(ws) => {
+                        socket = Some((conn, ws));
+                        client.handle_open(conn, now_ms());
+                    }
+                    Err(tungstenite::Error::Http(response)) => {
+                        let body = response
+                            .body()
+                            .as_deref()
+                            .map(String::from_utf8_lossy)
+                            .unwrap_or_default();
+                        bail!("the server refused the connection: {} {body}", response.status());
+                    }
+                    Err(e) => {
+                        eprintln!("agentwire tail: connecting: {e}; retrying");
+                        client.handle_close(conn, now_ms());
+                    }
+                }
+            }
+            frame = async { socket.as_mut().expect("guarded").1.next().await }, if socket.is_some() => {
+                let conn = socket.as_ref().map_or(0, |(c, _)| *c);
+                match frame {
+                    Some(Ok(Message::Text(text))) => client.handle_frame(conn, &text, now_ms()),
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
+                        socket = None;
+                        client.handle_close(conn, now_ms());
+                    }
+                    Some(Ok(_)) => {}
+                }
+            }
+            _ = sleep_until(timeout, start) => client.handle_timeout(now_ms()),
+        }
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Fatal(String);
-
-fn is_fatal(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<Fatal>().is_some()
+/// Sleeps until `at_ms` on the clock that started at `start` (forever without a deadline).
+async fn sleep_until(at_ms: Option<i64>, start: Instant) {
+    match at_ms {
+        Some(at) => {
+            let at = start + Duration::from_millis(u64::try_from(at.max(0)).unwrap_or(0));
+            tokio::time::sleep_until(at.into()).await;
+        }
+        None => std::future::pending().await,
+    }
 }
 
-async fn connect_once(options: &TailOptions, cursor: &mut Cursor) -> Result<Outcome> {
-    let sep = if options.url.contains('?') { '&' } else { '?' };
-    let url = format!("{}{sep}token={}", options.url, options.token);
-    let (socket, _) = match tokio_tungstenite::connect_async(url.as_str()).await {
-        Ok(ok) => ok,
-        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-            let status = response.status();
-            let body = response
-                .body()
-                .as_deref()
-                .map(String::from_utf8_lossy)
-                .unwrap_or_default();
-            return Err(Fatal(format!(
-                "the server refused the connection: {status} {body}"
-            ))
-            .into());
-        }
-        Err(e) => return Err(e).context("connecting"),
-    };
-    let (mut sink, mut stream) = socket.split();
-    let hello = ClientMsg::Hello {
-        protocols: PROTOCOL_VERSIONS.to_vec(),
-        max_frame: Some(DEFAULT_MAX_FRAME),
-        client: Some(concat!("agentwire-tail/", env!("CARGO_PKG_VERSION")).into()),
-    };
-    sink.send(Message::Text(hello.encode().into()))
-        .await
-        .context("sending hello")?;
-    let mut heartbeat_ms = 15_000u64;
-    let mut subscribed = false;
-    let stdout = std::io::stdout();
-    loop {
-        let deadline = Duration::from_millis(heartbeat_ms * 3);
-        let frame = match tokio::time::timeout(deadline, stream.next()).await {
-            Err(_) => return Ok(Outcome::Dropped("no heartbeat".into())),
-            Ok(None) => return Ok(Outcome::Dropped("closed by the server".into())),
-            Ok(Some(Err(e))) => return Ok(Outcome::Dropped(e.to_string())),
-            Ok(Some(Ok(Message::Text(text)))) => text,
-            Ok(Some(Ok(Message::Close(_)))) => {
-                return Ok(Outcome::Dropped("closed by the server".into()))
-            }
-            Ok(Some(Ok(_))) => continue,
-        };
-        let msg = match ServerMsg::decode(&frame, usize::MAX) {
-            Ok(m) => m,
-            Err(e) => bail!("the server sent a bad frame: {e}"),
-        };
-        let mut printed: Vec<Event> = Vec::new();
-        match msg {
-            ServerMsg::Welcome {
-                heartbeat_ms: hb, ..
-            } => {
-                heartbeat_ms = hb.max(100);
-                if !subscribed {
-                    subscribed = true;
-                    let sub = cursor.subscribe(&options.session);
-                    sink.send(Message::Text(sub.encode().into()))
-                        .await
-                        .context("subscribing")?;
+/// Tells stderr what happened to the connection and the stream; fails on what ends the tail.
+fn report(options: &TailOptions, client: &Client, batch: ClientBatch) -> Result<()> {
+    if batch.state == Some(ConnectionState::Reconnecting) {
+        let after = client
+            .projector()
+            .cursor(&options.session)
+            .map_or(options.after, |c| c.after);
+        eprintln!("agentwire tail: connection dropped; resuming after {after}");
+    }
+    let notes = batch
+        .batch
+        .sessions
+        .iter()
+        .flat_map(|s| &s.notes)
+        .chain(&batch.batch.notes);
+    for note in notes {
+        match note {
+            Note::Error { code, message } => {
+                if matches!(code.as_str(), "unknown_session" | "unsupported_protocol") {
+                    bail!("{code}: {message}");
                 }
+                eprintln!("agentwire tail: server error {code}: {message}");
             }
-            ServerMsg::Events { epoch, events, .. } => {
-                let accepted = cursor.accept(&epoch, events);
-                printed = accepted.events;
-                if accepted.gap.is_some() {
-                    print(&stdout, &printed)?;
-                    return Ok(Outcome::Dropped("a gap in the stream".into()));
-                }
-            }
-            ServerMsg::EventPart {
-                epoch,
-                sequence,
-                index,
-                last,
-                text,
-                ..
-            } => {
-                let event = cursor
-                    .accept_part(sequence, index, last, text)
-                    .context("a large event")?;
-                if let Some(event) = event {
-                    printed = cursor.accept(&epoch, vec![event]).events;
-                }
-            }
-            ServerMsg::Reset { epoch, reason, .. } => {
-                eprintln!("agentwire tail: the server reset this session's stream ({reason}); replaying from the start");
-                cursor.reset(&epoch);
-            }
-            ServerMsg::CaughtUp { .. } if !options.follow => return Ok(Outcome::Done),
-            ServerMsg::Error { error, .. } => {
-                let fatal = matches!(
-                    error.code.as_str(),
-                    "unknown_session" | "unsupported_protocol"
-                );
-                if fatal {
-                    return Err(Fatal(format!("{}: {}", error.code, error.message)).into());
-                }
-                eprintln!(
-                    "agentwire tail: server error {}: {}",
-                    error.code, error.message
-                );
+            Note::Reset { reason, .. } => eprintln!(
+                "agentwire tail: the server reset this session's stream ({reason}); replaying from the start"
+            ),
+            Note::Gap { after, .. } => {
+                eprintln!("agentwire tail: a gap in the stream; resubscribing after {after}");
             }
             _ => {}
         }
-        print(&stdout, &printed)?;
     }
+    Ok(())
 }
 
 fn print(stdout: &std::io::Stdout, events: &[Event]) -> Result<()> {

@@ -1,7 +1,7 @@
 //! The connection half of a client, sans-IO: when to open a socket, what to send on it, when
-//! it is dead, when to reconnect, and which command a reply answers. The wasm `Client` owns
-//! the WebSocket and the timers and does exactly what this type says; the data half is a
-//! [`Projector`].
+//! it is dead, when to reconnect, and which command a reply answers. The wasm `Client` (and
+//! `agentwire tail`) owns the WebSocket and the timers and does exactly what this type says;
+//! the data half is a [`Projector`].
 //!
 //! **Driving rule.** After [`Client::new`] and after every `handle_*` call or command, drain
 //! [`Client::poll_action`] (open or close a socket), [`Client::poll_transmit`] (frames to send
@@ -197,6 +197,22 @@ impl Client {
         if self.welcomed {
             self.send_subscribe(session);
         }
+    }
+
+    /// Follows a session from sequence `after` (the log before it is not read).
+    pub fn subscribe_after(&mut self, session: &str, after: u64) {
+        self.projector.track_after(session, after);
+        self.subscribe(session);
+    }
+
+    /// Keeps every admitted event for [`Client::take_events`] ([`Projector::keep_events`]).
+    pub fn keep_events(&mut self) {
+        self.projector.keep_events();
+    }
+
+    /// The events admitted since the last call, once each, in log order.
+    pub fn take_events(&mut self) -> Vec<crate::core::event::Event> {
+        self.projector.take_events()
     }
 
     pub fn unsubscribe(&mut self, session: &str) {

@@ -186,11 +186,11 @@ impl Session {
         self.reported_after = 0;
     }
 
-    /// One event the cursor admitted: dedup, lifecycle, timeline.
-    fn apply(&mut self, event: &Event, now_ms: i64) {
+    /// One event the cursor admitted: dedup, lifecycle, timeline. Returns whether it was new.
+    fn apply(&mut self, event: &Event, now_ms: i64) -> bool {
         if !self.dedup.admit(event).is_new() {
             self.duplicates += 1;
-            return;
+            return false;
         }
         self.lifecycle.handle_event(event, now_ms);
         while let Some(v) = self.lifecycle.poll_violation() {
@@ -204,6 +204,7 @@ impl Session {
         while self.lifecycle.poll_event().is_some() {}
         // As `agentwire project` does: the timeline sees every event of the log.
         self.timeline.handle_event(event);
+        true
     }
 
     fn lifecycle_state(&self) -> LifecycleState {
@@ -264,6 +265,9 @@ pub struct Projector {
     /// Sessions touched since the last drain, in order of first touch.
     touched: Vec<usize>,
     notes: Vec<Note>,
+    /// Admitted events are also kept for [`Projector::take_events`].
+    keep_events: bool,
+    kept: Vec<Event>,
 }
 
 impl Default for Projector {
@@ -284,6 +288,28 @@ impl Projector {
             index: HashMap::new(),
             touched: Vec::new(),
             notes: Vec::new(),
+            keep_events: false,
+            kept: Vec::new(),
+        }
+    }
+
+    /// From now on, every event admitted (once, in log order, after dedup) is also kept for
+    /// [`Projector::take_events`]: a client that prints the log itself (`agentwire tail`).
+    pub fn keep_events(&mut self) {
+        self.keep_events = true;
+    }
+
+    /// The events admitted since the last call (see [`Projector::keep_events`]).
+    pub fn take_events(&mut self) -> Vec<Event> {
+        mem::take(&mut self.kept)
+    }
+
+    /// Registers a session whose log is read after sequence `after` (a client that starts
+    /// there); a session already tracked keeps its cursor.
+    pub fn track_after(&mut self, session: &str, after: u64) {
+        if !self.index.contains_key(session) {
+            let i = self.session_index(session);
+            self.sessions[i].cursor = Cursor::resume(after, None);
         }
     }
 
@@ -532,8 +558,10 @@ impl Projector {
         self.touch(i);
         let s = &mut self.sessions[i];
         let accepted = s.cursor.accept(epoch, events);
-        for event in &accepted.events {
-            s.apply(event, now_ms);
+        for event in accepted.events {
+            if s.apply(&event, now_ms) && self.keep_events {
+                self.kept.push(event);
+            }
         }
         match accepted.gap {
             Some(gap) => {

@@ -290,7 +290,7 @@ pub fn assert_contiguous(events: &[Event]) {
     assert_eq!(ids.len(), before, "an event id appears twice");
 }
 
-/// A running `agentwire fake-model` (the scripted model API server).
+/// A running `agentwire-testkit fake-model` (the scripted model API server).
 pub struct FakeModel {
     pub child: Child,
     pub addr: SocketAddr,
@@ -298,13 +298,13 @@ pub struct FakeModel {
 
 impl FakeModel {
     pub fn start() -> FakeModel {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_agentwire"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agentwire-testkit"))
             .args(["fake-model", "--addr", "127.0.0.1:0"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("agentwire fake-model starts");
+            .expect("agentwire-testkit fake-model starts");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)

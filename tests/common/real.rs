@@ -229,7 +229,13 @@ in_app_updates = false
     /// Kills the server outright (`kill -9`; its agents die with it) and starts it again on
     /// the same store, with the same environment.
     pub fn restart(&mut self) {
+        self.restart_after(|_| {});
+    }
+
+    /// [`Rig::restart`], doing `between` while no server runs.
+    pub fn restart_after(&mut self, between: impl FnOnce(&Rig)) {
         self.server.kill();
+        between(self);
         self.server = serve(&self._db.path().join("a.db"), &self.args, &self.env);
     }
 
@@ -375,6 +381,86 @@ in_app_updates = false
                 )
             })
             .collect()
+    }
+
+    /// The session's traffic so far as `--record-dir` writes it (the agent's stdout lines and
+    /// ours), parsed; a line being written is left out.
+    pub fn recording(&self, session: &str) -> Vec<serde_json::Value> {
+        let path = self.record.path().join(format!("{session}.jsonl"));
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Waits until the session's recorded traffic satisfies `done`, within the rig's deadline.
+    pub fn wait_recording(
+        &self,
+        session: &str,
+        what: &str,
+        done: impl Fn(&[serde_json::Value]) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let start = std::time::Instant::now();
+        loop {
+            let lines = self.recording(session);
+            if done(&lines) {
+                return lines;
+            }
+            assert!(
+                start.elapsed() < self.deadline,
+                "timed out waiting for {what}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until the fake model has received a request `done` accepts.
+    pub fn wait_request(&self, what: &str, done: impl Fn(&serde_json::Value) -> bool) {
+        let start = std::time::Instant::now();
+        while !self.fake.requests().iter().any(&done) {
+            assert!(
+                start.elapsed() < self.deadline,
+                "timed out waiting for {what}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// Starts (`true`) or ends an outage of the fake model's `outage` scenario.
+    pub fn outage(&self, on: bool) {
+        let method = if on { "POST" } else { "DELETE" };
+        let (status, body) = super::http(self.fake.addr, method, "/_outage", None, &[]);
+        assert_eq!(status, 204, "{body}");
+    }
+
+    /// Gemini CLI 0.61.0 keeps a session in `~/.gemini/tmp/<project>/chats/session-<UTC
+    /// minute>-<id prefix>.jsonl`, and loading a session (`session/load`) first starts a new
+    /// recording of it, at the name the current minute gives: within the minute the file was
+    /// created, that is the session's own file, whose history is then reset before it is read
+    /// ("No previous sessions found for this project."). A resume a minute later finds it
+    /// intact. This dates the session files a minute (or more) back, as that later resume
+    /// would find them.
+    pub fn age_gemini_sessions(&self) {
+        let tmp = self.home().join(".gemini/tmp");
+        for project in std::fs::read_dir(&tmp).unwrap().flatten() {
+            let chats = project.path().join("chats");
+            let Ok(files) = std::fs::read_dir(&chats) else {
+                continue;
+            };
+            for file in files.flatten() {
+                let name = file.file_name().to_string_lossy().into_owned();
+                // session-2026-12-01T11-15-6dd15773.jsonl
+                let Some(rest) = name.strip_prefix("session-") else {
+                    continue;
+                };
+                if rest.len() < 17 {
+                    continue;
+                }
+                let aged = format!("session-2000-01-01T00-00{}", &rest[16..]);
+                std::fs::rename(file.path(), chats.join(aged)).unwrap();
+            }
+        }
     }
 
     /// With `RECORD_TRANSCRIPTS=1`, keeps the session's raw traffic as

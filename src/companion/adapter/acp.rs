@@ -19,9 +19,18 @@
 //! Our request ids are strings (`agentwire-N`), so they never collide with the agent's own
 //! (numeric) request ids in the one log the decoder reads.
 //!
-//! `session/load` makes the agent replay the session's history as `session/update`s before
-//! it answers; that replay is already in the companion's log, so the adapter keeps it out
-//! ([`Adapter::quiet`]) until the answer.
+//! `session/load` makes the agent replay the session's history as `session/update`s; that
+//! replay is already in the companion's log, so the adapter keeps it out
+//! ([`Adapter::quiet`]), and prompts wait, until the replay is over. The protocol has the
+//! agent replay before it answers, but the Gemini CLI (0.61) does not await its replay: the
+//! first update comes before the answer and the rest after it. So the answer is not the end:
+//! after it the adapter sends a *barrier*, an extension request (`_agentwire/barrier`) that
+//! any agent answers at once (an error: no such method), and the replay is over at the first
+//! barrier answer with no replayed update since the previous answer (the load's or a
+//! barrier's); otherwise another barrier goes out. Why that is exact for the Gemini CLI: it
+//! writes one message at a time through one queue, and queues each replayed update as soon as
+//! the previous one is written, before it reads anything more from its stdin; so while the
+//! replay runs, another update is queued ahead of the answer to any barrier read meanwhile.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -46,8 +55,13 @@ pub struct AcpStdio {
     /// Our requests awaiting an answer: id → method.
     pending: HashMap<String, String>,
     session: Option<String>,
-    /// Inside `session/load`: the replayed history is kept out of the log.
+    /// Inside `session/load`, until its replay is over: the replayed history is kept out of
+    /// the log.
     loading: bool,
+    /// A `session/update` came (while loading) since the last answer to the load or a barrier.
+    replayed: bool,
+    /// Barriers sent for this load.
+    barriers: u32,
     can_load: bool,
     /// Prompts waiting for the session.
     waiting: Vec<String>,
@@ -72,6 +86,8 @@ impl AcpStdio {
             pending: HashMap::new(),
             session: None,
             loading: false,
+            replayed: false,
+            barriers: 0,
             can_load: false,
             waiting: Vec::new(),
             permissions: HashMap::new(),
@@ -118,6 +134,17 @@ impl AcpStdio {
             }
             None => self.request("session/new", json!({"cwd": cwd, "mcpServers": []})),
         }
+    }
+
+    /// After the answer to `session/load`: one more barrier, or the end of the replay (then
+    /// the prompts that waited go out).
+    fn after_replay_answer(&mut self) -> Vec<u8> {
+        if std::mem::take(&mut self.replayed) && self.barriers < MAX_BARRIERS {
+            self.barriers += 1;
+            return self.request(BARRIER, json!({}));
+        }
+        self.loading = false;
+        self.flush()
     }
 
     fn prompt_request(&mut self, session: &str, text: &str) -> Vec<u8> {
@@ -190,6 +217,12 @@ impl AcpStdio {
     }
 }
 
+/// The extension request that tells where a `session/load` replay ends.
+const BARRIER: &str = "_agentwire/barrier";
+
+/// At most this many barriers per load (an agent that never stops sending updates).
+const MAX_BARRIERS: u32 = 100;
+
 /// A JSON-RPC id (string or number) as text: the `request_id` of the approval events.
 fn id_string(id: &Value) -> String {
     match id {
@@ -245,6 +278,8 @@ impl Adapter for AcpStdio {
                         .and_then(|u| u.get("availableCommands"))
                         .and_then(Value::as_array)
                         .cloned();
+                } else if self.loading {
+                    self.replayed = true;
                 }
                 Vec::new()
             }
@@ -274,8 +309,15 @@ impl Adapter for AcpStdio {
                             }
                             None => {}
                         }
+                        if method == "session/load" {
+                            // The replay may go on after the answer: see the module docs.
+                            self.loading = true;
+                            self.replayed = true;
+                            return self.after_replay_answer();
+                        }
                         self.flush()
                     }
+                    BARRIER => self.after_replay_answer(),
                     _ => Vec::new(),
                 }
             }
@@ -471,27 +513,132 @@ mod tests {
         assert_eq!(refused[0]["error"]["code"], -32601);
     }
 
+    fn update(text: &str, kind: &str) -> Value {
+        json!({"jsonrpc": "2.0", "method": "session/update", "params": {
+            "sessionId": "old", "update": {"sessionUpdate": kind,
+            "content": {"type": "text", "text": text}}}})
+    }
+
+    /// Answers the request in `sent` (error: no such method, as the Gemini CLI answers a
+    /// barrier) and returns what the adapter sends next.
+    fn refuse(a: &mut AcpStdio, sent: &[Value]) -> Vec<Value> {
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(sent[0]["method"], "_agentwire/barrier");
+        let error = json!({"code": -32601, "message": "Method not found"});
+        observe(
+            a,
+            json!({"jsonrpc": "2.0", "id": sent[0]["id"], "error": error}),
+        )
+    }
+
     #[test]
-    fn a_resumed_session_is_loaded_and_its_replay_kept_quiet() {
+    fn a_resumed_session_is_loaded_and_its_replay_kept_quiet_until_it_is_over() {
+        // As the Gemini CLI 0.61.0 sends it: the first replayed update before the answer to
+        // `session/load`, the rest after it.
         let (mut a, sent) = started(Some("old"), true);
         assert_eq!(sent[0]["method"], "session/load");
         assert_eq!(sent[0]["params"]["sessionId"], "old");
         assert!(a.quiet());
         assert!(a.prompt("next").is_empty(), "waits for the load");
-        let replay = json!({"jsonrpc": "2.0", "method": "session/update", "params": {
-            "sessionId": "old", "update": {"sessionUpdate": "agent_message_chunk",
-            "content": {"type": "text", "text": "earlier"}}}});
-        observe(&mut a, replay);
+        observe(&mut a, update("<session_context>", "user_message_chunk"));
         assert!(a.quiet());
-        let sent = observe(
+        let barrier = observe(
             &mut a,
             json!({"jsonrpc": "2.0", "id": sent[0]["id"], "result": {}}),
         );
-        assert!(!a.quiet());
+        assert!(a.quiet(), "the replay goes on after the answer");
+        observe(&mut a, update("first prompt", "user_message_chunk"));
+        observe(&mut a, update("first answer", "agent_message_chunk"));
+        let barrier = refuse(&mut a, &barrier);
+        assert!(a.quiet(), "updates came since the answer: one more barrier");
+        let commands = json!({"jsonrpc": "2.0", "method": "session/update", "params": {
+            "sessionId": "old", "update": {"sessionUpdate": "available_commands_update",
+            "availableCommands": [{"name": "memory"}]}}});
+        observe(&mut a, commands);
+        let sent = refuse(&mut a, &barrier);
+        assert!(!a.quiet(), "nothing replayed since the last answer");
         assert_eq!(sent[0]["method"], "session/prompt");
         assert_eq!(sent[0]["params"]["sessionId"], "old");
+        assert!(a.commands().is_some(), "the commands were read meanwhile");
+
+        // An agent that replays before it answers: one barrier.
+        let (mut a, sent) = started(Some("old"), true);
+        a.prompt("next");
+        observe(&mut a, update("earlier", "agent_message_chunk"));
+        let barrier = observe(
+            &mut a,
+            json!({"jsonrpc": "2.0", "id": sent[0]["id"], "result": {}}),
+        );
+        let sent = refuse(&mut a, &barrier);
+        assert!(!a.quiet());
+        assert_eq!(sent[0]["method"], "session/prompt");
+
         // An agent that cannot load starts a new session.
         let (_, sent) = started(Some("old"), false);
         assert_eq!(sent[0]["method"], "session/new");
+    }
+
+    #[test]
+    fn the_real_gemini_cli_replay_stays_out_until_it_is_over() {
+        // The second process of tests/data/gemini-acp/agentwire-fake__resumed-load.jsonl
+        // (Gemini CLI 0.61.0): its agent lines fed to a fresh adapter, which must send what
+        // the companion sent then, and pass on no replayed update.
+        const RECORDING: &str =
+            include_str!("../../../tests/data/gemini-acp/agentwire-fake__resumed-load.jsonl");
+        let recorded_lines: Vec<Value> = RECORDING
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let start = recorded_lines
+            .iter()
+            .rposition(|l| l["method"] == "initialize")
+            .unwrap();
+        let ours = |l: &Value| {
+            l["id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("agentwire-"))
+                && l.get("method").is_some()
+        };
+        let load = recorded_lines[start..]
+            .iter()
+            .find(|l| l["method"] == "session/load")
+            .unwrap();
+        let session = load["params"]["sessionId"].as_str().unwrap();
+        let mut a = AcpStdio::gemini("gemini".into(), None).resuming(session);
+        let mut sent = lines(&a.start(Path::new("/w")));
+        sent.extend(lines(&a.prompt("third prompt")));
+        let mut passed = Vec::new();
+        for line in &recorded_lines[start..] {
+            if ours(line) {
+                continue;
+            }
+            sent.extend(observe(&mut a, line.clone()));
+            if !a.quiet() {
+                passed.push(line.clone());
+            }
+        }
+        let recorded: Vec<(&Value, &Value)> = recorded_lines[start..]
+            .iter()
+            .filter(|l| ours(l))
+            .map(|l| (&l["id"], &l["method"]))
+            .collect();
+        let now: Vec<(&Value, &Value)> = sent.iter().map(|l| (&l["id"], &l["method"])).collect();
+        assert_eq!(now, recorded, "the same requests, barriers included");
+        assert!(
+            recorded
+                .iter()
+                .filter(|(_, m)| *m == "_agentwire/barrier")
+                .count()
+                >= 2
+        );
+        // What passed: the last barrier's answer, then the prompt's own updates and answer.
+        let texts: Vec<&str> = passed
+            .iter()
+            .filter_map(|l| l["params"]["update"]["content"]["text"].as_str())
+            .collect();
+        assert_eq!(texts, ["Hello", " from the", " fake model."]);
+        assert!(passed
+            .iter()
+            .all(|l| { l["params"]["update"]["sessionUpdate"] != "user_message_chunk" }));
     }
 }

@@ -108,6 +108,31 @@ fn drops_mid_stream_resume_from_the_cursor_with_no_gap_and_no_duplicate() {
 }
 
 #[wasm_bindgen_test(unsupported = test)]
+fn a_client_that_prints_the_log_gets_each_event_once_from_where_it_started() {
+    let log = log();
+    let mut c = Client::new(ClientConfig::default(), 0);
+    c.keep_events();
+    c.subscribe_after("s1", 5);
+    outbox(&mut c);
+    assert_eq!(handshake(&mut c, 1, 0), 5);
+    // A server that sends more than asked: the cursor admits what follows 5, once.
+    for f in encode_events("s1", "e1", &log[..10], 4096) {
+        c.handle_frame(1, &f.text, 0);
+    }
+    assert_eq!(c.take_events(), log[5..10]);
+    c.handle_close(1, 0);
+    let now = c.poll_timeout().expect("a reconnect");
+    c.handle_timeout(now);
+    outbox(&mut c);
+    assert_eq!(handshake(&mut c, 2, now), 10, "resumed from the cursor");
+    for f in encode_events("s1", "e1", &log[8..12], 4096) {
+        c.handle_frame(2, &f.text, now);
+    }
+    assert_eq!(c.take_events(), log[10..12], "no duplicate");
+    assert!(c.take_events().is_empty());
+}
+
+#[wasm_bindgen_test(unsupported = test)]
 fn silence_for_three_heartbeats_is_a_drop() {
     let mut c = Client::new(ClientConfig::default(), 0);
     c.subscribe("s1");

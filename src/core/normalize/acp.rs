@@ -17,7 +17,9 @@
 //!     started then `tool_call_completed`/`tool_call_failed` when its `status` already says
 //!     so. `tool_name` is the ACP `kind` (`execute`, `edit`, `read`, `think`, …: stable per
 //!     tool, which a UI can key icons on), falling back to the `title`; both `kind` and
-//!     `title` are kept in `data`.
+//!     `title` are kept in `data`. An `execute` call without `rawInput` (the Gemini CLI sends
+//!     none) gets `tool_input: {command: title}`: the Gemini CLI's title of a shell call is
+//!     its command.
 //!   * `tool_call_update` → `tool_call_updated {status, title, output_delta | output}`, or
 //!     `tool_call_completed {tool_output}` / `tool_call_failed {error}` when `status` becomes
 //!     `completed` / `failed` (each call ends once; later updates are ignored). ACP content
@@ -55,6 +57,14 @@
 //! * a `stopReason` response's usage is `usage` (ACP) or, from the Gemini CLI,
 //!   `_meta.quota.token_count {input_tokens, output_tokens}`.
 //!
+//! Responses are matched to turns by JSON-RPC id: a turn remembers the `session/prompt`
+//! request it answers. A new `session/prompt` while the open turn's prompt is still
+//! unanswered (a host that stopped waiting, e.g. after an interrupt the agent ignored)
+//! starts a new turn; the earlier one is set aside, and its answer (the Gemini CLI aborts it
+//! for the new prompt and answers `cancelled`, possibly after the new turn's own answer) ends
+//! that turn, not the open one. An answer for a prompt whose turn already ended is stale and
+//! ignored, as is the answer to any extension request (`_…`, the host's replay barrier).
+//!
 //! Runs open lazily at the first turn-scoped record; a `session/prompt` logged after the
 //! turn's first updates joins that turn. ACP allows one prompt at a time, so a new user
 //! message (or `session/prompt`) in a turn that already had both a user message and agent
@@ -65,7 +75,7 @@
 //! the client creates or loads: a host that resumes into a new session moves on to it);
 //! records naming another `sessionId` are ignored.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{json, Map, Value};
 
@@ -83,6 +93,12 @@ pub(crate) struct Acp {
     messages: u64,
     /// Client requests seen, by JSON-RPC id: the method, to read their responses.
     requests: HashMap<String, String>,
+    /// Turns whose `session/prompt` is still unanswered though a later prompt started
+    /// another turn (the agent aborts the earlier one; its answer, `cancelled`, may come after
+    /// the later turn's): request id → the turn, ended by that answer.
+    superseded: HashMap<String, Run>,
+    /// The `session/prompt`s already answered: a repeated answer is stale.
+    answered: HashSet<String>,
     /// Permission requests awaiting the client's answer: request id → options (id → kind).
     permissions: HashMap<String, Vec<(String, String)>>,
     /// The mode or model a logged `session/set_mode` / `session/set_model` asked for.
@@ -101,6 +117,8 @@ struct SessionInfo {
 
 struct Run {
     id: String,
+    /// The JSON-RPC id of the `session/prompt` this turn answers, when it was logged.
+    request: Option<String>,
     /// A user message (prompt or user chunks) was sent in this run.
     prompted: bool,
     /// The agent produced something in this run.
@@ -149,6 +167,8 @@ impl Acp {
             open: None,
             messages: 0,
             requests: HashMap::new(),
+            superseded: HashMap::new(),
+            answered: HashSet::new(),
             permissions: HashMap::new(),
             switches: HashMap::new(),
         }
@@ -231,9 +251,14 @@ impl Acp {
                 out.ignore();
             }
             "session/cancel" => out.ignore(),
-            m if m.starts_with("fs/") || m.starts_with("terminal/") || m.starts_with('_') => {
+            m if m.starts_with('_') => {
+                // An extension method: its answer is not ours to read either.
+                if let Some(id) = id {
+                    self.requests.insert(id, m.to_owned());
+                }
                 out.ignore();
             }
+            m if m.starts_with("fs/") || m.starts_with("terminal/") => out.ignore(),
             other => out.unknown(format_args!("method {other:?}")),
         }
     }
@@ -600,9 +625,20 @@ impl Acp {
         out: &mut Out<'_>,
     ) {
         self.close_chunks(out);
+        // The turn of an earlier prompt still unanswered (the host gave up waiting, e.g. an
+        // interrupt the agent ignored): the agent aborts it for this one, and its answer,
+        // whenever it comes, ends that turn and no other.
+        if let Some(request) = self.run.as_ref().and_then(|r| r.request.clone()) {
+            if let Some(run) = self.run.take() {
+                self.superseded.insert(request, run);
+            }
+        }
         self.new_turn_for_user(out);
         let run = self.ensure_run(out);
-        self.mark(|r| r.prompted = true);
+        self.mark(|r| {
+            r.prompted = true;
+            r.request = r.request.take().or_else(|| id.clone());
+        });
         if let Some(id) = id {
             self.requests.insert(id, "session/prompt".to_owned());
         }
@@ -623,6 +659,27 @@ impl Acp {
     fn response(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
         let id = obj.get("id").map(id_string).unwrap_or_default();
         let method = self.requests.remove(&id);
+        if method.as_deref().is_some_and(|m| m.starts_with('_')) {
+            // The answer to an extension request of the client's (the host's replay barrier).
+            return out.ignore();
+        }
+        if method.is_none() && self.answered.contains(&id) {
+            return out.ignore();
+        }
+        if method.as_deref() == Some("session/prompt") {
+            self.answered.insert(id.clone());
+            let current = self.run.as_ref().and_then(|r| r.request.as_deref()) == Some(&id);
+            if !current {
+                return match self.superseded.remove(&id) {
+                    Some(run) => {
+                        self.requests.insert(id, "session/prompt".to_owned());
+                        self.with_run(run, |acp| acp.response(obj, out));
+                    }
+                    // Its turn already ended: stale.
+                    None => out.ignore(),
+                };
+            }
+        }
         if let Some(error) = obj.get("error") {
             self.switches.remove(&id);
             return self.error_response(error, method.as_deref(), out);
@@ -886,11 +943,24 @@ impl Acp {
         out.emit(EventType::RunStarted, Some(&id), json!({}));
         self.run = Some(Run {
             id: id.clone(),
+            request: None,
             prompted: false,
             active: false,
             tools: HashMap::new(),
         });
         id
+    }
+
+    /// Runs `f` with `run` as the open turn (a superseded turn answered late), then restores
+    /// the open turn and its chunks untouched.
+    fn with_run(&mut self, run: Run, f: impl FnOnce(&mut Acp)) {
+        let current = self.run.replace(run);
+        let open = self.open.take();
+        let permissions = std::mem::take(&mut self.permissions);
+        f(self);
+        self.run = current;
+        self.open = open;
+        self.permissions = permissions;
     }
 
     fn mark(&mut self, f: impl FnOnce(&mut Run)) {
@@ -930,6 +1000,14 @@ fn merge_tool(tool: &mut Tool, update: &Map<String, Value>) {
     if let Some(content) = present("content") {
         tool.output_text = content_text(content);
         tool.content = Some(content.clone());
+    }
+    // The Gemini CLI sends no `rawInput`; the title of its shell call (`execute`) is the
+    // command, which a page shows before it runs.
+    let shell = tool.kind.as_ref().and_then(Value::as_str) == Some("execute");
+    if shell && tool.input.as_object().is_some_and(Map::is_empty) {
+        if let Some(title) = tool.title.as_ref().and_then(Value::as_str) {
+            tool.input = json!({ "command": title });
+        }
     }
 }
 
@@ -1215,7 +1293,7 @@ mod tests {
                 2 t1 run_started
                 3 t1 message_streamed role="assistant" delta="Work"
                 4 t1 message_received role="assistant" content="Work"
-                5 t1 tool_call_started tool_name="execute" tool_call_id="slow" tool_input={}
+                5 t1 tool_call_started tool_name="execute" tool_call_id="slow" tool_input={"command":"sleep 100"}
                 6 t1 tool_call_cancelled tool_name="execute" tool_call_id="slow"
                 7 t1 run_cancelled reason="cancelled"
                 8 t2 run_started
@@ -1251,8 +1329,8 @@ mod tests {
                 1 t1 run_started
                 2 t1 tool_call_started tool_name="grep foo" tool_call_id="a" tool_input={"pattern":"foo"}
                 3 t1 tool_call_completed tool_name="grep foo" tool_call_id="a" tool_input={"pattern":"foo"} tool_output={"matches":2}
-                4 t1 tool_call_started tool_name="execute" tool_call_id="b" tool_input={}
-                5 t1 tool_call_failed tool_name="execute" tool_call_id="b" content=[1 items] tool_input={} error="denied"
+                4 t1 tool_call_started tool_name="execute" tool_call_id="b" tool_input={"command":"rm -rf /"}
+                5 t1 tool_call_failed tool_name="execute" tool_call_id="b" content=[1 items] tool_input={"command":"rm -rf /"} error="denied"
                 6 t1 tool_call_started tool_name="late" tool_call_id="z" tool_input={}
                 7 t1 tool_call_failed tool_name="late" tool_call_id="z" tool_input={} error="tool call failed"
                 ! line 6: missing_field: missing field `toolCallId`
@@ -1288,6 +1366,162 @@ mod tests {
                 10 t2 message_streamed role="assistant" delta="B"
                 11 t2 message_received role="assistant" content="B"
             "#]],
+        );
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_late_answer_ends_its_own_turn_and_not_the_next() {
+        // Issue 13, as the Gemini CLI 0.61.0 sent it: the model answers HTTP 500 (the CLI
+        // retries silently), a turn is interrupted and its `session/cancel` ignored, the next
+        // prompt is streamed and answered, and only then the old request `agentwire-4` comes
+        // back `cancelled`. That answer ends its own turn (t2), never the new one (t3); a
+        // repeated answer is stale. Then the same with the late answer in mid-stream (t4, t5).
+        check(
+            Format::GeminiAcp,
+            r#"{"jsonrpc":"2.0","id":"agentwire-3","method":"session/prompt","params":{"sessionId":"s","prompt":[{"type":"text","text":"first"}]}}
+{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"one"}}}}
+{"jsonrpc":"2.0","id":"agentwire-3","result":{"stopReason":"end_turn"}}
+{"jsonrpc":"2.0","id":"agentwire-4","method":"session/prompt","params":{"sessionId":"s","prompt":[{"type":"text","text":"retried"}]}}
+{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s"}}
+{"jsonrpc":"2.0","id":"agentwire-5","method":"session/prompt","params":{"sessionId":"s","prompt":[{"type":"text","text":"next"}]}}
+{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Hello"}}}}
+{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":" from the"}}}}
+{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":" fake model."}}}}
+{"jsonrpc":"2.0","id":"agentwire-5","result":{"stopReason":"end_turn"}}
+{"jsonrpc":"2.0","id":"agentwire-4","result":{"stopReason":"cancelled"}}
+{"jsonrpc":"2.0","id":"agentwire-3","result":{"stopReason":"end_turn"}}
+{"jsonrpc":"2.0","id":"agentwire-6","method":"session/prompt","params":{"sessionId":"s","prompt":[{"type":"text","text":"slow"}]}}
+{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s"}}
+{"jsonrpc":"2.0","id":"agentwire-7","method":"session/prompt","params":{"sessionId":"s","prompt":[{"type":"text","text":"again"}]}}
+{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"A"}}}}
+{"jsonrpc":"2.0","id":"agentwire-6","error":{"code":500,"message":"overloaded"}}
+{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"B"}}}}
+{"jsonrpc":"2.0","id":"agentwire-7","result":{"stopReason":"end_turn"}}
+"#,
+            expect![[r#"
+                1 t1 run_started
+                2 t1 message_sent role="user" content="first"
+                3 -- session_started
+                4 t1 message_streamed role="assistant" delta="one"
+                5 t1 message_received role="assistant" content="one"
+                6 t1 run_completed
+                7 t2 run_started
+                8 t2 message_sent role="user" content="retried"
+                9 t3 run_started
+                10 t3 message_sent role="user" content="next"
+                11 t3 message_streamed role="assistant" delta="Hello"
+                12 t3 message_streamed role="assistant" delta=" from the"
+                13 t3 message_streamed role="assistant" delta=" fake model."
+                14 t3 message_received role="assistant" content="Hello from the fake model."
+                15 t3 run_completed
+                16 t2 run_cancelled reason="cancelled"
+                17 t4 run_started
+                18 t4 message_sent role="user" content="slow"
+                19 t5 run_started
+                20 t5 message_sent role="user" content="again"
+                21 t5 message_streamed role="assistant" delta="A"
+                22 t4 run_failed error_message="overloaded" provider_error.kind="server_error"
+                23 t5 message_streamed role="assistant" delta="B"
+                24 t5 message_received role="assistant" content="AB"
+                25 t5 run_completed
+            "#]],
+        );
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn through_the_host_pipeline_the_new_turn_keeps_its_answer() {
+        // What the host does with the sequence above: its turn ids, the interrupt that gets
+        // no answer within the grace (a synthetic `run_cancelled`), the drop policy.
+        use crate::core::event::{EventType, Provider};
+        use crate::core::lifecycle::{Disposition, LifecycleConfig, Policy, TurnProjector};
+        use crate::core::normalize::{Config, Normalizer};
+        use crate::core::time::Timestamp;
+
+        struct Host {
+            n: Normalizer,
+            p: TurnProjector,
+            log: Vec<crate::core::event::Event>,
+        }
+        impl Host {
+            fn drain(&mut self) {
+                self.log.extend(std::iter::from_fn(|| self.p.poll_event()));
+            }
+            fn line(&mut self, line: String, now: i64) {
+                let at = Timestamp::from_unix_millis(now);
+                self.n.handle_bytes(format!("{line}\n").as_bytes(), at);
+                while let Some(e) = self.n.poll_event() {
+                    if self.p.handle_event(&e, now) == Disposition::Applied {
+                        self.log.push(e);
+                    }
+                    self.drain();
+                }
+            }
+            fn prompt(&mut self, turn: &str, id: &str, text: &str, now: i64) {
+                self.p.start_foreground(turn, now).unwrap();
+                self.n.expect_run(turn);
+                self.line(format!(r#"{{"jsonrpc":"2.0","id":"{id}","method":"session/prompt","params":{{"sessionId":"s","prompt":[{{"type":"text","text":"{text}"}}]}}}}"#), now);
+            }
+            fn chunk(&mut self, text: &str, now: i64) {
+                self.line(format!(r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s","update":{{"sessionUpdate":"agent_message_chunk","content":{{"type":"text","text":"{text}"}}}}}}}}"#), now);
+            }
+            fn answer(&mut self, id: &str, reason: &str, now: i64) {
+                self.line(
+                    format!(
+                        r#"{{"jsonrpc":"2.0","id":"{id}","result":{{"stopReason":"{reason}"}}}}"#
+                    ),
+                    now,
+                );
+            }
+        }
+        let mut config = LifecycleConfig::new("s", Provider::Gemini);
+        config.policy = Policy::Drop;
+        let mut host = Host {
+            n: Normalizer::new(Some(Format::GeminiAcp), Config::new("s")),
+            p: TurnProjector::new(config),
+            log: Vec::new(),
+        };
+        host.p.mark_connected();
+        host.prompt("turn_a", "agentwire-3", "first", 0);
+        host.chunk("one", 1);
+        host.answer("agentwire-3", "end_turn", 2);
+        host.prompt("turn_b", "agentwire-4", "retried", 10);
+        assert!(host.p.interrupt(20));
+        host.p.handle_timeout(20 + 2_000);
+        host.drain();
+        host.prompt("turn_c", "agentwire-5", "next", 3_000);
+        host.chunk("Hello", 3_001);
+        host.answer("agentwire-5", "end_turn", 3_002);
+        host.answer("agentwire-4", "cancelled", 3_003);
+        let log = host.log;
+        let turn_c: Vec<String> = log
+            .iter()
+            .filter(|e| e.run_id() == Some("turn_c"))
+            .map(|e| {
+                format!(
+                    "{} {}",
+                    e.kind().as_str(),
+                    e.data_str("content").or(e.data_str("reason")).unwrap_or("")
+                )
+            })
+            .collect();
+        assert_eq!(
+            turn_c,
+            [
+                "run_started ",
+                "message_sent next",
+                "message_streamed ",
+                "message_received Hello",
+                "run_completed "
+            ]
+        );
+        let turn_b: Vec<_> = log
+            .iter()
+            .filter(|e| e.run_id() == Some("turn_b") && e.kind().is_run_terminal())
+            .map(|e| (e.kind(), e.data_str("reason")))
+            .collect();
+        assert_eq!(
+            turn_b,
+            [(EventType::RunCancelled, Some("interrupt_timeout"))]
         );
     }
 

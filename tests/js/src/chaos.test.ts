@@ -1,5 +1,5 @@
 // Reconnect chaos in the browser: the demo page (www/, the real one) is loaded through
-// `agentwire chaos-proxy`, which lets its HTTP requests through and cuts, stalls and delays
+// `agentwire-testkit chaos-proxy`, which lets its HTTP requests through and cuts, stalls and delays
 // its WebSocket at seeded random points. Several slow demo turns stream while the proxy cuts
 // the socket at least 100 times; at the end the page's timeline equals that of a page that
 // followed the same session directly, with no duplicate and no gap.
@@ -13,16 +13,18 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 
 import { type Page } from "playwright-core";
-import { bin, launchChromium, root } from "./fixtures.js";
+import { bin, launchChromium, root, testkitBin } from "./fixtures.js";
 
 const TOKEN = "chaos-test-token-0123";
 const DEADLINE_MS = 120_000;
 const tmp = mkdtempSync(join(tmpdir(), "agentwire-chaos-"));
 const children: ChildProcess[] = [];
 
-/** Spawns `agentwire …` and resolves with the first stdout line matching `pattern`. */
+/** Spawns `agentwire …` (the test tools' binary for `chaos-proxy`) and resolves with the
+ * first stdout line matching `pattern`. */
 function start(args: string[], pattern: RegExp, onLine?: (line: string) => void): Promise<string> {
-  const child = spawn(bin, args, { stdio: ["ignore", "pipe", "inherit"] });
+  const program = args[0] === "chaos-proxy" ? testkitBin : bin;
+  const child = spawn(program, args, { stdio: ["ignore", "pipe", "inherit"] });
   children.push(child);
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${args[0]} did not start`)), 30_000);

@@ -7,7 +7,7 @@
 // approval, interrupt a turn, switch sessions and reload the page mid-turn, have the server drop
 // every WebSocket mid-turn, show a provider crash with its stderr, open a saved transcript with
 // no server request, and keep a 100k-event transcript virtualized. Run 2, the same core flow
-// with the real Claude Code CLI against `agentwire fake-model`. Run 3, two companions on one
+// with the real Claude Code CLI against `agentwire-testkit fake-model`. Run 3, two companions on one
 // throwaway PostgreSQL: the page served by node B follows a session hosted on node A, through
 // node B's kill -9 and restart mid-turn, while B appends a session of its own. Every wait is a
 // condition with a deadline. Each step saves a screenshot under target/e2e/<run>/ (UPDATE_SCREENSHOTS=1 copies
@@ -27,7 +27,7 @@ import { type BrowserContext, type Page } from "playwright-core";
 import { Projector } from "../../../pkg-web/agentwire.js";
 import type { Item } from "../../../pkg-web/agentwire.js";
 import { normalize, Projector as TranscriptProjector } from "../../../pkg-web/transcripts/agentwire.js";
-import { bin, launchChromium, loadPackage, root } from "./fixtures.js";
+import { bin, launchChromium, loadPackage, root, testkitBin } from "./fixtures.js";
 
 declare global {
   interface Window {
@@ -100,8 +100,8 @@ function stop(child: ChildProcess): Promise<void> {
   });
 }
 
-function start(args: string[], env?: NodeJS.ProcessEnv): ChildProcess {
-  const child = spawn(bin, args, { stdio: ["ignore", "pipe", "inherit"], ...(env ? { env } : {}) });
+function start(args: string[], env?: NodeJS.ProcessEnv, program = bin): ChildProcess {
+  const child = spawn(program, args, { stdio: ["ignore", "pipe", "inherit"], ...(env ? { env } : {}) });
   children.push(child);
   cleanups.push(() => stop(child));
   return child;
@@ -688,7 +688,7 @@ async function claudeRun() {
   const cwd = join(dir, "work");
   mkdirSync(home);
   mkdirSync(cwd);
-  const fake = start(["fake-model", "--addr", "127.0.0.1:0"]);
+  const fake = start(["fake-model", "--addr", "127.0.0.1:0"], undefined, testkitBin);
   const fakeAddr = await firstLine(fake, /^fake-model: listening http:\/\/(\S+)$/, "the fake model");
   // Cleared down to PATH and what the CLI needs to run offline (tests/common/real.rs).
   const env = {

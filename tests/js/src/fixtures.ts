@@ -30,6 +30,11 @@ export function launchChromium(profile: string, options: { viewport?: { width: n
 /** The native binary to compare with (scripts/test builds it). */
 export const bin = process.env.AGENTWIRE_BIN ?? join(root, "target", "debug", "agentwire");
 
+/** The test tools (`fake-model`, `chaos-proxy`): not in the product binary; `cargo test`
+ * builds them (the `testkit` feature). */
+export const testkitBin =
+  process.env.AGENTWIRE_TESTKIT_BIN ?? join(root, "target", "debug", "agentwire-testkit");
+
 export const formats: Format[] = [
   "claude", "codex", "codex-app-server", "gemini", "gemini-acp", "opencode", "amp", "generic",
 ];

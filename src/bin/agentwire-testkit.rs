@@ -1,0 +1,92 @@
+//! `agentwire-testkit`: the test tools, out of the product binary. `cargo test` builds it
+//! (the `testkit` feature); `cargo install --path .` does not install it.
+//!
+//! * `fake-model --addr 127.0.0.1:0`: the scripted model server the real-CLI tests use
+//!   (loopback only; `agentwire::companion::fake_model`).
+//! * `chaos-proxy --upstream ADDR …`: a TCP proxy on loopback that cuts, stalls and delays
+//!   connections (`agentwire::companion::chaos`).
+
+#[cfg(not(target_arch = "wasm32"))]
+mod native {
+    use std::process::ExitCode;
+
+    use agentwire::companion::{chaos, fake_model};
+    use anyhow::{Context, Result};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    #[command(name = "agentwire-testkit", version, about = "agentwire's test tools")]
+    enum Command {
+        /// Run a TCP proxy on loopback that cuts, stalls and delays connections.
+        ChaosProxy {
+            #[arg(long, default_value = "127.0.0.1:0")]
+            listen: std::net::SocketAddr,
+            #[arg(long)]
+            upstream: std::net::SocketAddr,
+            #[arg(long, default_value_t = 1)]
+            seed: u64,
+            /// Each connection is cut after a random time in [cut_min_ms, cut_max_ms].
+            #[arg(long, default_value_t = 50)]
+            cut_min_ms: u64,
+            #[arg(long, default_value_t = 400)]
+            cut_max_ms: u64,
+            /// Chance per forwarded chunk, in 1/1000, of a stall of 50..300 ms.
+            #[arg(long, default_value_t = 20)]
+            stall_per_mille: u64,
+            /// Each forwarded chunk is delayed by up to this many ms.
+            #[arg(long, default_value_t = 5)]
+            max_delay_ms: u64,
+        },
+        /// Run the scripted fake model server (loopback only) that the real-CLI tests use.
+        FakeModel {
+            #[arg(long, default_value = "127.0.0.1:0")]
+            addr: std::net::SocketAddr,
+        },
+    }
+
+    pub fn main() -> ExitCode {
+        match run(Command::parse()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("agentwire-testkit: {e:#}");
+                ExitCode::from(2)
+            }
+        }
+    }
+
+    fn run(command: Command) -> Result<()> {
+        let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+        match command {
+            Command::ChaosProxy {
+                listen,
+                upstream,
+                seed,
+                cut_min_ms,
+                cut_max_ms,
+                stall_per_mille,
+                max_delay_ms,
+            } => {
+                let options = chaos::ChaosOptions {
+                    listen,
+                    upstream,
+                    seed,
+                    cut_after_ms: (cut_min_ms, cut_max_ms),
+                    stall_per_mille,
+                    stall_ms: (50, 300),
+                    delay_ms: (0, max_delay_ms),
+                };
+                runtime.block_on(chaos::run(options))?;
+            }
+            Command::FakeModel { addr } => runtime.block_on(fake_model::run(addr))?,
+        }
+        Ok(())
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn main() -> std::process::ExitCode {
+    native::main()
+}
+
+#[cfg(target_arch = "wasm32")]
+fn main() {}
