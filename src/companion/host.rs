@@ -5,8 +5,12 @@
 //! (kept, bounded, for `provider_error`), commands from clients (start a turn, interrupt,
 //! answer an approval, close), the lifecycle projection's next deadline, and the child's
 //! exit. Every event it produces passes the user-echo filter and the [`TurnProjector`] (which
-//! drops stale terminals and events after a terminal), then is appended to the store; the
-//! store tells subscribers once it is durable. When the process ends, every turn still active
+//! drops stale terminals and events after a terminal), then is queued for the store
+//! ([`StoreQueue`]: one write in flight, in order, a failed write retried with backoff, the
+//! agent's output left unread while too much waits); the store tells subscribers once it is
+//! durable. A session whose process ended stays until its queue is stored, answering
+//! `describe` (the store's state) meanwhile; shutdown waits for it at most
+//! [`HubConfig::store_drain_ms`] and reports what could not be stored. When the process ends, every turn still active
 //! ends with `run_failed` carrying the exit code and the cut stderr, so no session is left
 //! running after its process is gone. On server start, sessions the previous run left
 //! running are marked failed the same way ([`Hub::recover`]); a user can then reopen one
@@ -28,18 +32,20 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 use super::adapter::{
     AcpStdio, Adapter, AgentCli, AmpStdio, Capabilities, ClaudeStdio, CodexAppServer, Feed,
     OpencodeServe, Thinking, AGENT_CLIS,
 };
+use super::session::{StoreNote, StoreOp, StoreQueue, StoreQueueConfig, Written};
 use super::store::{SessionRecord, SessionState, Store, StoreError};
 use super::{now, random_hex, random_id};
 use crate::core::dedup::UserEchoFilter;
@@ -125,6 +131,12 @@ pub struct HubConfig {
     /// third of that): another companion takes over the live sessions of a node silent for
     /// longer, and ends them as failed.
     pub lease_ms: i64,
+    /// Bounds of each session's store queue: how many unstored events make it stop reading
+    /// its agent's output, and the retry backoff.
+    pub store_queue: StoreQueueConfig,
+    /// On shutdown, how long sessions whose events are not all stored (the store is failing)
+    /// keep trying before the rest is reported lost.
+    pub store_drain_ms: u64,
 }
 
 impl HubConfig {
@@ -141,6 +153,8 @@ impl HubConfig {
             record_dir: None,
             node: "local".to_owned(),
             lease_ms: 30_000,
+            store_queue: StoreQueueConfig::default(),
+            store_drain_ms: 10_000,
         }
     }
 }
@@ -180,7 +194,18 @@ pub struct Hub {
     store: Arc<dyn Store>,
     config: HubConfig,
     sessions: Mutex<HashMap<String, mpsc::Sender<Command>>>,
+    /// Set once by [`Hub::shutdown`]: sessions still storing give up after `store_drain_ms`.
+    shutdown: watch::Sender<bool>,
+    /// One permit held by each session task; [`Hub::shutdown`] waits for all of them.
+    tasks: Arc<Semaphore>,
+    /// Events no session could store (given up at shutdown, refused, or taken over).
+    lost: AtomicU64,
 }
+
+/// Permits of [`Hub::tasks`]: more than sessions ever run at once.
+const TASK_PERMITS: u32 = 1 << 20;
+/// A store write with no answer for this long counts as failed and is tried again.
+const STORE_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Hub {
     pub fn new(store: Arc<dyn Store>, config: HubConfig) -> Arc<Hub> {
@@ -188,6 +213,9 @@ impl Hub {
             store,
             config,
             sessions: Mutex::new(HashMap::new()),
+            shutdown: watch::channel(false).0,
+            tasks: Arc::new(Semaphore::new(TASK_PERMITS as usize)),
+            lost: AtomicU64::new(0),
         })
     }
 
@@ -575,7 +603,11 @@ impl Hub {
             .insert(id.clone(), tx);
         let feed = adapter.connect(&cwd);
         let task = SessionTask::new(self.clone(), &id, adapter, &self.config, cwd);
-        tokio::spawn(task.run(child, rx, feed));
+        let permit = self.tasks.clone().try_acquire_owned().ok();
+        tokio::spawn(async move {
+            task.run(child, rx, feed).await;
+            drop(permit);
+        });
         Ok(())
     }
 
@@ -645,13 +677,27 @@ impl Hub {
     /// The session's record, its latest sequence and the log's epoch, and, while its process
     /// runs, its live state: runtime, modes, current mode, commands, pending approvals,
     /// capabilities.
+    ///
+    /// `store` says whether the session's events reach the store (see [`StoreQueue::status`]).
+    /// While the store cannot be read, a session running here is still described from its
+    /// live state, without `session`, `latest_sequence` and `epoch`.
     pub async fn describe(&self, id: &str) -> Result<Value, CommandError> {
-        let Some(record) = self.store.get_session(id).await? else {
-            return Err(CommandError::unknown_session(id));
-        };
         let live = match self.sender(id) {
             Some(_) => self.command(id, Command::Describe).await.ok(),
             None => None,
+        };
+        let record = match self.store.get_session(id).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return Err(CommandError::unknown_session(id)),
+            Err(e) => {
+                let Some(Value::Object(mut out)) = live else {
+                    return Err(e.into());
+                };
+                let status = out.entry("store").or_insert_with(|| json!({}));
+                status["state"] = json!("unavailable");
+                status["error"] = json!(e.to_string());
+                return Ok(Value::Object(out));
+            }
         };
         let mut out = match live {
             Some(Value::Object(m)) => m,
@@ -663,6 +709,7 @@ impl Hub {
                 );
                 m.insert("runtime".into(), self.stored_runtime(id).await?);
                 m.insert("pending_approvals".into(), json!([]));
+                m.insert("store".into(), json!({"state": "available", "unstored": 0}));
                 m
             }
         };
@@ -713,8 +760,12 @@ impl Hub {
         Ok(())
     }
 
-    /// Closes every session (kills the children); used on server shutdown.
-    pub async fn shutdown(&self) {
+    /// Closes every session (kills the children) and waits for their events to be stored:
+    /// at most [`HubConfig::store_drain_ms`] for the sessions whose store is failing. Returns
+    /// how many events could not be stored (also [`Hub::lost_events`]); used on server
+    /// shutdown.
+    pub async fn shutdown(&self) -> u64 {
+        self.shutdown.send_replace(true);
         let ids: Vec<String> = self
             .sessions
             .lock()
@@ -725,6 +776,17 @@ impl Hub {
         for id in ids {
             let _ = self.close_session(&id).await;
         }
+        let wait = Duration::from_millis(self.config.store_drain_ms) + Duration::from_secs(5);
+        let all = self.tasks.acquire_many(TASK_PERMITS);
+        if tokio::time::timeout(wait, all).await.is_err() {
+            eprintln!("agentwire: some sessions did not end in time");
+        }
+        self.lost_events()
+    }
+
+    /// Events that could not be stored so far (see [`Hub::shutdown`]).
+    pub fn lost_events(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
     }
 
     fn forget(&self, id: &str) {
@@ -808,6 +870,8 @@ struct SessionTask {
     fatal: Option<ProviderError>,
     /// Another companion took the session over: nothing more is written to it.
     abandoned: bool,
+    /// What waits to be stored, in order.
+    queue: StoreQueue,
 }
 
 impl SessionTask {
@@ -841,6 +905,7 @@ impl SessionTask {
             commands: None,
             fatal: None,
             abandoned: false,
+            queue: StoreQueue::new(config.store_queue),
             normalizer: Normalizer::new(Some(adapter.format()), normalizer_config),
             projector,
             echo: UserEchoFilter::default(),
@@ -872,12 +937,28 @@ impl SessionTask {
         let mut stdout_open = true;
         let mut stderr_open = true;
         let mut closing: Option<oneshot::Sender<()>> = None;
+        // The process is being stopped: what its pipe still holds is read even when the
+        // store queue is full (it is bounded by the pipe).
+        let mut killed = false;
+        // The one store write in flight.
+        let mut writing: Option<Writing> = None;
         let hello = self.adapter.start(&self.cwd);
         self.send(&mut stdin, &hello).await;
         loop {
-            let deadline = self.projector.poll_timeout();
+            if writing.is_none() {
+                writing = self.start_write();
+            }
+            // While too many events wait for the store, the agent's output stays in its
+            // pipe: the agent blocks writing, and nothing is dropped.
+            let reading = killed || !self.queue.is_full();
+            let deadline = earliest(self.projector.poll_timeout(), self.queue.poll_timeout());
             tokio::select! {
-                read = stdout.read(&mut out_buf), if stdout_open => match read {
+                written = next_written(&mut writing) => {
+                    writing = None;
+                    self.queue.handle_written(written, now().unix_millis());
+                    self.log_store_notes();
+                }
+                read = stdout.read(&mut out_buf), if stdout_open && (reading || stdout_is_log) => match read {
                     Ok(0) | Err(_) => {
                         stdout_open = false;
                         if !stdout_is_log {
@@ -890,12 +971,13 @@ impl SessionTask {
                         self.output(&bytes, &mut stdin).await;
                     }
                 },
-                item = next_feed(&mut feed) => match item {
+                item = next_feed(&mut feed), if reading => match item {
                     Some(Feed::Bytes(bytes)) => self.output(&bytes, &mut stdin).await,
                     Some(Feed::Failed { kind, message, fatal }) => {
-                        self.request_failed(kind, message, fatal).await;
+                        self.request_failed(kind, message, fatal);
                         if fatal {
                             stdin = None;
+                            killed = true;
                             let _ = child.start_kill();
                         }
                     }
@@ -909,23 +991,26 @@ impl SessionTask {
                     Some(Command::Close(reply)) => {
                         closing = Some(reply);
                         stdin = None;
+                        killed = true;
                         let _ = child.start_kill();
                     }
                     Some(Command::Abandon(reply)) => {
-                        self.abandoned = true;
+                        self.abandon();
                         closing = Some(reply);
                         stdin = None;
+                        killed = true;
                         let _ = child.start_kill();
                     }
                     Some(cmd) => self.handle_command(cmd, &mut stdin).await,
                     None => {
                         stdin = None;
+                        killed = true;
                         let _ = child.start_kill();
                     }
                 },
                 _ = sleep_until_ms(deadline) => {
                     self.projector.handle_timeout(now().unix_millis());
-                    self.flush().await;
+                    self.flush();
                 }
                 status = child.wait(), if !stdout_open => {
                     // Read what stderr still holds (bounded), then end the session.
@@ -938,26 +1023,161 @@ impl SessionTask {
                     if stdout_is_log {
                         self.output_eof(&mut stdin).await;
                     }
-                    self.finish(code, closing.is_some()).await;
-                    if let Some(reply) = closing.take() {
-                        let _ = reply.send(());
-                    }
+                    self.finish(code, closing.is_some());
                     break;
                 }
             }
         }
+        self.drain(writing, &mut commands, closing).await;
         self.hub.forget(&self.id);
         // Commands that raced with the end get a clear refusal.
         commands.close();
         while let Ok(cmd) = commands.try_recv() {
-            match cmd {
-                Command::StartTurn(_, r) => drop(r.send(Err(CommandError::closed(&self.id)))),
-                Command::Interrupt(r)
-                | Command::Answer(_, _, r)
-                | Command::SetMode(_, r)
-                | Command::SetModel(_, _, r) => drop(r.send(Err(CommandError::closed(&self.id)))),
-                Command::Describe(r) => drop(r.send(Err(CommandError::closed(&self.id)))),
-                Command::Close(r) | Command::Abandon(r) => drop(r.send(())),
+            self.refuse(cmd);
+        }
+    }
+
+    /// The process is gone: stores what still waits, in order, answering commands meanwhile
+    /// (`describe` shows the store's state). `closing` is answered once all is stored, or
+    /// as soon as the store is unavailable (the rest is stored when it is back). On
+    /// shutdown, waits at most [`HubConfig::store_drain_ms`], then reports what could not
+    /// be stored.
+    async fn drain(
+        &mut self,
+        mut writing: Option<Writing>,
+        commands: &mut mpsc::Receiver<Command>,
+        mut closing: Option<oneshot::Sender<()>>,
+    ) {
+        let mut shutdown = self.hub.shutdown.subscribe();
+        let mut give_up_at: Option<tokio::time::Instant> = None;
+        let mut commands_open = true;
+        loop {
+            if writing.is_none() {
+                writing = self.start_write();
+            }
+            if self.queue.is_empty() {
+                break;
+            }
+            if self.queue.is_unavailable() {
+                if let Some(reply) = closing.take() {
+                    let _ = reply.send(());
+                }
+            }
+            if give_up_at.is_none() && *shutdown.borrow_and_update() {
+                let wait = Duration::from_millis(self.hub.config.store_drain_ms);
+                give_up_at = Some(tokio::time::Instant::now() + wait);
+            }
+            tokio::select! {
+                written = next_written(&mut writing) => {
+                    writing = None;
+                    self.queue.handle_written(written, now().unix_millis());
+                    self.log_store_notes();
+                }
+                _ = sleep_until_ms(self.queue.poll_timeout()) => {}
+                cmd = commands.recv(), if commands_open => match cmd {
+                    Some(Command::Describe(reply)) => drop(reply.send(Ok(self.describe()))),
+                    Some(Command::Abandon(reply)) => {
+                        self.abandon();
+                        let _ = reply.send(());
+                    }
+                    Some(cmd) => self.refuse(cmd),
+                    None => commands_open = false,
+                },
+                _ = shutdown.changed(), if give_up_at.is_none() => {}
+                _ = sleep_until_instant(give_up_at) => {
+                    let lost = self.queue.give_up();
+                    self.hub.lost.fetch_add(lost as u64, Ordering::Relaxed);
+                    eprintln!(
+                        "agentwire: session {}: {lost} event(s) could not be stored before shutdown",
+                        self.id
+                    );
+                    break;
+                }
+            }
+        }
+        if let Some(reply) = closing {
+            let _ = reply.send(());
+        }
+    }
+
+    /// Another companion took the session over: nothing more is written to it, and what was
+    /// not stored yet is reported lost.
+    fn abandon(&mut self) {
+        self.abandoned = true;
+        let lost = self.queue.give_up();
+        if lost > 0 {
+            self.hub.lost.fetch_add(lost as u64, Ordering::Relaxed);
+            eprintln!(
+                "agentwire: session {}: {lost} event(s) not stored: the session was taken over",
+                self.id
+            );
+        }
+    }
+
+    /// A command for a session whose process is gone.
+    fn refuse(&self, cmd: Command) {
+        match cmd {
+            Command::StartTurn(_, r) => drop(r.send(Err(CommandError::closed(&self.id)))),
+            Command::Interrupt(r)
+            | Command::Answer(_, _, r)
+            | Command::SetMode(_, r)
+            | Command::SetModel(_, _, r) => drop(r.send(Err(CommandError::closed(&self.id)))),
+            Command::Describe(r) => drop(r.send(Err(CommandError::closed(&self.id)))),
+            Command::Close(r) | Command::Abandon(r) => drop(r.send(())),
+        }
+    }
+
+    /// The next store write, if the queue has one to start now.
+    fn start_write(&mut self) -> Option<Writing> {
+        if self.abandoned {
+            return None;
+        }
+        let op = self.queue.poll_write(now().unix_millis())?;
+        let store = self.hub.store.clone();
+        let id = self.id.clone();
+        Some(Box::pin(async move {
+            let write = async {
+                match op {
+                    StoreOp::Append(events) => store.append(&id, events).await.map(drop),
+                    StoreOp::State(state, at) => store.set_session_state(&id, state, at).await,
+                    StoreOp::ProviderSessionId(handle) => {
+                        store.set_provider_session_id(&id, &handle).await
+                    }
+                }
+            };
+            match tokio::time::timeout(STORE_WRITE_TIMEOUT, write).await {
+                Ok(Ok(())) => Written::Stored,
+                Ok(Err(e @ (StoreError::Database(_) | StoreError::Closed))) => {
+                    Written::Unavailable(e.to_string())
+                }
+                Ok(Err(e)) => Written::Refused(e.to_string()),
+                // The outcome is unknown: sending it again is safe (appends are idempotent).
+                Err(_) => Written::Unavailable(format!(
+                    "no answer from the store in {} s",
+                    STORE_WRITE_TIMEOUT.as_secs()
+                )),
+            }
+        }))
+    }
+
+    fn log_store_notes(&mut self) {
+        while let Some(note) = self.queue.poll_note() {
+            match note {
+                StoreNote::Unavailable { error } => eprintln!(
+                    "agentwire: session {}: the store is unavailable ({error}); \
+                     its events wait, in order, and are retried",
+                    self.id
+                ),
+                StoreNote::Recovered { since_ms, attempts } => eprintln!(
+                    "agentwire: session {}: the store is available again after {} ms \
+                     and {attempts} failed attempt(s)",
+                    self.id,
+                    now().unix_millis() - since_ms
+                ),
+                StoreNote::Refused { events, error } => eprintln!(
+                    "agentwire: session {}: the store refused {events} event(s): {error}",
+                    self.id
+                ),
             }
         }
     }
@@ -970,14 +1190,14 @@ impl SessionTask {
         }
         if !self.feed_lines {
             self.normalizer.handle_bytes(bytes, now());
-            self.flush().await;
+            self.flush();
         }
         for mut line in self.lines.push(bytes) {
             let replies = self.adapter.observe(&line);
             if self.feed_lines && !self.adapter.quiet() {
                 line.push(b'\n');
                 self.normalizer.handle_bytes(&line, now());
-                self.flush().await;
+                self.flush();
             }
             self.send(stdin, &replies).await;
         }
@@ -997,12 +1217,12 @@ impl SessionTask {
             }
         }
         self.normalizer.handle_eof(now());
-        self.flush().await;
+        self.flush();
     }
 
     /// A request the adapter made to the agent failed: the turn fails with it; a fatal one
     /// also ends the session (the caller kills the process).
-    async fn request_failed(&mut self, kind: &'static str, message: String, fatal: bool) {
+    fn request_failed(&mut self, kind: &'static str, message: String, fatal: bool) {
         let at = now();
         let error = ProviderError::new(self.adapter.provider(), kind, message);
         let ended = self.projector.end_active(
@@ -1021,9 +1241,9 @@ impl SessionTask {
                 data,
                 at,
             );
-            self.append(vec![event]).await;
+            self.append(vec![event]);
         }
-        self.flush().await;
+        self.flush();
         if fatal {
             self.fatal = Some(error);
         }
@@ -1047,13 +1267,14 @@ impl SessionTask {
             "commands": commands,
             "pending_approvals": pending,
             "capabilities": self.adapter.capabilities(),
+            "store": self.queue.status(),
         })
     }
 
     /// Logs a change the user made (mode, model) on the active turn, if any. An adapter whose
     /// decoder reads our requests ([`Adapter::feeds_requests`]) reports it from the agent's
     /// answer instead.
-    async fn log_user_change(&mut self, kind: EventType, data: Map<String, Value>, at: Timestamp) {
+    fn log_user_change(&mut self, kind: EventType, data: Map<String, Value>, at: Timestamp) {
         if self.feed_lines {
             return;
         }
@@ -1066,7 +1287,7 @@ impl SessionTask {
             data,
             at,
         );
-        self.append(vec![event]).await;
+        self.append(vec![event]);
     }
 
     async fn handle_command(&mut self, cmd: Command, stdin: &mut Option<ChildStdin>) {
@@ -1089,7 +1310,7 @@ impl SessionTask {
                         &Value::Object(error.to_data()),
                         at.unix_millis(),
                     );
-                    self.flush().await;
+                    self.flush();
                     let _ = reply.send(Err(CommandError::new("not_connected", e)));
                     return;
                 }
@@ -1103,8 +1324,8 @@ impl SessionTask {
                     obj(json!({"content": prompt, "role": "user"})),
                     at,
                 );
-                self.append(vec![sent]).await;
-                self.normalize_request(&bytes).await;
+                self.append(vec![sent]);
+                self.normalize_request(&bytes);
                 let _ = reply.send(Ok(turn_id));
             }
             Command::Interrupt(reply) => {
@@ -1157,7 +1378,7 @@ impl SessionTask {
                     data,
                     at,
                 );
-                self.append(vec![event]).await;
+                self.append(vec![event]);
                 let _ = reply.send(Ok(()));
             }
             Command::SetMode(mode, reply) => {
@@ -1180,7 +1401,7 @@ impl SessionTask {
                 }
                 self.current_mode = Some(mode.clone());
                 let data = obj(json!({"mode": mode, "source": "user"}));
-                self.log_user_change(EventType::ModeChanged, data, at).await;
+                self.log_user_change(EventType::ModeChanged, data, at);
                 let _ = reply.send(Ok(()));
             }
             Command::SetModel(model, thinking, reply) => {
@@ -1213,8 +1434,7 @@ impl SessionTask {
                     data.insert("thinking".into(), json!(t));
                     self.runtime.insert("thinking".into(), json!(t));
                 }
-                self.log_user_change(EventType::ModelChanged, data, at)
-                    .await;
+                self.log_user_change(EventType::ModelChanged, data, at);
                 let _ = reply.send(Ok(()));
             }
             Command::Describe(reply) => drop(reply.send(Ok(self.describe()))),
@@ -1230,15 +1450,15 @@ impl SessionTask {
         }
         self.record_stdin(bytes);
         write_all(stdin, bytes).await?;
-        self.normalize_request(bytes).await;
+        self.normalize_request(bytes);
         Ok(())
     }
 
     /// Our own request lines, for a decoder that reads them.
-    async fn normalize_request(&mut self, bytes: &[u8]) {
+    fn normalize_request(&mut self, bytes: &[u8]) {
         if self.feed_lines && !bytes.is_empty() {
             self.normalizer.handle_bytes(bytes, now());
-            self.flush().await;
+            self.flush();
         }
     }
 
@@ -1266,7 +1486,7 @@ impl SessionTask {
     }
 
     /// Moves what the normalizer and the projector produced into the store.
-    async fn flush(&mut self) {
+    fn flush(&mut self) {
         let now_ms = now().unix_millis();
         let mut batch = Vec::new();
         while let Some(event) = self.normalizer.poll_event() {
@@ -1276,7 +1496,7 @@ impl SessionTask {
             if self.projector.handle_event(&event, now_ms) != Disposition::Applied {
                 continue;
             }
-            self.observe(&event).await;
+            self.observe(&event);
             batch.push(event.into_sequenced(0));
             batch.extend(std::iter::from_fn(|| self.projector.poll_event()));
         }
@@ -1308,12 +1528,12 @@ impl SessionTask {
             );
         }
         if !batch.is_empty() {
-            self.append(batch).await;
+            self.append(batch);
         }
     }
 
     /// Side effects of provider events on the host: pending approvals, the resume handle.
-    async fn observe(&mut self, event: &Event) {
+    fn observe(&mut self, event: &Event) {
         match event.kind() {
             EventType::ToolApprovalRequested => {
                 if let Some(id) = event.data_str("request_id") {
@@ -1339,11 +1559,7 @@ impl SessionTask {
                 if !self.provider_session_seen {
                     if let Some(handle) = event.data_str("provider_session_id") {
                         self.provider_session_seen = true;
-                        let _ = self
-                            .hub
-                            .store
-                            .set_provider_session_id(&self.id, handle)
-                            .await;
+                        (self.queue).push(StoreOp::ProviderSessionId(handle.to_owned()));
                     }
                 }
             }
@@ -1367,20 +1583,16 @@ impl SessionTask {
         }
     }
 
-    async fn append(&mut self, events: Vec<Event>) {
+    /// Queues a batch for the store, after everything queued before it.
+    fn append(&mut self, events: Vec<Event>) {
         if self.abandoned {
             return;
         }
-        if let Err(e) = self.hub.store.append(&self.id, events).await {
-            eprintln!(
-                "agentwire: session {}: could not store events: {e}",
-                self.id
-            );
-        }
+        self.queue.push(StoreOp::Append(events));
     }
 
     /// The process is gone: end what is active, record why, mark the session.
-    async fn finish(&mut self, exit_code: Option<i32>, closed_by_user: bool) {
+    fn finish(&mut self, exit_code: Option<i32>, closed_by_user: bool) {
         if self.abandoned {
             return;
         }
@@ -1441,12 +1653,8 @@ impl SessionTask {
                 state = SessionState::Failed;
             }
         }
-        self.append(batch).await;
-        let _ = self
-            .hub
-            .store
-            .set_session_state(&self.id, state, now())
-            .await;
+        self.append(batch);
+        self.queue.push(StoreOp::State(state, now()));
     }
 }
 
@@ -1599,6 +1807,31 @@ async fn write_all(stdin: &mut Option<ChildStdin>, bytes: &[u8]) -> Result<(), S
 async fn next_feed(feed: &mut Option<mpsc::UnboundedReceiver<Feed>>) -> Option<Feed> {
     match feed {
         Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A store write under way; it resolves to its outcome.
+type Writing = std::pin::Pin<Box<dyn std::future::Future<Output = Written> + Send>>;
+
+/// The outcome of the write in flight; pending forever without one.
+async fn next_written(writing: &mut Option<Writing>) -> Written {
+    match writing {
+        Some(w) => w.await,
+        None => std::future::pending().await,
+    }
+}
+
+fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+async fn sleep_until_instant(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }

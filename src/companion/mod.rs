@@ -2,7 +2,8 @@
 //! over WebSocket, SSE and an HTTP JSON API. Native only.
 //!
 //! * [`store`]: the durable log (SQLite) behind the `Store` trait.
-//! * [`host`]: one task per session owning its agent process.
+//! * [`host`]: one task per session owning its agent process; [`session`]: its store
+//!   queue, sans-IO.
 //! * [`adapter`]: how each agent CLI is started and spoken to.
 //! * [`server`]: HTTP routes, auth, static files; [`ws`]: the WebSocket protocol.
 //! * [`tail`]: the `agentwire tail` terminal client.
@@ -20,6 +21,7 @@ pub mod demo_agent;
 pub mod fake_model;
 pub mod host;
 pub mod server;
+pub mod session;
 pub mod store;
 pub mod tail;
 pub mod ws;
