@@ -1,27 +1,28 @@
-//! Provider hosting: one task per session owns its child process and is the only writer of
-//! that session's events.
+//! Provider hosting: the registry of sessions ([`Hub`]), and one task per session that owns
+//! its child process and is the only writer of that session's events.
 //!
-//! The task's loop selects over the child's stdout (fed to the core normalizer), its stderr
-//! (kept, bounded, for `provider_error`), commands from clients (start a turn, interrupt,
-//! answer an approval, close), the lifecycle projection's next deadline, and the child's
-//! exit. Every event it produces passes the user-echo filter and the [`TurnProjector`] (which
-//! drops stale terminals and events after a terminal), then is queued for the store
-//! ([`StoreQueue`]: one write in flight, in order, a failed write retried with backoff, the
-//! agent's output left unread while too much waits); the store tells subscribers once it is
-//! durable. A session whose process ended stays until its queue is stored, answering
-//! `describe` (the store's state) meanwhile; shutdown waits for it at most
-//! [`HubConfig::store_drain_ms`] and reports what could not be stored. When the process ends, every turn still active
-//! ends with `run_failed` carrying the exit code and the cut stderr, so no session is left
-//! running after its process is gone. On server start, sessions the previous run left
-//! running are marked failed the same way ([`Hub::recover`]); a user can then reopen one
-//! whose CLI can resume its own session ([`Hub::resume_session`]): a new process continues
-//! the same log.
+//! The task is a shell around the session's rules, [`Session`] (sans-IO, in
+//! `companion::session`): one `select!` over the child's stdout, its stderr, the reports of
+//! the task that writes its stdin, commands from clients, the store write in flight, the next
+//! deadline, shutdown and the child's exit feeds one `handle_*`; then the task carries out
+//! what the session decided (stdin bytes, the next store write, replies, killing the child,
+//! log lines). Every event passes the user-echo filter and the `TurnProjector`, then waits
+//! in the session's store queue (one write in flight, in order, a failed write retried with
+//! backoff, the agent's output left unread while too much waits); the store tells
+//! subscribers once it is durable. When the process ends, every turn still active ends with
+//! `run_failed` carrying the exit code and the cut stderr, so no session is left running
+//! after its process is gone; the task stays until its writes are stored, answering
+//! `describe` (the store's state) meanwhile, and shutdown waits for it at most
+//! [`HubConfig::store_drain_ms`], then reports what could not be stored. On server start,
+//! sessions the previous run left running are marked failed the same way ([`Hub::recover`]);
+//! a user can then reopen one whose CLI can resume its own session
+//! ([`Hub::resume_session`]): a new process continues the same log.
 //!
-//! Besides events, the task keeps the session's live state for the API
-//! ([`Hub::describe`]): runtime (model, version, cwd, the CLI's session id) from
-//! `session_started` and `model_changed`, the modes and the current one, slash commands,
-//! pending approvals, and what the adapter can do ([`Capabilities`]). A request for
-//! something the adapter cannot do is refused with the code `unsupported`.
+//! Besides events, the session keeps its live state for the API ([`Hub::describe`]):
+//! runtime (model, version, cwd, the CLI's session id) from `session_started` and
+//! `model_changed`, the modes and the current one, slash commands, pending approvals, what
+//! the adapter can do ([`Capabilities`]), and the store's state. A request for something the
+//! adapter cannot do is refused with the code `unsupported`.
 //!
 //! The agent's output reaches the normalizer from its stdout, or from the event stream an
 //! adapter opens itself ([`Adapter::connect`]: stdout is then kept with stderr as a log).
@@ -29,7 +30,7 @@
 //! ([`Adapter::feeds_requests`]), the normalizer gets whole lines, the agent's and ours, in
 //! the order they were read and written: exactly what `--record-dir` records.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,41 +46,21 @@ use super::adapter::{
     AcpStdio, Adapter, AgentCli, AmpStdio, Capabilities, ClaudeStdio, CodexAppServer, Feed,
     OpencodeServe, Thinking, AGENT_CLIS,
 };
-use super::session::{StoreNote, StoreOp, StoreQueue, StoreQueueConfig, Written};
+use super::session::{
+    update_runtime, Action, Note, ReplyId, Request, Response, Session, SessionConfig, StoreNote,
+    StoreOp, StoreQueueConfig, Written,
+};
 use super::store::{SessionRecord, SessionState, Store, StoreError};
 use super::{now, random_hex, random_id};
-use crate::core::dedup::UserEchoFilter;
 use crate::core::event::{Event, EventInit, EventType, Provider};
-use crate::core::lifecycle::{Disposition, LifecycleConfig, Policy, TurnProjector};
-use crate::core::normalize::{Config, Normalizer};
+use crate::core::lifecycle::{LifecycleConfig, TurnProjector};
 use crate::core::provider_error::{ProviderError, StderrLimits};
 use crate::core::time::Timestamp;
 use crate::core::wire::Decision;
 
-/// A refused command, with a stable code for the wire and the HTTP API.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct CommandError {
-    pub code: &'static str,
-    pub message: String,
-}
+pub use super::session::CommandError;
 
 impl CommandError {
-    pub fn new(code: &'static str, message: impl Into<String>) -> CommandError {
-        CommandError {
-            code,
-            message: message.into(),
-        }
-    }
-
-    fn unknown_session(id: &str) -> CommandError {
-        CommandError::new("unknown_session", format!("no session {id:?}"))
-    }
-
-    fn closed(id: &str) -> CommandError {
-        CommandError::new("not_connected", format!("session {id:?} is not running"))
-    }
-
     fn hosted_elsewhere(record: &SessionRecord) -> CommandError {
         CommandError::new(
             "hosted_elsewhere",
@@ -88,22 +69,6 @@ impl CommandError {
                 record.id, record.node
             ),
         )
-    }
-
-    fn unsupported(provider: &str, what: &str) -> CommandError {
-        CommandError::new(
-            "unsupported",
-            format!("the {provider} adapter cannot {what}"),
-        )
-    }
-}
-
-impl From<StoreError> for CommandError {
-    fn from(e: StoreError) -> CommandError {
-        match e {
-            StoreError::UnknownSession(id) => CommandError::unknown_session(&id),
-            other => CommandError::new("store_error", other.to_string()),
-        }
     }
 }
 
@@ -414,19 +379,24 @@ impl Hub {
             &Value::Object(error.to_data()),
             at.unix_millis(),
         );
-        let mut events: Vec<Event> = std::iter::from_fn(|| projector.poll_event()).collect();
-        events.push(host_event(
+        let ended: Vec<Event> = std::iter::from_fn(|| projector.poll_event()).collect();
+        // The turns end first, then the state, then `session_failed`: whoever sees that last
+        // event also reads the state `failed` (and a crash in between leaves no turn open).
+        if !ended.is_empty() {
+            self.store.append(&s.id, ended).await?;
+        }
+        self.store
+            .set_session_state(&s.id, SessionState::Failed, at)
+            .await?;
+        let failed = host_event(
             &s.id,
             provider,
             None,
             EventType::SessionFailed,
             error.to_data(),
             at,
-        ));
-        self.store.append(&s.id, events).await?;
-        self.store
-            .set_session_state(&s.id, SessionState::Failed, at)
-            .await?;
+        );
+        self.store.append(&s.id, vec![failed]).await?;
         Ok(())
     }
 
@@ -678,7 +648,7 @@ impl Hub {
     /// runs, its live state: runtime, modes, current mode, commands, pending approvals,
     /// capabilities.
     ///
-    /// `store` says whether the session's events reach the store (see [`StoreQueue::status`]).
+    /// `store` says whether the session's events reach the store (see [`StoreQueue::status`](super::session::StoreQueue::status)).
     /// While the store cannot be read, a session running here is still described from its
     /// live state, without `session`, `latest_sequence` and `epoch`.
     pub async fn describe(&self, id: &str) -> Result<Value, CommandError> {
@@ -794,15 +764,6 @@ impl Hub {
     }
 }
 
-/// The runtime fields of a `session_started` (or `model_changed`) event's data.
-fn update_runtime(runtime: &mut Map<String, Value>, data: &Map<String, Value>) {
-    for key in ["model", "version", "cwd", "provider_session_id", "agent"] {
-        if let Some(v) = data.get(key).filter(|v| !v.is_null()) {
-            runtime.insert(key.into(), v.clone());
-        }
-    }
-}
-
 fn provider_of(name: &str) -> Provider {
     match name {
         "demo" => Provider::Demo,
@@ -840,38 +801,25 @@ pub(crate) fn host_event(
     Event::new(init).expect("host events have a session id")
 }
 
-/// The state of one hosted session, owned by its task.
+/// One session's task: the shell around its [`Session`]. It owns the process's pipes, the
+/// stdin writer, the one store write in flight and the recorder, and does what the session
+/// decides: one `select!` over the sources feeds one `handle_*`, then [`SessionTask::drain`]
+/// carries out every `poll_*` output.
 struct SessionTask {
     hub: Arc<Hub>,
-    id: String,
-    adapter: Box<dyn Adapter>,
-    normalizer: Normalizer,
-    projector: TurnProjector,
-    echo: UserEchoFilter,
-    /// Pending approval requests: id -> the request's data.
-    approvals: HashMap<String, Value>,
-    stderr: VecDeque<u8>,
-    stderr_keep: usize,
-    stderr_limits: StderrLimits,
-    interrupts: u64,
-    provider_session_seen: bool,
+    session: Session,
     recorder: Option<Recorder>,
-    cwd: PathBuf,
-    /// Stdout split into lines for [`Adapter::observe`].
-    lines: LineSplitter,
-    /// The normalizer reads whole lines, ours included ([`Adapter::feeds_requests`]).
-    feed_lines: bool,
-    /// Model, version, cwd, the CLI's session id: from `session_started`, `model_changed`.
-    runtime: Map<String, Value>,
-    current_mode: Option<String>,
-    /// Slash commands from `session_started`, when the adapter does not track them.
-    commands: Option<Value>,
-    /// Why the session must end, when a request to the agent failed for good.
-    fatal: Option<ProviderError>,
-    /// Another companion took the session over: nothing more is written to it.
-    abandoned: bool,
-    /// What waits to be stored, in order.
-    queue: StoreQueue,
+    /// Requests waiting for the session's answer.
+    waiting: HashMap<ReplyId, Reply>,
+    next_reply: ReplyId,
+}
+
+/// Where a request's answer goes.
+enum Reply {
+    Turn(oneshot::Sender<Result<String, CommandError>>),
+    Unit(oneshot::Sender<Result<(), CommandError>>),
+    Value(oneshot::Sender<Result<Value, CommandError>>),
+    Close(oneshot::Sender<()>),
 }
 
 impl SessionTask {
@@ -882,42 +830,25 @@ impl SessionTask {
         config: &HubConfig,
         cwd: PathBuf,
     ) -> SessionTask {
-        let mut normalizer_config = Config::new(id);
-        normalizer_config.source = random_hex(8);
-        let mut lifecycle = LifecycleConfig::new(id, adapter.provider());
-        lifecycle.policy = Policy::Drop;
-        lifecycle.cancel_grace_ms = config.cancel_grace_ms;
-        lifecycle.autonomous_idle_limit_ms = config.autonomous_idle_limit_ms;
-        lifecycle.foreground_idle_limit_ms = config.foreground_idle_limit_ms;
-        let mut projector = TurnProjector::new(lifecycle);
-        projector.mark_connected();
+        let mut session_config = SessionConfig::new(id, &random_hex(16));
+        session_config.cwd = cwd;
+        session_config.cancel_grace_ms = config.cancel_grace_ms;
+        session_config.autonomous_idle_limit_ms = config.autonomous_idle_limit_ms;
+        session_config.foreground_idle_limit_ms = config.foreground_idle_limit_ms;
+        session_config.stderr_limits = config.stderr_limits;
+        session_config.stderr_keep_bytes = config.stderr_keep_bytes;
+        session_config.store_queue = config.store_queue;
+        session_config.store_drain_ms = config.store_drain_ms as i64;
         let recorder = config
             .record_dir
             .as_ref()
             .and_then(|dir| Recorder::open(&dir.join(format!("{id}.jsonl"))));
         SessionTask {
-            recorder,
-            cwd,
-            lines: LineSplitter::default(),
-            feed_lines: adapter.feeds_requests(),
-            runtime: Map::new(),
-            current_mode: None,
-            commands: None,
-            fatal: None,
-            abandoned: false,
-            queue: StoreQueue::new(config.store_queue),
-            normalizer: Normalizer::new(Some(adapter.format()), normalizer_config),
-            projector,
-            echo: UserEchoFilter::default(),
-            approvals: HashMap::new(),
-            stderr: VecDeque::new(),
-            stderr_keep: config.stderr_keep_bytes,
-            stderr_limits: config.stderr_limits,
-            interrupts: 0,
-            provider_session_seen: false,
             hub,
-            id: id.to_owned(),
-            adapter,
+            session: Session::new(session_config, adapter),
+            recorder,
+            waiting: HashMap::new(),
+            next_reply: 0,
         }
     }
 
@@ -929,733 +860,307 @@ impl SessionTask {
     ) {
         // With an event stream of its own, the agent's stdout is only a log.
         let stdout_is_log = feed.is_some();
-        let mut stdin = child.stdin.take();
+        let mut stdin = child.stdin.take().map(StdinWriter::spawn);
         let mut stdout = child.stdout.take().expect("stdout is piped");
         let mut stderr = child.stderr.take().expect("stderr is piped");
         let mut out_buf = vec![0u8; 64 << 10];
         let mut err_buf = vec![0u8; 8 << 10];
         let mut stdout_open = true;
         let mut stderr_open = true;
-        let mut closing: Option<oneshot::Sender<()>> = None;
-        // The process is being stopped: what its pipe still holds is read even when the
-        // store queue is full (it is bounded by the pipe).
-        let mut killed = false;
+        let mut exited = false;
+        let mut commands_open = true;
+        let mut shutdown = self.hub.shutdown.subscribe();
+        let mut shutdown_seen = false;
         // The one store write in flight.
         let mut writing: Option<Writing> = None;
-        let hello = self.adapter.start(&self.cwd);
-        self.send(&mut stdin, &hello).await;
-        loop {
-            if writing.is_none() {
-                writing = self.start_write();
+        self.session.handle_start(now_ms());
+        self.drain(&mut stdin, &mut writing, &mut child);
+        while !self.session.is_done() {
+            if !shutdown_seen && *shutdown.borrow_and_update() {
+                shutdown_seen = true;
+                self.session.handle_shutdown(now_ms());
             }
             // While too many events wait for the store, the agent's output stays in its
             // pipe: the agent blocks writing, and nothing is dropped.
-            let reading = killed || !self.queue.is_full();
-            let deadline = earliest(self.projector.poll_timeout(), self.queue.poll_timeout());
+            let reading = self.session.wants_output();
+            let deadline = self.session.poll_timeout();
             tokio::select! {
                 written = next_written(&mut writing) => {
                     writing = None;
-                    self.queue.handle_written(written, now().unix_millis());
-                    self.log_store_notes();
+                    self.session.handle_written(written, now_ms());
                 }
                 read = stdout.read(&mut out_buf), if stdout_open && (reading || stdout_is_log) => match read {
                     Ok(0) | Err(_) => {
                         stdout_open = false;
                         if !stdout_is_log {
-                            self.output_eof(&mut stdin).await;
+                            self.output_eof();
                         }
                     }
-                    Ok(n) if stdout_is_log => self.keep_stderr(&out_buf[..n]),
-                    Ok(n) => {
-                        let bytes = out_buf[..n].to_vec();
-                        self.output(&bytes, &mut stdin).await;
-                    }
+                    Ok(n) if stdout_is_log => self.session.handle_stderr(&out_buf[..n]),
+                    Ok(n) => self.output(&out_buf[..n]),
                 },
                 item = next_feed(&mut feed), if reading => match item {
-                    Some(Feed::Bytes(bytes)) => self.output(&bytes, &mut stdin).await,
+                    Some(Feed::Bytes(bytes)) => self.output(&bytes),
                     Some(Feed::Failed { kind, message, fatal }) => {
-                        self.request_failed(kind, message, fatal);
-                        if fatal {
-                            stdin = None;
-                            killed = true;
-                            let _ = child.start_kill();
-                        }
+                        self.session.handle_request_failed(kind, message, fatal, now_ms());
                     }
                     None => feed = None,
                 },
                 read = stderr.read(&mut err_buf), if stderr_open => match read {
                     Ok(0) | Err(_) => stderr_open = false,
-                    Ok(n) => self.keep_stderr(&err_buf[..n]),
+                    Ok(n) => self.session.handle_stderr(&err_buf[..n]),
                 },
-                cmd = commands.recv(), if closing.is_none() => match cmd {
-                    Some(Command::Close(reply)) => {
-                        closing = Some(reply);
+                event = next_stdin_event(&mut stdin) => match event {
+                    StdinEvent::Wrote(n) => self.session.handle_stdin_written(n),
+                    StdinEvent::Failed(e) => {
                         stdin = None;
-                        killed = true;
-                        let _ = child.start_kill();
+                        self.session.handle_stdin_failed(e);
                     }
-                    Some(Command::Abandon(reply)) => {
-                        self.abandon();
-                        closing = Some(reply);
-                        stdin = None;
-                        killed = true;
-                        let _ = child.start_kill();
-                    }
-                    Some(cmd) => self.handle_command(cmd, &mut stdin).await,
+                },
+                cmd = commands.recv(), if commands_open => match cmd {
+                    Some(cmd) => self.request(cmd),
                     None => {
+                        // The hub let go of this session: stop its agent.
+                        commands_open = false;
                         stdin = None;
-                        killed = true;
                         let _ = child.start_kill();
                     }
                 },
-                _ = sleep_until_ms(deadline) => {
-                    self.projector.handle_timeout(now().unix_millis());
-                    self.flush();
+                _ = sleep_until_ms(deadline) => self.session.handle_timeout(now_ms()),
+                changed = shutdown.changed(), if !shutdown_seen => {
+                    if changed.is_err() {
+                        shutdown_seen = true;
+                    }
                 }
-                status = child.wait(), if !stdout_open => {
+                status = child.wait(), if !stdout_open && !exited => {
+                    exited = true;
                     // Read what stderr still holds (bounded), then end the session.
                     if stderr_open {
                         let mut rest = Vec::new();
                         let _ = tokio::time::timeout(Duration::from_millis(200), stderr.read_to_end(&mut rest)).await;
-                        self.keep_stderr(&rest);
+                        self.session.handle_stderr(&rest);
                     }
                     let code = status.ok().and_then(|s| s.code());
                     if stdout_is_log {
-                        self.output_eof(&mut stdin).await;
+                        self.output_eof();
                     }
-                    self.finish(code, closing.is_some());
-                    break;
+                    self.session.handle_exit(code, now_ms());
                 }
             }
+            self.drain(&mut stdin, &mut writing, &mut child);
         }
-        self.drain(writing, &mut commands, closing).await;
-        self.hub.forget(&self.id);
+        self.hub.forget(self.session.id());
         // Commands that raced with the end get a clear refusal.
         commands.close();
         while let Ok(cmd) = commands.try_recv() {
-            self.refuse(cmd);
+            self.request(cmd);
         }
+        self.drain(&mut stdin, &mut writing, &mut child);
     }
 
-    /// The process is gone: stores what still waits, in order, answering commands meanwhile
-    /// (`describe` shows the store's state). `closing` is answered once all is stored, or
-    /// as soon as the store is unavailable (the rest is stored when it is back). On
-    /// shutdown, waits at most [`HubConfig::store_drain_ms`], then reports what could not
-    /// be stored.
-    async fn drain(
-        &mut self,
-        mut writing: Option<Writing>,
-        commands: &mut mpsc::Receiver<Command>,
-        mut closing: Option<oneshot::Sender<()>>,
-    ) {
-        let mut shutdown = self.hub.shutdown.subscribe();
-        let mut give_up_at: Option<tokio::time::Instant> = None;
-        let mut commands_open = true;
-        loop {
-            if writing.is_none() {
-                writing = self.start_write();
-            }
-            if self.queue.is_empty() {
-                break;
-            }
-            if self.queue.is_unavailable() {
-                if let Some(reply) = closing.take() {
-                    let _ = reply.send(());
-                }
-            }
-            if give_up_at.is_none() && *shutdown.borrow_and_update() {
-                let wait = Duration::from_millis(self.hub.config.store_drain_ms);
-                give_up_at = Some(tokio::time::Instant::now() + wait);
-            }
-            tokio::select! {
-                written = next_written(&mut writing) => {
-                    writing = None;
-                    self.queue.handle_written(written, now().unix_millis());
-                    self.log_store_notes();
-                }
-                _ = sleep_until_ms(self.queue.poll_timeout()) => {}
-                cmd = commands.recv(), if commands_open => match cmd {
-                    Some(Command::Describe(reply)) => drop(reply.send(Ok(self.describe()))),
-                    Some(Command::Abandon(reply)) => {
-                        self.abandon();
-                        let _ = reply.send(());
-                    }
-                    Some(cmd) => self.refuse(cmd),
-                    None => commands_open = false,
-                },
-                _ = shutdown.changed(), if give_up_at.is_none() => {}
-                _ = sleep_until_instant(give_up_at) => {
-                    let lost = self.queue.give_up();
-                    self.hub.lost.fetch_add(lost as u64, Ordering::Relaxed);
-                    eprintln!(
-                        "agentwire: session {}: {lost} event(s) could not be stored before shutdown",
-                        self.id
-                    );
-                    break;
-                }
-            }
-        }
-        if let Some(reply) = closing {
-            let _ = reply.send(());
-        }
-    }
-
-    /// Another companion took the session over: nothing more is written to it, and what was
-    /// not stored yet is reported lost.
-    fn abandon(&mut self) {
-        self.abandoned = true;
-        let lost = self.queue.give_up();
-        if lost > 0 {
-            self.hub.lost.fetch_add(lost as u64, Ordering::Relaxed);
-            eprintln!(
-                "agentwire: session {}: {lost} event(s) not stored: the session was taken over",
-                self.id
-            );
-        }
-    }
-
-    /// A command for a session whose process is gone.
-    fn refuse(&self, cmd: Command) {
-        match cmd {
-            Command::StartTurn(_, r) => drop(r.send(Err(CommandError::closed(&self.id)))),
-            Command::Interrupt(r)
-            | Command::Answer(_, _, r)
-            | Command::SetMode(_, r)
-            | Command::SetModel(_, _, r) => drop(r.send(Err(CommandError::closed(&self.id)))),
-            Command::Describe(r) => drop(r.send(Err(CommandError::closed(&self.id)))),
-            Command::Close(r) | Command::Abandon(r) => drop(r.send(())),
-        }
-    }
-
-    /// The next store write, if the queue has one to start now.
-    fn start_write(&mut self) -> Option<Writing> {
-        if self.abandoned {
-            return None;
-        }
-        let op = self.queue.poll_write(now().unix_millis())?;
-        let store = self.hub.store.clone();
-        let id = self.id.clone();
-        Some(Box::pin(async move {
-            let write = async {
-                match op {
-                    StoreOp::Append(events) => store.append(&id, events).await.map(drop),
-                    StoreOp::State(state, at) => store.set_session_state(&id, state, at).await,
-                    StoreOp::ProviderSessionId(handle) => {
-                        store.set_provider_session_id(&id, &handle).await
-                    }
-                }
-            };
-            match tokio::time::timeout(STORE_WRITE_TIMEOUT, write).await {
-                Ok(Ok(())) => Written::Stored,
-                Ok(Err(e @ (StoreError::Database(_) | StoreError::Closed))) => {
-                    Written::Unavailable(e.to_string())
-                }
-                Ok(Err(e)) => Written::Refused(e.to_string()),
-                // The outcome is unknown: sending it again is safe (appends are idempotent).
-                Err(_) => Written::Unavailable(format!(
-                    "no answer from the store in {} s",
-                    STORE_WRITE_TIMEOUT.as_secs()
-                )),
-            }
-        }))
-    }
-
-    fn log_store_notes(&mut self) {
-        while let Some(note) = self.queue.poll_note() {
-            match note {
-                StoreNote::Unavailable { error } => eprintln!(
-                    "agentwire: session {}: the store is unavailable ({error}); \
-                     its events wait, in order, and are retried",
-                    self.id
-                ),
-                StoreNote::Recovered { since_ms, attempts } => eprintln!(
-                    "agentwire: session {}: the store is available again after {} ms \
-                     and {attempts} failed attempt(s)",
-                    self.id,
-                    now().unix_millis() - since_ms
-                ),
-                StoreNote::Refused { events, error } => eprintln!(
-                    "agentwire: session {}: the store refused {events} event(s): {error}",
-                    self.id
-                ),
-            }
-        }
-    }
-
-    /// The agent's output: recorded, normalized, and seen line by line by the adapter,
-    /// whose answers go to its stdin.
-    async fn output(&mut self, bytes: &[u8], stdin: &mut Option<ChildStdin>) {
+    /// The agent's output: recorded, then to the session.
+    fn output(&mut self, bytes: &[u8]) {
         if let Some(r) = &mut self.recorder {
             r.stdout(bytes);
         }
-        if !self.feed_lines {
-            self.normalizer.handle_bytes(bytes, now());
-            self.flush();
-        }
-        for mut line in self.lines.push(bytes) {
-            let replies = self.adapter.observe(&line);
-            if self.feed_lines && !self.adapter.quiet() {
-                line.push(b'\n');
-                self.normalizer.handle_bytes(&line, now());
-                self.flush();
-            }
-            self.send(stdin, &replies).await;
-        }
+        self.session.handle_output(bytes, now_ms());
     }
 
-    /// The end of the agent's output.
-    async fn output_eof(&mut self, stdin: &mut Option<ChildStdin>) {
+    fn output_eof(&mut self) {
         if let Some(r) = &mut self.recorder {
             r.stdout_eof();
         }
-        if self.feed_lines {
-            let rest = std::mem::take(&mut self.lines).rest();
-            if !rest.is_empty() {
-                let replies = self.adapter.observe(&rest);
-                self.normalizer.handle_bytes(&rest, now());
-                self.send(stdin, &replies).await;
+        self.session.handle_output_eof(now_ms());
+    }
+
+    /// Hands a client's command to the session, keeping where its answer goes.
+    fn request(&mut self, cmd: Command) {
+        let (request, reply) = match cmd {
+            Command::StartTurn(prompt, r) => (Request::StartTurn(prompt), Reply::Turn(r)),
+            Command::Interrupt(r) => (Request::Interrupt, Reply::Unit(r)),
+            Command::Answer(id, decision, r) => (Request::Answer(id, decision), Reply::Unit(r)),
+            Command::SetMode(mode, r) => (Request::SetMode(mode), Reply::Unit(r)),
+            Command::SetModel(model, thinking, r) => {
+                (Request::SetModel(model, thinking), Reply::Unit(r))
             }
-        }
-        self.normalizer.handle_eof(now());
-        self.flush();
-    }
-
-    /// A request the adapter made to the agent failed: the turn fails with it; a fatal one
-    /// also ends the session (the caller kills the process).
-    fn request_failed(&mut self, kind: &'static str, message: String, fatal: bool) {
-        let at = now();
-        let error = ProviderError::new(self.adapter.provider(), kind, message);
-        let ended = self.projector.end_active(
-            EventType::RunFailed,
-            &Value::Object(error.to_data()),
-            at.unix_millis(),
-        );
-        if ended == 0 && !fatal {
-            let mut data = error.to_data();
-            data.insert("severity".into(), json!("error"));
-            let event = host_event(
-                &self.id,
-                self.adapter.provider(),
-                None,
-                EventType::ErrorOccurred,
-                data,
-                at,
-            );
-            self.append(vec![event]);
-        }
-        self.flush();
-        if fatal {
-            self.fatal = Some(error);
-        }
-    }
-
-    /// The live state `GET /api/sessions/{id}` shows.
-    fn describe(&self) -> Value {
-        let mut pending: Vec<&Value> = self.approvals.values().collect();
-        pending.sort_by(|a, b| {
-            let key = |v: &Value| v.get("request_id").map(Value::to_string);
-            key(a).cmp(&key(b))
-        });
-        let commands = match self.adapter.commands() {
-            Some(list) => Value::Array(list),
-            None => self.commands.clone().unwrap_or(Value::Null),
+            Command::Describe(r) => (Request::Describe, Reply::Value(r)),
+            Command::Close(r) => (Request::Close, Reply::Close(r)),
+            Command::Abandon(r) => (Request::Abandon, Reply::Close(r)),
         };
-        json!({
-            "runtime": self.runtime,
-            "modes": self.adapter.modes(),
-            "current_mode": self.current_mode,
-            "commands": commands,
-            "pending_approvals": pending,
-            "capabilities": self.adapter.capabilities(),
-            "store": self.queue.status(),
-        })
+        let id = self.next_reply;
+        self.next_reply += 1;
+        self.waiting.insert(id, reply);
+        self.session.handle_request(id, request, now_ms());
     }
 
-    /// Logs a change the user made (mode, model) on the active turn, if any. An adapter whose
-    /// decoder reads our requests ([`Adapter::feeds_requests`]) reports it from the agent's
-    /// answer instead.
-    fn log_user_change(&mut self, kind: EventType, data: Map<String, Value>, at: Timestamp) {
-        if self.feed_lines {
-            return;
-        }
-        let run = self.projector.active_turns().first().map(|r| r.to_string());
-        let event = host_event(
-            &self.id,
-            self.adapter.provider(),
-            run.as_deref(),
-            kind,
-            data,
-            at,
-        );
-        self.append(vec![event]);
-    }
-
-    async fn handle_command(&mut self, cmd: Command, stdin: &mut Option<ChildStdin>) {
-        let at = now();
-        match cmd {
-            Command::StartTurn(prompt, reply) => {
-                let turn_id = format!("turn_{}", random_hex(12));
-                if let Err(e) = self.projector.start_foreground(&turn_id, at.unix_millis()) {
-                    let _ = reply.send(Err(CommandError::new(e.code(), e.to_string())));
-                    return;
+    /// Carries out everything the session decided: kill, stdin, the next store write,
+    /// replies, log lines.
+    fn drain(
+        &mut self,
+        stdin: &mut Option<StdinWriter>,
+        writing: &mut Option<Writing>,
+        child: &mut Child,
+    ) {
+        while let Some(action) = self.session.poll_action() {
+            match action {
+                Action::Kill => {
+                    *stdin = None;
+                    let _ = child.start_kill();
                 }
-                let bytes = self.adapter.prompt(&prompt);
-                self.record_stdin(&bytes);
-                if let Err(e) = write_all(stdin, &bytes).await {
-                    // The prompt never reached the agent: the turn ends at once.
-                    let error =
-                        ProviderError::new(self.adapter.provider(), "stdin_closed", e.clone());
-                    self.projector.end_active(
-                        EventType::RunFailed,
-                        &Value::Object(error.to_data()),
-                        at.unix_millis(),
-                    );
-                    self.flush();
-                    let _ = reply.send(Err(CommandError::new("not_connected", e)));
-                    return;
-                }
-                self.normalizer.expect_run(&turn_id);
-                self.echo.note_prompt(&turn_id, &prompt);
-                let sent = host_event(
-                    &self.id,
-                    self.adapter.provider(),
-                    Some(&turn_id),
-                    EventType::MessageSent,
-                    obj(json!({"content": prompt, "role": "user"})),
-                    at,
-                );
-                self.append(vec![sent]);
-                self.normalize_request(&bytes);
-                let _ = reply.send(Ok(turn_id));
             }
-            Command::Interrupt(reply) => {
-                if !self.projector.interrupt(at.unix_millis()) {
-                    let _ = reply.send(Err(CommandError::new(
-                        "no_active_turn",
-                        "no turn is running",
-                    )));
-                    return;
-                }
-                self.interrupts += 1;
-                let request_id = format!("interrupt_{}", self.interrupts);
-                let bytes = self.adapter.interrupt(&request_id);
-                let result = self.write(stdin, &bytes).await;
-                let _ = reply.send(result.map_err(|e| CommandError::new("not_connected", e)));
+        }
+        while let Some(bytes) = self.session.poll_stdin() {
+            if let Some(r) = &mut self.recorder {
+                r.write(&bytes);
             }
-            Command::Answer(request_id, decision, reply) => {
-                let Some(request) = self.approvals.remove(&request_id) else {
-                    let msg = format!("no pending approval {request_id:?}");
-                    let _ = reply.send(Err(CommandError::new("unknown_request", msg)));
-                    return;
-                };
-                let bytes = self.adapter.answer(&request_id, decision, &request);
-                if let Err(e) = self.write(stdin, &bytes).await {
-                    self.approvals.insert(request_id, request);
-                    let _ = reply.send(Err(CommandError::new("not_connected", e)));
-                    return;
-                }
-                if self.adapter.reports_answers() {
-                    // The agent's output reports the answer.
-                    let _ = reply.send(Ok(()));
-                    return;
-                }
-                let kind = match decision {
-                    Decision::Allow => EventType::ToolApprovalGranted,
-                    Decision::Deny => EventType::ToolApprovalDenied,
-                };
-                let run = request
-                    .get("run_id")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                let data = obj(
-                    json!({"request_id": request_id, "tool_call_id": request.get("tool_call_id")}),
-                );
-                let event = host_event(
-                    &self.id,
-                    self.adapter.provider(),
-                    run.as_deref(),
-                    kind,
-                    data,
-                    at,
-                );
-                self.append(vec![event]);
-                let _ = reply.send(Ok(()));
+            if let Some(w) = stdin {
+                w.send(bytes);
             }
-            Command::SetMode(mode, reply) => {
-                let provider = self.adapter.provider().as_str();
-                if !self.adapter.capabilities().set_mode {
-                    let _ = reply.send(Err(CommandError::unsupported(provider, "change modes")));
-                    return;
-                }
-                let modes = self.adapter.modes();
-                if !modes.iter().any(|m| m.id == mode) {
-                    let known: Vec<&str> = modes.iter().map(|m| m.id.as_str()).collect();
-                    let msg = format!("unknown mode {mode:?}; this session has {known:?}");
-                    let _ = reply.send(Err(CommandError::new("unknown_mode", msg)));
-                    return;
-                }
-                let bytes = self.adapter.set_mode(&mode);
-                if let Err(e) = self.write(stdin, &bytes).await {
-                    let _ = reply.send(Err(CommandError::new("not_connected", e)));
-                    return;
-                }
-                self.current_mode = Some(mode.clone());
-                let data = obj(json!({"mode": mode, "source": "user"}));
-                self.log_user_change(EventType::ModeChanged, data, at);
-                let _ = reply.send(Ok(()));
+        }
+        if writing.is_none() {
+            if let Some(op) = self.session.poll_write(now_ms()) {
+                *writing = Some(store_write(self.hub.store.clone(), self.session.id(), op));
             }
-            Command::SetModel(model, thinking, reply) => {
-                let caps = self.adapter.capabilities();
-                let provider = self.adapter.provider().as_str();
-                if model.is_some() && !caps.set_model {
-                    let _ =
-                        reply.send(Err(CommandError::unsupported(provider, "change the model")));
-                    return;
-                }
-                if thinking.is_some() && !caps.thinking {
-                    let _ = reply.send(Err(CommandError::unsupported(
-                        provider,
-                        "change the thinking level",
-                    )));
-                    return;
-                }
-                let bytes = self.adapter.set_model(model.as_deref(), thinking);
-                if let Err(e) = self.write(stdin, &bytes).await {
-                    let _ = reply.send(Err(CommandError::new("not_connected", e)));
-                    return;
-                }
-                let mut data = Map::new();
-                data.insert("source".into(), json!("user"));
-                if let Some(m) = &model {
-                    data.insert("model".into(), json!(m));
-                    self.runtime.insert("model".into(), json!(m));
-                }
-                if let Some(t) = thinking {
-                    data.insert("thinking".into(), json!(t));
-                    self.runtime.insert("thinking".into(), json!(t));
-                }
-                self.log_user_change(EventType::ModelChanged, data, at);
-                let _ = reply.send(Ok(()));
-            }
-            Command::Describe(reply) => drop(reply.send(Ok(self.describe()))),
-            Command::Close(reply) | Command::Abandon(reply) => drop(reply.send(())),
         }
-    }
-
-    /// Writes bytes the user's command produced (recording them and, for a decoder that
-    /// reads requests, normalizing them too).
-    async fn write(&mut self, stdin: &mut Option<ChildStdin>, bytes: &[u8]) -> Result<(), String> {
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        self.record_stdin(bytes);
-        write_all(stdin, bytes).await?;
-        self.normalize_request(bytes);
-        Ok(())
-    }
-
-    /// Our own request lines, for a decoder that reads them.
-    fn normalize_request(&mut self, bytes: &[u8]) {
-        if self.feed_lines && !bytes.is_empty() {
-            self.normalizer.handle_bytes(bytes, now());
-            self.flush();
-        }
-    }
-
-    /// Writes protocol bytes the adapter asked for; a failure is only logged (the process
-    /// ending is what ends the session).
-    async fn send(&mut self, stdin: &mut Option<ChildStdin>, bytes: &[u8]) {
-        if bytes.is_empty() {
-            return;
-        }
-        if let Err(e) = self.write(stdin, bytes).await {
-            eprintln!("agentwire: session {}: {e}", self.id);
-        }
-    }
-
-    fn record_stdin(&mut self, bytes: &[u8]) {
-        if let Some(r) = &mut self.recorder {
-            r.write(bytes);
-        }
-    }
-
-    fn keep_stderr(&mut self, bytes: &[u8]) {
-        self.stderr.extend(bytes);
-        let excess = self.stderr.len().saturating_sub(self.stderr_keep);
-        self.stderr.drain(..excess);
-    }
-
-    /// Moves what the normalizer and the projector produced into the store.
-    fn flush(&mut self) {
-        let now_ms = now().unix_millis();
-        let mut batch = Vec::new();
-        while let Some(event) = self.normalizer.poll_event() {
-            if event.kind() == EventType::MessageSent && self.echo.is_echo(&event) {
+        while let Some((id, result)) = self.session.poll_reply() {
+            let Some(reply) = self.waiting.remove(&id) else {
                 continue;
-            }
-            if self.projector.handle_event(&event, now_ms) != Disposition::Applied {
-                continue;
-            }
-            self.observe(&event);
-            batch.push(event.into_sequenced(0));
-            batch.extend(std::iter::from_fn(|| self.projector.poll_event()));
-        }
-        batch.extend(std::iter::from_fn(|| self.projector.poll_event()));
-        // Output the normalizer could not read is recorded in the log, not only on stderr.
-        while let Some(d) = self.normalizer.poll_diagnostic() {
-            let message = format!("unreadable provider output: {d}");
-            let error = ProviderError::new(self.adapter.provider(), "unreadable_output", message);
-            let mut data = error.to_data();
-            data.insert("severity".into(), json!("warning"));
-            data.insert("line".into(), json!(d.line));
-            data.insert("reason".into(), json!(d.kind.as_str()));
-            let at = Timestamp::from_unix_millis(now_ms);
-            batch.push(host_event(
-                &self.id,
-                self.adapter.provider(),
-                None,
-                EventType::ErrorOccurred,
-                data,
-                at,
-            ));
-        }
-        while let Some(v) = self.projector.poll_violation() {
-            eprintln!(
-                "agentwire: session {}: dropped event {:?} ({:?})",
-                self.id,
-                v.event_id.as_str(),
-                v.kind
-            );
-        }
-        if !batch.is_empty() {
-            self.append(batch);
-        }
-    }
-
-    /// Side effects of provider events on the host: pending approvals, the resume handle.
-    fn observe(&mut self, event: &Event) {
-        match event.kind() {
-            EventType::ToolApprovalRequested => {
-                if let Some(id) = event.data_str("request_id") {
-                    let mut data = event.data().clone();
-                    if let Some(run) = event.run_id() {
-                        data.insert("run_id".into(), json!(run));
-                    }
-                    self.approvals.insert(id.to_owned(), Value::Object(data));
-                }
-            }
-            EventType::SessionStarted => {
-                let data = event.data();
-                update_runtime(&mut self.runtime, data);
-                let mode = ["permission_mode", "approval_policy", "mode"]
-                    .iter()
-                    .find_map(|k| data.get(*k).and_then(Value::as_str));
-                if let Some(mode) = mode {
-                    self.current_mode = Some(mode.to_owned());
-                }
-                if let Some(commands) = data.get("slash_commands") {
-                    self.commands = Some(commands.clone());
-                }
-                if !self.provider_session_seen {
-                    if let Some(handle) = event.data_str("provider_session_id") {
-                        self.provider_session_seen = true;
-                        (self.queue).push(StoreOp::ProviderSessionId(handle.to_owned()));
-                    }
-                }
-            }
-            EventType::ModelChanged => {
-                if let Some(model) = event.data().get("model") {
-                    self.runtime.insert("model".into(), model.clone());
-                }
-            }
-            EventType::ModeChanged => {
-                if let Some(mode) = event.data_str("mode") {
-                    self.current_mode = Some(mode.to_owned());
-                }
-            }
-            kind if kind.is_run_terminal() => {
-                if let Some(run) = event.run_id() {
-                    self.approvals
-                        .retain(|_, r| r.get("run_id").and_then(Value::as_str) != Some(run));
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Queues a batch for the store, after everything queued before it.
-    fn append(&mut self, events: Vec<Event>) {
-        if self.abandoned {
-            return;
-        }
-        self.queue.push(StoreOp::Append(events));
-    }
-
-    /// The process is gone: end what is active, record why, mark the session.
-    fn finish(&mut self, exit_code: Option<i32>, closed_by_user: bool) {
-        if self.abandoned {
-            return;
-        }
-        let at = now();
-        let stderr: Vec<u8> = self.stderr.iter().copied().collect();
-        let stderr = String::from_utf8_lossy(&stderr);
-        let provider = self.adapter.provider();
-        let mut batch = Vec::new();
-        let state;
-        if closed_by_user {
-            self.projector.close(at.unix_millis());
-            batch.extend(std::iter::from_fn(|| self.projector.poll_event()));
-            batch.push(host_event(
-                &self.id,
-                provider,
-                None,
-                EventType::SessionCompleted,
-                obj(json!({"reason": "closed"})),
-                at,
-            ));
-            state = SessionState::Closed;
-        } else {
-            let message = match exit_code {
-                Some(0) => "the agent process exited".to_owned(),
-                Some(code) => format!("the agent process exited with code {code}"),
-                None => "the agent process was killed by a signal".to_owned(),
             };
-            let error = self
-                .fatal
-                .take()
-                .unwrap_or_else(|| ProviderError::new(provider, "process_exit", message))
-                .with_process(exit_code, &stderr, self.stderr_limits);
-            let ended = self.projector.end_active(
-                EventType::RunFailed,
-                &Value::Object(error.to_data()),
-                at.unix_millis(),
-            );
-            batch.extend(std::iter::from_fn(|| self.projector.poll_event()));
-            if exit_code == Some(0) && ended == 0 {
-                batch.push(host_event(
-                    &self.id,
-                    provider,
-                    None,
-                    EventType::SessionCompleted,
-                    obj(json!({"reason": "exited"})),
-                    at,
-                ));
-                state = SessionState::Closed;
-            } else {
-                batch.push(host_event(
-                    &self.id,
-                    provider,
-                    None,
-                    EventType::SessionFailed,
-                    error.to_data(),
-                    at,
-                ));
-                state = SessionState::Failed;
+            match reply {
+                Reply::Turn(r) => {
+                    let turn = result.map(|response| match response {
+                        Response::Turn(id) => id,
+                        _ => String::new(),
+                    });
+                    let _ = r.send(turn);
+                }
+                Reply::Unit(r) => drop(r.send(result.map(drop))),
+                Reply::Value(r) => {
+                    let value = result.map(|response| match response {
+                        Response::Described(v) => v,
+                        _ => Value::Null,
+                    });
+                    let _ = r.send(value);
+                }
+                Reply::Close(r) => drop(r.send(())),
             }
         }
-        self.append(batch);
-        self.queue.push(StoreOp::State(state, now()));
+        while let Some(note) = self.session.poll_note() {
+            self.log(note);
+        }
     }
+
+    fn log(&self, note: Note) {
+        let id = self.session.id();
+        match note {
+            Note::Store(StoreNote::Unavailable { error }) => eprintln!(
+                "agentwire: session {id}: the store is unavailable ({error}); \
+                 its events wait, in order, and are retried"
+            ),
+            Note::Store(StoreNote::Recovered { since_ms, attempts }) => eprintln!(
+                "agentwire: session {id}: the store is available again after {} ms \
+                 and {attempts} failed attempt(s)",
+                now_ms() - since_ms
+            ),
+            Note::Store(StoreNote::Refused { events, error }) => {
+                self.hub.lost.fetch_add(events as u64, Ordering::Relaxed);
+                eprintln!("agentwire: session {id}: the store refused {events} event(s): {error}");
+            }
+            Note::Dropped { event_id, kind } => {
+                eprintln!("agentwire: session {id}: dropped event {event_id:?} ({kind})");
+            }
+            Note::Stdin(error) => eprintln!("agentwire: session {id}: {error}"),
+            Note::Lost { events, why } => {
+                self.hub.lost.fetch_add(events as u64, Ordering::Relaxed);
+                eprintln!("agentwire: session {id}: {events} event(s) {why}");
+            }
+        }
+    }
+}
+
+/// Starts one store write; it resolves to its outcome, classified for the session.
+fn store_write(store: Arc<dyn Store>, id: &str, op: StoreOp) -> Writing {
+    let id = id.to_owned();
+    Box::pin(async move {
+        let write = async {
+            match op {
+                StoreOp::Append(events) => store.append(&id, events).await.map(drop),
+                StoreOp::State(state, at) => store.set_session_state(&id, state, at).await,
+                StoreOp::ProviderSessionId(handle) => {
+                    store.set_provider_session_id(&id, &handle).await
+                }
+            }
+        };
+        match tokio::time::timeout(STORE_WRITE_TIMEOUT, write).await {
+            Ok(Ok(())) => Written::Stored,
+            Ok(Err(e @ (StoreError::Database(_) | StoreError::Closed))) => {
+                Written::Unavailable(e.to_string())
+            }
+            Ok(Err(e)) => Written::Refused(e.to_string()),
+            // The outcome is unknown: sending it again is safe (appends are idempotent).
+            Err(_) => Written::Unavailable(format!(
+                "no answer from the store in {} s",
+                STORE_WRITE_TIMEOUT.as_secs()
+            )),
+        }
+    })
+}
+
+/// The agent's stdin, written by a task of its own: a child that does not read its input
+/// blocks that task, never the session's loop. Dropping it lets the task write what it holds
+/// and close the pipe (a killed child makes that write fail at once). What it holds is bounded
+/// by the session (`max_stdin_bytes`, released by [`StdinEvent::Wrote`]).
+struct StdinWriter {
+    bytes: mpsc::UnboundedSender<Vec<u8>>,
+    events: mpsc::UnboundedReceiver<StdinEvent>,
+}
+
+enum StdinEvent {
+    Wrote(usize),
+    Failed(String),
+}
+
+impl StdinWriter {
+    fn spawn(mut pipe: ChildStdin) -> StdinWriter {
+        let (bytes, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (events_tx, events) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(chunk) = rx.recv().await {
+                let written = async {
+                    pipe.write_all(&chunk).await?;
+                    pipe.flush().await
+                };
+                match written.await {
+                    Ok(()) => drop(events_tx.send(StdinEvent::Wrote(chunk.len()))),
+                    Err(e) => {
+                        let _ = events_tx
+                            .send(StdinEvent::Failed(format!("writing to the agent: {e}")));
+                        break;
+                    }
+                }
+            }
+        });
+        StdinWriter { bytes, events }
+    }
+
+    fn send(&self, bytes: Vec<u8>) {
+        let _ = self.bytes.send(bytes);
+    }
+}
+
+/// What the stdin writer reports; pending forever without one.
+async fn next_stdin_event(stdin: &mut Option<StdinWriter>) -> StdinEvent {
+    match stdin {
+        Some(w) => match w.events.recv().await {
+            Some(event) => event,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+fn now_ms() -> i64 {
+    now().unix_millis()
 }
 
 /// Removes agentwire's own variables (`AGENTWIRE_TOKEN`, `AGENTWIRE_STORE` with its password,
@@ -1692,49 +1197,6 @@ fn die_with_parent(cmd: &mut tokio::process::Command) {
 
 #[cfg(not(target_os = "linux"))]
 fn die_with_parent(_cmd: &mut tokio::process::Command) {}
-
-/// Splits a byte stream into lines (without the newline). A line longer than the limit is
-/// dropped whole, so that a runaway line cannot grow memory without bound.
-#[derive(Default)]
-struct LineSplitter {
-    partial: Vec<u8>,
-    /// Inside an over-long line: skip to its end.
-    skipping: bool,
-}
-
-impl LineSplitter {
-    const MAX_LINE: usize = 16 << 20;
-
-    /// What follows the last newline (an unterminated last line), with a newline added.
-    fn rest(self) -> Vec<u8> {
-        let mut rest = self.partial;
-        if !rest.is_empty() && !self.skipping {
-            rest.push(b'\n');
-            return rest;
-        }
-        Vec::new()
-    }
-
-    fn push(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
-        let mut lines = Vec::new();
-        let mut rest = bytes;
-        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
-            if !std::mem::take(&mut self.skipping) {
-                self.partial.extend_from_slice(&rest[..end]);
-                lines.push(std::mem::take(&mut self.partial));
-            }
-            rest = &rest[end + 1..];
-        }
-        if !self.skipping {
-            self.partial.extend_from_slice(rest);
-            if self.partial.len() > Self::MAX_LINE {
-                self.partial = Vec::new();
-                self.skipping = true;
-            }
-        }
-        lines
-    }
-}
 
 /// `--record-dir`: the agent's stdout lines and the lines the companion wrote to its stdin,
 /// in the order the companion saw them, as one JSON Lines file per session. A debugging and
@@ -1791,18 +1253,6 @@ impl Recorder {
     }
 }
 
-async fn write_all(stdin: &mut Option<ChildStdin>, bytes: &[u8]) -> Result<(), String> {
-    let Some(pipe) = stdin else {
-        return Err("the agent's stdin is closed".to_owned());
-    };
-    pipe.write_all(bytes)
-        .await
-        .map_err(|e| format!("writing to the agent: {e}"))?;
-    pipe.flush()
-        .await
-        .map_err(|e| format!("writing to the agent: {e}"))
-}
-
 /// The next item of an adapter's event stream; pending forever without one.
 async fn next_feed(feed: &mut Option<mpsc::UnboundedReceiver<Feed>>) -> Option<Feed> {
     match feed {
@@ -1822,20 +1272,6 @@ async fn next_written(writing: &mut Option<Writing>) -> Written {
     }
 }
 
-fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-async fn sleep_until_instant(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 async fn sleep_until_ms(deadline_ms: Option<i64>) {
     match deadline_ms {
         Some(at) => {
@@ -1843,24 +1279,5 @@ async fn sleep_until_ms(deadline_ms: Option<i64>) {
             tokio::time::sleep(Duration::from_millis(wait)).await;
         }
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::LineSplitter;
-
-    #[test]
-    fn lines_are_split_across_chunks_and_runaway_lines_dropped() {
-        let mut l = LineSplitter::default();
-        assert!(l.push(b"{\"a\":").is_empty());
-        assert_eq!(
-            l.push(b"1}\n{}\npart"),
-            [b"{\"a\":1}".to_vec(), b"{}".to_vec()]
-        );
-        assert_eq!(l.push(b"ial\n"), [b"partial".to_vec()]);
-        let huge = vec![b'x'; LineSplitter::MAX_LINE + 1];
-        assert!(l.push(&huge).is_empty());
-        assert_eq!(l.push(b"still the same line\nnext\n"), [b"next".to_vec()]);
     }
 }

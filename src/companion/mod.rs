@@ -2,8 +2,8 @@
 //! over WebSocket, SSE and an HTTP JSON API. Native only.
 //!
 //! * [`store`]: the durable log (SQLite) behind the `Store` trait.
-//! * [`host`]: one task per session owning its agent process; [`session`]: its store
-//!   queue, sans-IO.
+//! * [`host`]: the sessions' registry, and one task per session owning its agent process;
+//!   [`session`]: the rules of a session, sans-IO, that the task carries out.
 //! * [`adapter`]: how each agent CLI is started and spoken to.
 //! * [`server`]: HTTP routes, auth, static files; [`ws`]: the WebSocket protocol.
 //! * [`tail`]: the `agentwire tail` terminal client.

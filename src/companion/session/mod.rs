@@ -1,5 +1,6 @@
-//! A session's writes to the store, sans-IO: what is not stored yet waits here, in order,
-//! until the store takes it.
+//! A hosted session's rules, sans-IO: [`Session`] (in `machine.rs`: the pipeline, the live
+//! state, requests, the end of the process) and its [`StoreQueue`] (here: the session's
+//! writes to the store, in order, until the store takes them).
 //!
 //! [`StoreQueue`] holds the session's store writes (event batches, state changes, the CLI's
 //! session id) in the order the session made them, and decides when to write what: one write
@@ -17,9 +18,14 @@
 //! (at most one write is in flight) and drains [`StoreQueue::poll_note`]. Time is an argument
 //! (`now_ms`); nothing here performs I/O or reads a clock.
 
+mod machine;
+
 use std::collections::VecDeque;
 
 use serde_json::{json, Value};
+
+pub(crate) use machine::update_runtime;
+pub use machine::{Action, CommandError, Note, ReplyId, Request, Response, Session, SessionConfig};
 
 use super::store::SessionState;
 use crate::core::event::Event;
@@ -285,5 +291,7 @@ impl StoreQueue {
     }
 }
 
+#[cfg(test)]
+mod machine_tests;
 #[cfg(test)]
 mod tests;
