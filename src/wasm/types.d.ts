@@ -277,7 +277,7 @@ export type ServerErrorCode =
   | "foreground_turn_active" | "not_connected" | "empty_prompt" | "no_active_turn"
   | "unknown_request" | "turn_id_used" | "store_error" | "unknown_provider" | "bad_cwd"
   | "cli_not_found" | "spawn_failed" | "unsupported" | "unknown_mode" | "bad_request"
-  | "already_running" | "no_resume_handle" | "hosted_elsewhere";
+  | "already_running" | "no_resume_handle" | "hosted_elsewhere" | "agent_busy";
 
 export type ErrorCode = ClientErrorCode | ServerErrorCode;
 

@@ -181,7 +181,7 @@ export const errorCode = oneOf<ErrorCode>({
   empty_prompt: true, no_active_turn: true, unknown_request: true, turn_id_used: true,
   store_error: true, bad_cwd: true, cli_not_found: true, spawn_failed: true, unsupported: true,
   unknown_mode: true, bad_request: true, already_running: true, no_resume_handle: true,
-  hosted_elsewhere: true,
+  hosted_elsewhere: true, agent_busy: true,
 });
 export const note = tagged<Note, "note">("note", {
   caught_up: object<Variant<Note, "note", "caught_up">>({ note: lit("caught_up"), latest: nat }, {}),
