@@ -6,7 +6,8 @@
 //!   `approval ID`); `eof`; `exit CODE` (`exit signal`);
 //! * `req N REQUEST`: request N (`start PROMPT`, `interrupt`, `answer ID allow|deny`,
 //!   `mode M`, `model M`, `describe`, `close`, `abandon`);
-//! * `timeout`; `shutdown`; `stdin failed WHY`; `stdin wrote N`;
+//! * `timeout`; `shutdown`; `stdin failed WHY`; `stdin wrote N`; `request failed [fatal] WHY`
+//!   (a request the adapter made itself);
 //! * `store up` (the default: every write is stored at once), `store down WHY`.
 //!
 //! The trace shows, per step, what came out: stdin bytes (cut), store writes (events
@@ -92,6 +93,12 @@ fn check_with(config: SessionConfig, script: &str, expect: Expect) {
             ["exit", code] => s.handle_exit(Some(code.parse().unwrap()), now),
             ["req", n, rest @ ..] => s.handle_request(n.parse().unwrap(), request(rest), now),
             ["timeout"] => s.handle_timeout(now),
+            ["request", "failed", "fatal", why @ ..] => {
+                s.handle_request_failed("request_failed", why.join(" "), true, now)
+            }
+            ["request", "failed", why @ ..] => {
+                s.handle_request_failed("request_failed", why.join(" "), false, now)
+            }
             ["shutdown"] => s.handle_shutdown(now),
             ["stdin", "failed", why @ ..] => s.handle_stdin_failed(why.join(" ")),
             ["stdin", "wrote", n] => s.handle_stdin_written(n.parse().unwrap()),
@@ -704,6 +711,80 @@ fn an_agent_that_does_not_read_its_stdin_gets_no_more_than_the_bound_and_then_is
             req 5 mode default
               reply 5 error not_connected: the agent's stdin is closed
               [timeout 500]
+        "#]],
+    );
+}
+
+#[test]
+fn unreadable_output_is_logged_as_a_warning_next_to_what_could_be_read() {
+    check(
+        "req 1 start go
+         out init
+         out this is not JSON
+         out text still here
+         out result",
+        expect![[r#"
+            req 1 start go
+              stdin {"message":{"content":[{"text":"go","type":"text"}],"role":"user"},"type":"user"}
+              write append
+                1 t1 message_sent role="user" content="go"
+              reply 1 ok turn_c970f4356d1d0399952df94c
+              [timeout 3600000]
+            out init
+              write handle cli-1
+              write append
+                2 -- session_started model="demo-1"
+                3 t1 run_started
+              [timeout 3600000]
+            out this is not JSON
+              write append
+                4 -- error_occurred error_message="unreadable provider output: line 2: invalid_json: expected i"… reason="invalid_json" provider_error.kind="unreadable_output"
+              [timeout 3600000]
+            out text still here
+              [timeout 3600000]
+            out result
+              write append
+                5 t1 message_received role="assistant" content="still here"
+                6 t1 run_completed
+        "#]],
+    );
+}
+
+#[test]
+fn a_failed_adapter_request_fails_the_turn_and_a_fatal_one_ends_the_session() {
+    check(
+        "request failed no turn to fail
+         req 1 start go
+         out init
+         request failed fatal the event stream is gone
+         eof
+         exit signal",
+        expect![[r#"
+            request failed no turn to fail
+              write append
+                1 -- error_occurred error_message="no turn to fail" provider_error.kind="request_failed"
+            req 1 start go
+              stdin {"message":{"content":[{"text":"go","type":"text"}],"role":"user"},"type":"user"}
+              write append
+                2 t1 message_sent role="user" content="go"
+              reply 1 ok turn_ed4db0bb81652d431b2032d2
+              [timeout 3600000]
+            out init
+              write handle cli-1
+              write append
+                3 -- session_started model="demo-1"
+                4 t1 run_started
+              [timeout 3600000]
+            request failed fatal the event stream is gone
+              write append
+                5 t1 run_failed error_message="the event stream is gone" provider_error.kind="request_failed"
+              action Kill
+            eof
+            exit signal
+              write state failed
+              write append
+                6 -- session_failed error_message="the event stream is gone" provider_error.kind="request_failed"
+              [done]
         "#]],
     );
 }
