@@ -157,6 +157,14 @@ struct ServeArgs {
     /// on the store ends the running sessions of a node silent for longer as failed.
     #[arg(long, default_value_t = 30_000)]
     lease_ms: i64,
+    /// Unstored events per session (the store is failing) past which the session stops
+    /// reading its agent's output until the store takes them: nothing is dropped.
+    #[arg(long, default_value_t = 10_000)]
+    store_queue_events: usize,
+    /// On shutdown, milliseconds to keep retrying the events the store has not taken yet;
+    /// what is left is reported, and the exit status is 1.
+    #[arg(long, default_value_t = 10_000)]
+    store_drain_ms: u64,
 }
 
 #[derive(clap::Args)]
@@ -329,6 +337,8 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             None => host_name(),
         };
         hub_config.lease_ms = args.lease_ms.max(30);
+        hub_config.store_queue.max_unstored = args.store_queue_events.max(1);
+        hub_config.store_drain_ms = args.store_drain_ms;
         let hub = host::Hub::new(store, hub_config);
         let recovered = hub.recover().await.context("recovering sessions")?;
         if recovered > 0 {
@@ -366,7 +376,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         );
         let _ = out.flush();
         drop(out);
-        let state = server::AppState::new(hub, std::sync::Arc::new(config));
+        let state = server::AppState::new(hub.clone(), std::sync::Arc::new(config));
         // Ctrl-C or SIGTERM: stop accepting, close every session (killing its agent), exit.
         let shutdown = async {
             use tokio::signal::unix::{signal, SignalKind};
@@ -385,6 +395,11 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         server::serve(listener, state, shutdown)
             .await
             .context("serving")?;
+        let lost = hub.lost_events();
+        if lost > 0 {
+            eprintln!("agentwire: {lost} event(s) could not be stored (the store was failing)");
+            return Ok(ExitCode::FAILURE);
+        }
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -6,7 +6,8 @@
 //! It reads NDJSON on stdin (user messages, `control_request`s, `control_response`s to its own
 //! permission prompts) and writes NDJSON on stdout, one flushed line at a time. The prompt
 //! picks a scenario by keyword: `crash`, `fail`, `approve`/`approval`, `todo`, `tool`,
-//! `background`, `slow`, `garbage`, `hang`, `deaf`, `noisy`, else a plain answer (see `Scenario::of`).
+//! `background`, `slow`, `garbage`, `hang`, `deaf`, `plugged`, `noisy`, else a plain answer (see
+//! `Scenario::of`).
 //!
 //! Shape: one thread reads stdin and parses each line into an `Input` on a bounded channel;
 //! the main thread plays the turns and is the only writer of stdout. Every pause between two
@@ -25,6 +26,7 @@
 use std::collections::VecDeque;
 use std::io::{self, BufRead, Write};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -102,11 +104,17 @@ enum Input {
     Eof,
 }
 
+/// Set while the `plugged` scenario plays: stdin is not read meanwhile.
+static PLUGGED: AtomicBool = AtomicBool::new(false);
+
 /// Reads stdin line by line until it ends, reporting unreadable lines on stderr.
 fn read_stdin(mut stdin: impl BufRead, tx: SyncSender<Input>) {
     let mut buf = Vec::new();
     let mut line_no = 0u64;
     loop {
+        while PLUGGED.load(Ordering::SeqCst) {
+            thread::sleep(Duration::from_millis(20));
+        }
         buf.clear();
         match stdin.read_until(b'\n', &mut buf) {
             Ok(0) => break,
@@ -219,6 +227,9 @@ enum Scenario {
     Hang,
     /// A slow answer that ignores interrupts.
     Deaf,
+    /// A long answer (1,000 chunks) while stdin is not read at all: what the host writes to
+    /// it stays in the pipe, and once the pipe is full the host's writes block.
+    Plugged,
     /// Writes 20 MiB to stderr, then answers.
     Noisy,
     Answer,
@@ -249,6 +260,8 @@ impl Scenario {
             Scenario::Hang
         } else if p.contains("deaf") {
             Scenario::Deaf
+        } else if p.contains("plugged") {
+            Scenario::Plugged
         } else if p.contains("noisy") {
             Scenario::Noisy
         } else {
@@ -422,6 +435,19 @@ impl<W: Write> DemoAgent<W> {
                 let text = text.trim_end().to_owned();
                 let played = self.message(vec![Block::Text(text.clone())], "end_turn");
                 self.deaf = false;
+                played?;
+                Ok(Finish::Completed { text })
+            }
+            Scenario::Plugged => {
+                PLUGGED.store(true, Ordering::SeqCst);
+                self.deaf = true;
+                let text: String = (1..=1000)
+                    .map(|i| format!("Plugged chunk {i:>4}/1000. "))
+                    .collect();
+                let text = text.trim_end().to_owned();
+                let played = self.message(vec![Block::Text(text.clone())], "end_turn");
+                self.deaf = false;
+                PLUGGED.store(false, Ordering::SeqCst);
                 played?;
                 Ok(Finish::Completed { text })
             }

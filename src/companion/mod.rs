@@ -2,7 +2,8 @@
 //! over WebSocket, SSE and an HTTP JSON API. Native only.
 //!
 //! * [`store`]: the durable log (SQLite) behind the `Store` trait.
-//! * [`host`]: one task per session owning its agent process.
+//! * [`host`]: the sessions' registry, and one task per session owning its agent process;
+//!   [`session`]: the rules of a session, sans-IO, that the task carries out.
 //! * [`adapter`]: how each agent CLI is started and spoken to.
 //! * [`server`]: HTTP routes, static files; [`access`]: who may use them (host, origin,
 //!   token); [`listen`]: the accept loop (connection cap, timeouts); [`ws`]: the WebSocket
@@ -28,6 +29,7 @@ pub mod fake_model;
 pub mod host;
 pub mod listen;
 pub mod server;
+pub mod session;
 pub mod store;
 pub mod tail;
 pub mod ws;

@@ -74,6 +74,8 @@ codes! {
     CliNotFound = "cli_not_found",
     SpawnFailed = "spawn_failed",
     StoreError = "store_error",
+    /// The agent has not read what was written to its stdin (4 MiB): it is not listening.
+    AgentBusy = "agent_busy",
     // The HTTP API's own refusals.
     BadRequest = "bad_request",
     BadBody = "bad_body",

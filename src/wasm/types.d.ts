@@ -282,7 +282,7 @@ export type ServerErrorCode =
   | "already_running" | "hosted_elsewhere" | "no_resume_handle" | "unsupported"
   | "cli_not_found" | "spawn_failed" | "store_error" | "bad_request" | "bad_body"
   | "body_too_large" | "unsupported_media_type" | "method_not_allowed" | "not_found"
-  | "bad_since" | "bad_type" | "internal_error";
+  | "bad_since" | "bad_type" | "internal_error" | "agent_busy";
 
 export type ErrorCode = ClientErrorCode | ServerErrorCode;
 

@@ -8,10 +8,10 @@
 //! (`postgres://postgres@127.0.0.1:5432`); the tests' databases are then left behind.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use tokio_postgres::NoTls;
 
@@ -20,6 +20,8 @@ struct Server {
     base: String,
     /// Holds the pipe to the script's stdin open until this process exits.
     _child: Option<Child>,
+    /// The script's stdin and stdout, for [`kill_server`] and [`start_server_again`].
+    control: Mutex<Option<(ChildStdin, BufReader<ChildStdout>)>>,
 }
 
 fn server() -> &'static Server {
@@ -29,6 +31,7 @@ fn server() -> &'static Server {
             return Server {
                 base: base.trim_end_matches('/').to_owned(),
                 _child: None,
+                control: Mutex::new(None),
             };
         }
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/throwaway-postgres");
@@ -39,10 +42,11 @@ fn server() -> &'static Server {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
         let mut line = String::new();
-        let stdout = child.stdout.take().expect("piped");
-        BufReader::new(stdout)
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        stdout
             .read_line(&mut line)
             .expect("reading the script's output");
+        let stdin = child.stdin.take().expect("piped");
         let port = match line.split_whitespace().collect::<Vec<_>>()[..] {
             ["ready", port, _dir] => port.to_owned(),
             _ => panic!(
@@ -53,6 +57,7 @@ fn server() -> &'static Server {
         Server {
             base: format!("postgres://postgres@127.0.0.1:{port}"),
             _child: Some(child),
+            control: Mutex::new(Some((stdin, stdout))),
         }
     })
 }
@@ -90,4 +95,34 @@ pub async fn connect(url: &str) -> tokio_postgres::Client {
         .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
     tokio::spawn(connection);
     client
+}
+
+/// Stops the tests' server at once, as a crash would (an immediate shutdown: no checkpoint,
+/// crash recovery on the next start); returns once it is down. Every database of this test
+/// process is unreachable until [`start_server_again`]. Not with `AGENTWIRE_TEST_POSTGRES`.
+pub fn kill_server() {
+    control("kill", "stopped");
+}
+
+/// Starts the tests' server again after [`kill_server`], on the same port and data; returns
+/// once it accepts connections.
+pub fn start_server_again() {
+    control("start", "ready ");
+}
+
+fn control(command: &str, answer: &str) {
+    let mut control = server().control.lock().unwrap();
+    let Some((stdin, stdout)) = control.as_mut() else {
+        panic!("the tests' PostgreSQL server is not ours to stop (AGENTWIRE_TEST_POSTGRES)");
+    };
+    writeln!(stdin, "{command}").expect("writing to throwaway-postgres");
+    stdin.flush().unwrap();
+    let mut line = String::new();
+    stdout
+        .read_line(&mut line)
+        .expect("reading throwaway-postgres");
+    assert!(
+        line.starts_with(answer),
+        "throwaway-postgres answered {line:?} to {command}"
+    );
 }

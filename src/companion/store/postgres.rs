@@ -1053,7 +1053,11 @@ impl Readers {
             .acquire_owned()
             .await
             .map_err(|_| StoreError::Closed)?;
-        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        // A connection that ended while idle (the server restarted) is dropped, not lent.
+        let idle = {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            std::iter::from_fn(|| idle.pop()).find(|r| !r.client.is_closed())
+        };
         let reader = match idle {
             Some(reader) => reader,
             None => {

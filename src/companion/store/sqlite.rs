@@ -11,8 +11,9 @@
 //!   only after the answers. So whoever hears of a commit can read its events.
 //! * Reads never touch the writer: a small pool of WAL reader connections runs them through
 //!   `spawn_blocking`. WAL readers see the last commit that finished before they started.
-//! * The sequence cache is only advanced after a COMMIT succeeded; a failed group leaves it
-//!   as it was, matching the rolled-back database.
+//! * The sequence cache is only advanced after a COMMIT succeeded; a failed group drops the
+//!   entries of the sessions it appended to, which are then re-read from the file (a failed
+//!   COMMIT may still have made its frames durable).
 //! * One `SqliteStore` per file: the sequence cache assumes no other process appends.
 //!
 //! Dropping the store closes the request channel; the writer commits what is still queued
@@ -344,6 +345,13 @@ impl Writer {
     /// Runs a group in one transaction, then answers each request, then tells subscribers.
     fn commit_group(&mut self, group: Vec<Request>) {
         let (ops, replies): (Vec<Op>, Vec<_>) = group.into_iter().map(|r| (r.op, r.reply)).unzip();
+        // Sessions this group appends to: if it fails, their cached sequences are re-read.
+        let appending: Vec<String> = (ops.iter())
+            .filter_map(|op| match op {
+                Op::Append { session_id, .. } => Some(session_id.clone()),
+                _ => None,
+            })
+            .collect();
         // Latest sequences written by this group, merged into the cache after COMMIT.
         let mut pending: HashMap<String, u64> = HashMap::new();
         let mut touched: Vec<String> = Vec::new();
@@ -423,7 +431,14 @@ impl Writer {
                 }
             }
             Err(e) => {
-                // The transaction rolled back (dropping it does), so the cache is still right.
+                // The transaction rolled back (dropping it does), so the cache should still
+                // be right; but a failed COMMIT (disk full, I/O error) may have left its
+                // frames durable all the same: the sessions it appended to are re-read from
+                // the file on their next append, and the callers' retries are then found
+                // stored (idempotence by id) instead of colliding with a stale sequence.
+                for session_id in &appending {
+                    self.latest.remove(session_id);
+                }
                 let message = e.to_string();
                 for reply in replies {
                     let _ = reply.send(Err(StoreError::Database(message.clone())));

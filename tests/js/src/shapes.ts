@@ -185,7 +185,7 @@ export const errorCode = oneOf<ErrorCode>({
   too_many_subscriptions: true, forbidden_host: true, forbidden_origin: true,
   token_required: true, bad_token: true, too_many_attempts: true, bad_body: true,
   body_too_large: true, unsupported_media_type: true, method_not_allowed: true,
-  not_found: true, bad_since: true, bad_type: true, internal_error: true,
+  not_found: true, bad_since: true, bad_type: true, internal_error: true, agent_busy: true,
 });
 export const note = tagged<Note, "note">("note", {
   caught_up: object<Variant<Note, "note", "caught_up">>({ note: lit("caught_up"), latest: nat }, {}),
