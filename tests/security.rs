@@ -3,6 +3,7 @@
 //! `Host`), tokens reaching the hosted agents, idle and slow sockets, memory held by bogus
 //! subscriptions, SSE streams outliving their clients, file modes, response headers, and the
 //! rough edges (CORS for allowed origins, percent-encoded tokens, JSON rejections, 1009).
+#![cfg(not(target_arch = "wasm32"))]
 
 mod common;
 

@@ -37,6 +37,7 @@ use std::fmt::{self, Write};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
+use super::error::ErrorCode;
 use super::event::{Event, EventId, EventInit, EventType, Provider};
 use super::provider_error::ProviderError;
 use super::time::Timestamp;
@@ -161,11 +162,11 @@ pub enum StartError {
 
 impl StartError {
     /// A stable machine-readable code.
-    pub const fn code(&self) -> &'static str {
+    pub const fn code(&self) -> ErrorCode {
         match self {
-            StartError::ForegroundTurnActive(_) => "foreground_turn_active",
-            StartError::NotConnected(_) => "not_connected",
-            StartError::TurnIdUsed(_) => "turn_id_used",
+            StartError::ForegroundTurnActive(_) => ErrorCode::ForegroundTurnActive,
+            StartError::NotConnected(_) => ErrorCode::NotConnected,
+            StartError::TurnIdUsed(_) => ErrorCode::TurnIdUsed,
         }
     }
 }

@@ -28,6 +28,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::dedup::Dedup;
+use super::error::ErrorCode;
 use super::event::{Event, Provider};
 use super::lifecycle::{Lifecycle, LifecycleConfig, TurnProjector, ViolationKind};
 use super::normalize::{Config, DiagnosticKind, Format, Normalizer};
@@ -333,7 +334,7 @@ impl Projector {
             Ok(msg) => Ok(self.handle_msg(msg, now_ms)),
             Err(e) => {
                 self.notes.push(Note::Error {
-                    code: e.code().to_owned(),
+                    code: e.code().as_str().to_owned(),
                     message: e.to_string(),
                 });
                 Err(e)
@@ -418,7 +419,10 @@ impl Projector {
                     Ok(result.unwrap_or(Value::Null))
                 } else {
                     Err(error.unwrap_or_else(|| {
-                        WireError::new("unknown_error", "the server refused without a reason")
+                        WireError::new(
+                            ErrorCode::UnknownError,
+                            "the server refused without a reason",
+                        )
                     }))
                 };
                 Signal::Reply { id, result }
@@ -580,7 +584,7 @@ impl Projector {
 
 fn not_a_transcript() -> WireError {
     WireError::new(
-        "not_a_transcript",
+        ErrorCode::NotATranscript,
         "this projector reads server frames; make one with Projector.transcript() for raw lines",
     )
 }

@@ -53,6 +53,7 @@ use super::adapter::{
 use super::session::{update_runtime, StoreQueueConfig};
 use super::store::{SessionRecord, SessionState, Store};
 use super::{now, random_hex, random_id};
+use crate::core::error::ErrorCode;
 use crate::core::event::{Event, EventInit, EventType, Provider};
 use crate::core::provider_error::{ProviderError, StderrLimits};
 use crate::core::time::Timestamp;
@@ -64,7 +65,7 @@ pub use super::session::CommandError;
 impl CommandError {
     fn hosted_elsewhere(record: &SessionRecord) -> CommandError {
         CommandError::new(
-            "hosted_elsewhere",
+            ErrorCode::HostedElsewhere,
             format!(
                 "session {:?} runs on companion {:?}: its commands go there",
                 record.id, record.node
@@ -212,11 +213,11 @@ impl Hub {
                 "unknown provider {provider:?}; this server offers {:?}",
                 self.providers()
             );
-            return Err(CommandError::new("unknown_provider", message));
+            return Err(CommandError::new(ErrorCode::UnknownProvider, message));
         };
         let Some(program) = cli.find(&self.config.cli_dir) else {
             let message = cli.not_found(&self.config.cli_dir);
-            return Err(CommandError::new("cli_not_found", message));
+            return Err(CommandError::new(ErrorCode::CliNotFound, message));
         };
         Ok(match provider {
             "claude" => Box::new(ClaudeStdio::claude(program, resume)),
@@ -237,7 +238,10 @@ impl Hub {
             }
             "opencode" => {
                 let opencode = OpencodeServe::new(program, random_hex(16)).map_err(|e| {
-                    CommandError::new("spawn_failed", format!("no free loopback port: {e}"))
+                    CommandError::new(
+                        ErrorCode::SpawnFailed,
+                        format!("no free loopback port: {e}"),
+                    )
                 })?;
                 Box::new(match resume {
                     Some(id) => opencode.resuming(id),
@@ -269,12 +273,13 @@ impl Hub {
         let adapter = self.adapter(provider, None)?;
         let cwd = match cwd {
             Some(dir) => dir,
-            None => std::env::current_dir()
-                .map_err(|e| CommandError::new("bad_cwd", format!("no working directory: {e}")))?,
+            None => std::env::current_dir().map_err(|e| {
+                CommandError::new(ErrorCode::BadCwd, format!("no working directory: {e}"))
+            })?,
         };
         if !cwd.is_dir() {
             return Err(CommandError::new(
-                "bad_cwd",
+                ErrorCode::BadCwd,
                 format!("{} is not a directory", cwd.display()),
             ));
         }
@@ -311,7 +316,7 @@ impl Hub {
     pub async fn resume_session(self: &Arc<Self>, id: &str) -> Result<SessionRecord, CommandError> {
         if self.sender(id).is_some() {
             return Err(CommandError::new(
-                "already_running",
+                ErrorCode::AlreadyRunning,
                 format!("session {id:?} is running"),
             ));
         }
@@ -329,7 +334,7 @@ impl Hub {
         }
         let Some(handle) = record.provider_session_id.clone() else {
             return Err(CommandError::new(
-                "no_resume_handle",
+                ErrorCode::NoResumeHandle,
                 format!(
                     "session {id:?} never got a session id from its CLI, so it cannot be resumed"
                 ),
@@ -339,7 +344,7 @@ impl Hub {
         let cwd = PathBuf::from(&record.cwd);
         if !cwd.is_dir() {
             return Err(CommandError::new(
-                "bad_cwd",
+                ErrorCode::BadCwd,
                 format!("{} is not a directory", cwd.display()),
             ));
         }
@@ -352,7 +357,7 @@ impl Hub {
             let record = self.store.get_session(id).await?.unwrap_or(record);
             if record.node == self.config.node {
                 return Err(CommandError::new(
-                    "already_running",
+                    ErrorCode::AlreadyRunning,
                     format!("session {id:?} is being resumed"),
                 ));
             }
@@ -398,10 +403,10 @@ impl Hub {
         let child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
-                let kind = if e.kind() == std::io::ErrorKind::NotFound {
-                    "cli_not_found"
+                let (kind, code) = if e.kind() == std::io::ErrorKind::NotFound {
+                    ("cli_not_found", ErrorCode::CliNotFound)
                 } else {
-                    "spawn_failed"
+                    ("spawn_failed", ErrorCode::SpawnFailed)
                 };
                 let error = ProviderError::new(
                     adapter.provider(),
@@ -420,7 +425,7 @@ impl Hub {
                 self.store
                     .set_session_state(&id, SessionState::Failed, now())
                     .await?;
-                return Err(CommandError::new(kind, error.message));
+                return Err(CommandError::new(code, error.message));
             }
         };
         self.store
@@ -473,7 +478,10 @@ impl Hub {
     /// Starts a foreground turn; resolves with its id once the agent accepted the prompt.
     pub async fn start_turn(&self, id: &str, prompt: String) -> Result<String, CommandError> {
         if prompt.trim().is_empty() {
-            return Err(CommandError::new("empty_prompt", "the prompt is empty"));
+            return Err(CommandError::new(
+                ErrorCode::EmptyPrompt,
+                "the prompt is empty",
+            ));
         }
         self.command(id, |r| Command::StartTurn(prompt, r)).await
     }
@@ -496,7 +504,7 @@ impl Hub {
     ) -> Result<(), CommandError> {
         if model.is_none() && thinking.is_none() {
             return Err(CommandError::new(
-                "bad_request",
+                ErrorCode::BadRequest,
                 "give a model, a thinking level, or both",
             ));
         }

@@ -25,6 +25,7 @@ use super::{StoreNote, StoreOp, StoreQueue, StoreQueueConfig, Written};
 use crate::companion::adapter::{Adapter, Thinking};
 use crate::companion::store::{SessionState, StoreError};
 use crate::core::dedup::UserEchoFilter;
+use crate::core::error::ErrorCode;
 use crate::core::event::{Event, EventId, EventInit, EventType};
 use crate::core::lifecycle::{Disposition, LifecycleConfig, Policy, TurnProjector};
 use crate::core::normalize::{Config, Normalizer};
@@ -36,12 +37,12 @@ use crate::core::wire::Decision;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct CommandError {
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
 }
 
 impl CommandError {
-    pub fn new(code: &'static str, message: impl Into<String>) -> CommandError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> CommandError {
         CommandError {
             code,
             message: message.into(),
@@ -49,16 +50,19 @@ impl CommandError {
     }
 
     pub(crate) fn unknown_session(id: &str) -> CommandError {
-        CommandError::new("unknown_session", format!("no session {id:?}"))
+        CommandError::new(ErrorCode::UnknownSession, format!("no session {id:?}"))
     }
 
     pub(crate) fn closed(id: &str) -> CommandError {
-        CommandError::new("not_connected", format!("session {id:?} is not running"))
+        CommandError::new(
+            ErrorCode::NotConnected,
+            format!("session {id:?} is not running"),
+        )
     }
 
     pub(crate) fn unsupported(provider: &str, what: &str) -> CommandError {
         CommandError::new(
-            "unsupported",
+            ErrorCode::Unsupported,
             format!("the {provider} adapter cannot {what}"),
         )
     }
@@ -68,7 +72,7 @@ impl From<StoreError> for CommandError {
     fn from(e: StoreError) -> CommandError {
         match e {
             StoreError::UnknownSession(id) => CommandError::unknown_session(&id),
-            other => CommandError::new("store_error", other.to_string()),
+            other => CommandError::new(ErrorCode::StoreError, other.to_string()),
         }
     }
 }
@@ -591,13 +595,13 @@ impl Session {
         }
         if !self.stdin_open {
             return Err(CommandError::new(
-                "not_connected",
+                ErrorCode::NotConnected,
                 "the agent's stdin is closed",
             ));
         }
         if self.stdin_bytes + bytes.len() > self.max_stdin_bytes {
             return Err(CommandError::new(
-                "agent_busy",
+                ErrorCode::AgentBusy,
                 format!(
                     "the agent is not reading its input ({} bytes wait for it)",
                     self.stdin_bytes
@@ -627,7 +631,7 @@ impl Session {
             self.projector
                 .end_active(EventType::RunFailed, &data, now_ms);
             self.flush(now_ms);
-            return Err(CommandError::new("not_connected", message));
+            return Err(CommandError::new(ErrorCode::NotConnected, message));
         }
         let bytes = self.adapter.prompt(&prompt);
         self.normalizer.expect_run(&turn_id);
@@ -650,7 +654,10 @@ impl Session {
 
     fn interrupt(&mut self, now_ms: i64) -> Result<Response, CommandError> {
         if !self.projector.interrupt(now_ms) {
-            return Err(CommandError::new("no_active_turn", "no turn is running"));
+            return Err(CommandError::new(
+                ErrorCode::NoActiveTurn,
+                "no turn is running",
+            ));
         }
         self.interrupts += 1;
         let request_id = format!("interrupt_{}", self.interrupts);
@@ -667,7 +674,7 @@ impl Session {
     ) -> Result<Response, CommandError> {
         let Some(request) = self.approvals.remove(&request_id) else {
             let msg = format!("no pending approval {request_id:?}");
-            return Err(CommandError::new("unknown_request", msg));
+            return Err(CommandError::new(ErrorCode::UnknownRequest, msg));
         };
         let bytes = self.adapter.answer(&request_id, decision, &request);
         if let Err(e) = self.write(bytes, now_ms) {
@@ -702,7 +709,7 @@ impl Session {
         if !modes.iter().any(|m| m.id == mode) {
             let known: Vec<&str> = modes.iter().map(|m| m.id.as_str()).collect();
             let msg = format!("unknown mode {mode:?}; this session has {known:?}");
-            return Err(CommandError::new("unknown_mode", msg));
+            return Err(CommandError::new(ErrorCode::UnknownMode, msg));
         }
         let bytes = self.adapter.set_mode(&mode);
         self.write(bytes, now_ms)?;
