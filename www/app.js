@@ -3,7 +3,7 @@
 // The HTTP API creates and lists sessions; everything live rides the Client's WebSocket.
 
 import init, { Client } from "agentwire";
-import { SessionModel, TimelineView } from "./timeline.js";
+import { SessionModel, TimelineView, silence } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
 const token = new URLSearchParams(location.search).get("token") ?? "";
@@ -34,6 +34,7 @@ function fail(error) {
 const state = {
   sessions: [], // from the API
   lifecycles: new Map(), // session -> lifecycle (from the Client)
+  stalls: new Map(), // session -> its active turn's stall ({silent_ms, at_ms}), while stalled
   models: new Map(), // session -> SessionModel, from the Client's batches
   current: null, // the session shown, or {transcript: name}
   client: null,
@@ -55,6 +56,11 @@ function badge(text, cls) {
   return b;
 }
 
+function stallBadge(session) {
+  const stall = state.stalls.get(session);
+  return stall ? [badge(`stalled: no output for ${silence(stall.silent_ms)}`, "lifecycle-stalled")] : [];
+}
+
 function renderSessions() {
   const list = $("sessions");
   list.replaceChildren();
@@ -66,7 +72,7 @@ function renderSessions() {
     name.textContent = `${s.provider} · ${s.id.slice(4, 12)}`;
     const lifecycle = state.lifecycles.get(s.id);
     const shown = lifecycle ?? s.state;
-    li.append(name, badge(shown, `lifecycle-${shown}`));
+    li.append(name, badge(shown, `lifecycle-${shown}`), ...stallBadge(s.id));
     li.onclick = () => select(s.id);
     list.append(li);
   }
@@ -90,7 +96,7 @@ function renderHead() {
     $("session-title").textContent =
       (s ? `${s.provider} session ${s.id}` : current) + (elsewhere ? ` · on node ${elsewhere}` : "");
     const lifecycle = state.lifecycles.get(current) ?? "initializing";
-    $("lifecycle").replaceChildren(badge(lifecycle, `lifecycle-${lifecycle}`));
+    $("lifecycle").replaceChildren(badge(lifecycle, `lifecycle-${lifecycle}`), ...stallBadge(current));
   }
   const u = view.usage;
   $("usage").textContent = u
@@ -159,6 +165,8 @@ function onChange(batch) {
   for (const b of batch.sessions) {
     if (b.lifecycle) {
       state.lifecycles.set(b.session, b.lifecycle.state);
+      if (b.lifecycle.stalled) state.stalls.set(b.session, b.lifecycle.stalled);
+      else state.stalls.delete(b.session);
       sessionsChanged = true;
     }
     const m = b.reset ? new SessionModel() : model(b.session);

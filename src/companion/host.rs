@@ -114,6 +114,8 @@ pub struct HubConfig {
     pub cancel_grace_ms: i64,
     pub autonomous_idle_limit_ms: i64,
     pub foreground_idle_limit_ms: i64,
+    /// How long a turn may stay silent before a synthetic `run_stalled` shows it stalled.
+    pub stall_after_ms: i64,
     /// Where agent CLIs are looked for before `PATH` (`scripts/install-clis` installs there).
     pub cli_dir: PathBuf,
     /// When set, each session's agent traffic is written to `<dir>/<session id>.jsonl`.
@@ -136,7 +138,8 @@ impl HubConfig {
             stderr_keep_bytes: 256 << 10,
             cancel_grace_ms: 2_000,
             autonomous_idle_limit_ms: 10 * 60_000,
-            foreground_idle_limit_ms: 60 * 60_000,
+            foreground_idle_limit_ms: crate::core::lifecycle::DEFAULT_FOREGROUND_IDLE_LIMIT_MS,
+            stall_after_ms: crate::core::lifecycle::DEFAULT_STALL_AFTER_MS,
             cli_dir: PathBuf::from(DEFAULT_CLI_DIR),
             record_dir: None,
             node: "local".to_owned(),
@@ -825,6 +828,7 @@ impl SessionTask {
         lifecycle.cancel_grace_ms = config.cancel_grace_ms;
         lifecycle.autonomous_idle_limit_ms = config.autonomous_idle_limit_ms;
         lifecycle.foreground_idle_limit_ms = config.foreground_idle_limit_ms;
+        lifecycle.stall_after_ms = config.stall_after_ms;
         let mut projector = TurnProjector::new(lifecycle);
         projector.mark_connected();
         let recorder = config

@@ -114,6 +114,9 @@ event_types! {
     AttentionRequired = "attention_required",
     /// The provider compacted its context.
     ContextCompacted = "context_compacted",
+    /// A turn silent for longer than the host's threshold (synthetic, not a terminal):
+    /// `data.silent_ms`, `data.synthetic: true`. The turn's next event ends the stall.
+    RunStalled = "run_stalled",
 }
 
 impl EventType {
@@ -487,7 +490,7 @@ mod tests {
 
     #[wasm_bindgen_test(unsupported = test)]
     fn there_are_the_28_seed_types_and_our_extensions() {
-        assert_eq!(EventType::ALL.len(), 38);
+        assert_eq!(EventType::ALL.len(), 39);
         assert_eq!(EventType::ALL[0].as_str(), "session_created");
         assert_eq!(EventType::ALL[27].as_str(), "tool_approval_denied");
         for &t in EventType::ALL {

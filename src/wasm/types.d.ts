@@ -24,7 +24,7 @@ export type EventType =
   | "tool_approval_requested" | "tool_approval_granted" | "tool_approval_denied"
   | "reasoning_streamed" | "reasoning_received" | "tool_call_updated" | "tool_call_cancelled"
   | "todo_updated" | "mode_changed" | "model_changed" | "thinking_option_changed"
-  | "attention_required" | "context_compacted";
+  | "attention_required" | "context_compacted" | "run_stalled";
 
 /** One canonical event: each line that `normalize()` returns is one, as JSON. */
 export interface Event {
@@ -141,6 +141,17 @@ export interface LifecycleState {
   state: Lifecycle;
   /** The turn in progress, if any. */
   active_turn?: string;
+  /** Present while that turn is stalled: a `run_stalled` came and nothing since. */
+  stalled?: Stall;
+}
+
+/** A turn silent for longer than the host's threshold (`serve --stall-ms`). */
+export interface Stall {
+  run_id: string;
+  /** How long the turn had been silent when the host noticed. */
+  silent_ms: number;
+  /** When the host noticed (unix milliseconds). */
+  at_ms: number;
 }
 
 export type ViolationKind =
