@@ -21,7 +21,9 @@
 //! * Silence is visible before the watchdog fires: an active turn silent for `stall_after_ms`
 //!   gets one synthetic `run_stalled{silent_ms, synthetic: true}` (not a terminal) and is
 //!   **stalled** ([`TurnProjector::stalled`]) until its next event. A `run_stalled` read from
-//!   a log (a client's projector, which never ticks) marks its turn stalled the same way.
+//!   a log (a client's projector, which never ticks) marks its turn stalled the same way. A
+//!   turn waiting for the user (an approval asked, not answered) or for its interrupt to land
+//!   is not stalled.
 //!
 //! Invariants checked on every event, reported through [`TurnProjector::poll_violation`] and
 //! handled by the [`Policy`] (warn: apply and report; drop: skip and report; fail: skip,
@@ -190,6 +192,9 @@ struct Turn {
     cancel_deadline_ms: Option<i64>,
     /// Set by a `run_stalled` (synthesized or read), cleared by the turn's next event.
     stalled: Option<Stall>,
+    /// Approvals asked and not yet answered: the turn waits for the user, not the agent, so
+    /// its silence is no stall.
+    pending_approvals: HashSet<String>,
 }
 
 /// A turn that has been silent for a while (see [`TurnProjector::stalled`]).
@@ -292,6 +297,7 @@ impl TurnProjector {
                 last_activity_ms: now_ms,
                 cancel_deadline_ms: None,
                 stalled: None,
+                pending_approvals: HashSet::new(),
             },
         );
         self.errored = false;
@@ -342,7 +348,10 @@ impl TurnProjector {
 
     /// When `turn` is noticed as stalled if nothing happens before (`None` once it is).
     fn stall_at(&self, turn: &Turn) -> Option<i64> {
-        (turn.stalled.is_none() && turn.cancel_deadline_ms.is_none()).then(|| {
+        let quiet = turn.stalled.is_none()
+            && turn.cancel_deadline_ms.is_none()
+            && turn.pending_approvals.is_empty();
+        quiet.then(|| {
             turn.last_activity_ms
                 .saturating_add(self.config.stall_after_ms)
         })
@@ -457,6 +466,7 @@ impl TurnProjector {
                 last_activity_ms: now_ms,
                 cancel_deadline_ms: None,
                 stalled: None,
+                pending_approvals: HashSet::new(),
             });
         if event.kind() == EventType::RunStalled {
             // A stall read back (from a log, or our own): the turn is stalled, and the
@@ -477,6 +487,17 @@ impl TurnProjector {
         }
         turn.last_activity_ms = now_ms;
         turn.stalled = None;
+        if let Some(request) = event.data_str("request_id") {
+            match event.kind() {
+                EventType::ToolApprovalRequested => {
+                    turn.pending_approvals.insert(request.to_owned());
+                }
+                EventType::ToolApprovalGranted | EventType::ToolApprovalDenied => {
+                    turn.pending_approvals.remove(request);
+                }
+                _ => {}
+            }
+        }
         if user_message {
             turn.user_messages += 1;
         }
@@ -907,6 +928,43 @@ mod tests {
             "#]],
         );
         assert_eq!(p.poll_timeout(), None);
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_turn_waiting_for_an_approval_is_not_stalled() {
+        let approval = |seq: u64, kind: EventType| {
+            let init = EventInit {
+                run_id: Some("t1".to_owned()),
+                sequence: seq,
+                data: json!({"request_id": "r1"}).as_object().cloned().unwrap(),
+                ..EventInit::new(kind, "s1", Provider::Claude, Timestamp::EPOCH)
+            };
+            Event::new(init).unwrap()
+        };
+        let mut p = projector();
+        p.config.stall_after_ms = 1_000;
+        check(
+            &mut p,
+            &[
+                Connect,
+                Start("t1", 0),
+                Ev(approval(1, ToolApprovalRequested), 100),
+                Tick(5_000),
+                Ev(approval(2, ToolApprovalGranted), 6_000),
+                Tick(6_999),
+                Tick(7_000),
+            ],
+            expect![[r#"
+                connect -> idle
+                start t1 -> running
+                1 tool_approval_requested t1 -> running
+                tick @5000 -> running
+                2 tool_approval_granted t1 -> running
+                tick @6999 -> running
+                tick @7000 -> running (stalled t1 for 1000 ms)
+                  + run_stalled t1 silent_ms=1000
+            "#]],
+        );
     }
 
     #[wasm_bindgen_test(unsupported = test)]
