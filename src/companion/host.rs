@@ -46,7 +46,7 @@ use crate::core::dedup::UserEchoFilter;
 use crate::core::event::{Event, EventInit, EventType, Provider};
 use crate::core::lifecycle::{Disposition, LifecycleConfig, Policy, TurnProjector};
 use crate::core::normalize::{Config, Normalizer};
-use crate::core::provider_error::{ProviderError, StderrLimits};
+use crate::core::provider_error::{ErrorKind, ProviderError, StderrLimits};
 use crate::core::time::Timestamp;
 use crate::core::wire::Decision;
 
@@ -280,7 +280,8 @@ impl Hub {
                 continue;
             }
             let message = "the companion stopped while this session's process was running";
-            self.fail_orphan(&s, "companion_restart", message).await?;
+            self.fail_orphan(&s, ErrorKind::CompanionRestart, message)
+                .await?;
             recovered += 1;
         }
         Ok(recovered)
@@ -324,7 +325,7 @@ impl Hub {
                 "agentwire: session {} failed: the node running it stopped renewing its lease",
                 s.id
             );
-            self.fail_orphan(s, "node_lost", message).await?;
+            self.fail_orphan(s, ErrorKind::NodeLost, message).await?;
         }
         Ok(taken.len())
     }
@@ -362,7 +363,7 @@ impl Hub {
     async fn fail_orphan(
         &self,
         s: &SessionRecord,
-        kind: &str,
+        kind: ErrorKind,
         message: &str,
     ) -> Result<(), StoreError> {
         let provider = provider_of(&s.provider);
@@ -544,9 +545,9 @@ impl Hub {
             Ok(child) => child,
             Err(e) => {
                 let kind = if e.kind() == std::io::ErrorKind::NotFound {
-                    "cli_not_found"
+                    ErrorKind::CliNotFound
                 } else {
-                    "spawn_failed"
+                    ErrorKind::SpawnFailed
                 };
                 let error = ProviderError::new(
                     adapter.provider(),
@@ -565,7 +566,7 @@ impl Hub {
                 self.store
                     .set_session_state(&id, SessionState::Failed, now())
                     .await?;
-                return Err(CommandError::new(kind, error.message));
+                return Err(CommandError::new(kind.as_str(), error.message));
             }
         };
         self.store
@@ -1006,7 +1007,7 @@ impl SessionTask {
 
     /// A request the adapter made to the agent failed: the turn fails with it; a fatal one
     /// also ends the session (the caller kills the process).
-    async fn request_failed(&mut self, kind: &'static str, message: String, fatal: bool) {
+    async fn request_failed(&mut self, kind: ErrorKind, message: String, fatal: bool) {
         let at = now();
         let error = ProviderError::new(self.adapter.provider(), kind, message);
         let ended = self.projector.end_active(
@@ -1086,8 +1087,11 @@ impl SessionTask {
                 self.record_stdin(&bytes);
                 if let Err(e) = write_all(stdin, &bytes).await {
                     // The prompt never reached the agent: the turn ends at once.
-                    let error =
-                        ProviderError::new(self.adapter.provider(), "stdin_closed", e.clone());
+                    let error = ProviderError::new(
+                        self.adapter.provider(),
+                        ErrorKind::StdinClosed,
+                        e.clone(),
+                    );
                     self.projector.end_active(
                         EventType::RunFailed,
                         &Value::Object(error.to_data()),
@@ -1288,7 +1292,11 @@ impl SessionTask {
         // Output the normalizer could not read is recorded in the log, not only on stderr.
         while let Some(d) = self.normalizer.poll_diagnostic() {
             let message = format!("unreadable provider output: {d}");
-            let error = ProviderError::new(self.adapter.provider(), "unreadable_output", message);
+            let error = ProviderError::new(
+                self.adapter.provider(),
+                ErrorKind::UnreadableOutput,
+                message,
+            );
             let mut data = error.to_data();
             data.insert("severity".into(), json!("warning"));
             data.insert("line".into(), json!(d.line));
@@ -1415,7 +1423,7 @@ impl SessionTask {
             let error = self
                 .fatal
                 .take()
-                .unwrap_or_else(|| ProviderError::new(provider, "process_exit", message))
+                .unwrap_or_else(|| ProviderError::new(provider, ErrorKind::ProcessExit, message))
                 .with_process(exit_code, &stderr, self.stderr_limits);
             let ended = self.projector.end_active(
                 EventType::RunFailed,

@@ -119,6 +119,44 @@ event_types! {
     RunStalled = "run_stalled",
 }
 
+/// Why a run was cancelled: the closed vocabulary of `run_cancelled.data.reason`, the same
+/// whatever the provider (which keeps its own word in `data.details`). docs/events.md lists
+/// the values; a test checks that the list and the enum agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelReason {
+    /// The provider ended the turn as cancelled: in practice, the user's interrupt
+    /// (Claude and Codex `interrupted`, Gemini `cancelled`, OpenCode `MessageAbortedError`).
+    Interrupted,
+    /// Synthetic: an interrupt the provider did not confirm within the cancel grace.
+    InterruptTimeout,
+    /// Synthetic: the session was closed while the turn ran.
+    SessionClosed,
+}
+
+impl CancelReason {
+    pub const ALL: &'static [CancelReason] = &[
+        CancelReason::Interrupted,
+        CancelReason::InterruptTimeout,
+        CancelReason::SessionClosed,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CancelReason::Interrupted => "interrupted",
+            CancelReason::InterruptTimeout => "interrupt_timeout",
+            CancelReason::SessionClosed => "session_closed",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<CancelReason> {
+        CancelReason::ALL
+            .iter()
+            .copied()
+            .find(|r| r.as_str() == name)
+    }
+}
+
 impl EventType {
     /// True for the events that end a run: completed, failed, cancelled, timeout.
     pub const fn is_run_terminal(self) -> bool {
@@ -486,6 +524,20 @@ mod tests {
             Provider::Claude,
             Timestamp::from_unix_millis(1_700_000_000_000),
         )
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn docs_and_typescript_list_exactly_the_cancel_reasons() {
+        use crate::core::provider_error::tests::{documented, ts_union};
+        let ours: Vec<&str> = CancelReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(documented("### `run_cancelled.reason`"), ours);
+        assert_eq!(ts_union("CancelReason"), ours);
+        let types: Vec<&str> = EventType::ALL.iter().map(|t| t.as_str()).collect();
+        assert_eq!(ts_union("EventType"), types);
+        for &r in CancelReason::ALL {
+            assert_eq!(CancelReason::parse(r.as_str()), Some(r));
+            assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+        }
     }
 
     #[wasm_bindgen_test(unsupported = test)]

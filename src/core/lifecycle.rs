@@ -43,8 +43,8 @@ use std::fmt::{self, Write};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::event::{Event, EventId, EventInit, EventType, Provider};
-use super::provider_error::ProviderError;
+use super::event::{CancelReason, Event, EventId, EventInit, EventType, Provider};
+use super::provider_error::{ErrorKind, ProviderError};
 use super::time::Timestamp;
 
 /// The session's lifecycle state.
@@ -320,7 +320,7 @@ impl TurnProjector {
     pub fn close(&mut self, now_ms: i64) {
         self.end_active(
             EventType::RunCancelled,
-            &json!({"reason": "session_closed"}),
+            &json!({"reason": CancelReason::SessionClosed.as_str()}),
             now_ms,
         );
         self.lifecycle = Lifecycle::Closed;
@@ -392,7 +392,8 @@ impl TurnProjector {
         due.sort();
         for (run_id, cancelled, foreground) in due {
             if cancelled {
-                let data = json!({"reason": "interrupt_timeout", "synthetic": true});
+                let reason = CancelReason::InterruptTimeout.as_str();
+                let data = json!({"reason": reason, "synthetic": true});
                 self.synthesize(&run_id, EventType::RunCancelled, data, now_ms);
             } else {
                 let (which, limit) = if foreground {
@@ -402,7 +403,8 @@ impl TurnProjector {
                 };
                 let message = format!("{which} turn silent for more than {limit} ms");
                 let mut data =
-                    ProviderError::new(self.config.provider, "watchdog", message).to_data();
+                    ProviderError::new(self.config.provider, ErrorKind::Watchdog, message)
+                        .to_data();
                 data.insert("synthetic".into(), Value::Bool(true));
                 self.synthesize(&run_id, EventType::RunFailed, Value::Object(data), now_ms);
             }

@@ -26,6 +26,18 @@ export type EventType =
   | "todo_updated" | "mode_changed" | "model_changed" | "thinking_option_changed"
   | "attention_required" | "context_compacted" | "run_stalled";
 
+/** What caused a failure: `provider_error.kind`, the same whatever the provider (docs/events.md). */
+export type ProviderErrorKind =
+  | "authentication_failed" | "billing_error" | "rate_limit" | "invalid_request"
+  | "context_window_exceeded" | "server_error" | "overloaded" | "connection_error" | "refusal"
+  | "max_turns" | "max_budget" | "config_error" | "protocol_error" | "agent_error"
+  | "process_exit" | "cli_not_found" | "spawn_failed" | "stdin_closed" | "unreachable"
+  | "request_failed" | "event_stream_closed" | "unreadable_output" | "watchdog"
+  | "companion_restart" | "node_lost" | "unknown";
+
+/** Why a run was cancelled: `run_cancelled.data.reason` (docs/events.md). */
+export type CancelReason = "interrupted" | "interrupt_timeout" | "session_closed";
+
 /** One canonical event: each line that `normalize()` returns is one, as JSON. */
 export interface Event {
   id: string;

@@ -86,7 +86,7 @@ pub enum Feed {
     /// A request to the agent failed: the current turn fails with this `provider_error`
     /// kind and message; `fatal` also ends the session (the agent cannot be reached).
     Failed {
-        kind: &'static str,
+        kind: crate::core::ErrorKind,
         message: String,
         fatal: bool,
     },

@@ -34,6 +34,7 @@ use super::{Adapter, Capabilities, Feed, Mode, Thinking};
 use crate::core::event::Provider;
 use crate::core::normalize::Format;
 use crate::core::wire::Decision;
+use crate::core::ErrorKind;
 
 /// How long the server may take to answer its first request (seconds when the machine is
 /// idle; it loads its provider plugins first).
@@ -234,7 +235,7 @@ impl Driver {
                 Ok(body) => break body,
                 Err(e) if started.elapsed() > BOOT_DEADLINE => {
                     return self.fail(
-                        "unreachable",
+                        ErrorKind::Unreachable,
                         format!("opencode serve never answered: {e}"),
                         true,
                     );
@@ -250,14 +251,14 @@ impl Driver {
                 }
             }
             let _ = feed.send(Feed::Failed {
-                kind: "event_stream_closed",
+                kind: ErrorKind::EventStreamClosed,
                 message: "opencode serve closed its event stream".into(),
                 fatal: true,
             });
         });
         let session = match self.session().await {
             Ok(id) => id,
-            Err(e) => return self.fail("request_failed", e, true),
+            Err(e) => return self.fail(ErrorKind::RequestFailed, e, true),
         };
         while let Some(op) = ops.recv().await {
             let (path, body) = match op {
@@ -285,9 +286,9 @@ impl Driver {
                 Ok((status, body)) => {
                     let body = String::from_utf8_lossy(&body);
                     let message = format!("POST {path}: HTTP {status}: {body}");
-                    self.fail("request_failed", message, false);
+                    self.fail(ErrorKind::RequestFailed, message, false);
                 }
-                Err(e) => self.fail("request_failed", e, false),
+                Err(e) => self.fail(ErrorKind::RequestFailed, e, false),
             }
         }
     }
@@ -317,7 +318,7 @@ impl Driver {
         }
     }
 
-    fn fail(&self, kind: &'static str, message: String, fatal: bool) {
+    fn fail(&self, kind: ErrorKind, message: String, fatal: bool) {
         let _ = self.feed.send(Feed::Failed {
             kind,
             message,

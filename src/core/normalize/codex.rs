@@ -42,7 +42,7 @@ use serde_json::{json, Map, Value};
 
 use super::{Decoder, Out};
 use crate::core::event::EventType;
-use crate::core::provider_error::ProviderError;
+use crate::core::provider_error::{add_details, ProviderError};
 
 /// Decoder state for `codex exec --json`.
 #[derive(Default)]
@@ -84,7 +84,9 @@ impl Decoder for Codex {
                     .get("error")
                     .and_then(|e| str_field(e, "message"))
                     .unwrap_or("turn failed");
-                let data = ProviderError::new(out.provider(), "turn_failed", message).to_data();
+                let data =
+                    ProviderError::from_provider(out.provider(), "turn_failed", None, message)
+                        .to_data();
                 self.turn.ensure_run(out);
                 self.turn
                     .end_run(out, EventType::RunFailed, data, "turn failed");
@@ -126,7 +128,14 @@ impl Decoder for Codex {
             "error" => {
                 let message = str_field(record, "message").unwrap_or("error");
                 let run = self.turn.run.clone();
-                emit_error(out, run.as_deref(), "stream_error", message, "error", None);
+                emit_error(
+                    out,
+                    run.as_deref(),
+                    ("stream_error", None),
+                    message,
+                    "error",
+                    None,
+                );
             }
             other => out.unknown(format_args!("type {other:?}")),
         }
@@ -214,7 +223,14 @@ impl Codex {
             ("error", _) => {
                 let run = self.turn.ensure_run(out);
                 let message = str_field(item, "message").unwrap_or("error");
-                emit_error(out, Some(&run), "item_error", message, "warning", None);
+                emit_error(
+                    out,
+                    Some(&run),
+                    ("item_error", None),
+                    message,
+                    "warning",
+                    None,
+                );
             }
             (other, _) => out.unknown(format_args!("item type {other:?}")),
         }
@@ -238,19 +254,20 @@ pub(super) fn field<'a>(v: &'a Value, snake: &str, camel: &str) -> Option<&'a Va
         .or_else(|| v.get(camel).filter(|x| !x.is_null()))
 }
 
-/// Emits `error_occurred {error_message, severity, provider_error{kind}}`, with `details`.
+/// Emits `error_occurred {error_message, severity, provider_error{kind}}`, with `details`;
+/// `kind` is Codex's own name for the cause and the HTTP status, when known.
 pub(super) fn emit_error(
     out: &mut Out<'_>,
     run: Option<&str>,
-    kind: &str,
+    (kind, status): (&str, Option<u64>),
     message: &str,
     severity: &str,
     details: Option<Value>,
 ) {
-    let mut data = ProviderError::new(out.provider(), kind, message).to_data();
+    let mut data = ProviderError::from_provider(out.provider(), kind, status, message).to_data();
     data.insert("severity".into(), json!(severity));
     if let Some(d) = details {
-        data.insert("details".into(), d);
+        add_details(&mut data, d);
     }
     out.emit(EventType::ErrorOccurred, run, Value::Object(data));
 }
@@ -1008,7 +1025,7 @@ mod tests {
                 1 t1 run_started
                 2 t1 todo_updated items=[2 items]
                 3 t1 todo_updated items=[2 items]
-                4 t1 error_occurred error_message="command output truncated" provider_error.kind="item_error"
+                4 t1 error_occurred error_message="command output truncated" provider_error.kind="agent_error"
                 ! line 5: unknown_type: unknown item type "future_item"
                 ! line 6: missing_field: missing field `item.id`
                 ! line 8: unknown_type: unknown type "mystery"
@@ -1036,14 +1053,14 @@ mod tests {
 {"type":"turn.completed","usage":{}}
 "#,
             expect![[r#"
-                  1 t1 run_started
-                  2 t1 error_occurred error_message="Reconnecting... 1/1 (stream disconnected)" provider_error.kind="stream_error"
-                  3 t1 run_failed error_message="stream disconnected before completion" provider_error.kind="turn_failed"
-                  4 -- error_occurred error_message="exited non-zero" provider_error.kind="stream_error"
-                  5 t2 run_started
-                  6 t2 run_failed error_message="turn failed" provider_error.kind="turn_failed"
-                  7 t3 run_started
-                  8 t3 run_completed
+                1 t1 run_started
+                2 t1 error_occurred error_message="Reconnecting... 1/1 (stream disconnected)" provider_error.kind="connection_error"
+                3 t1 run_failed error_message="stream disconnected before completion" provider_error.kind="connection_error"
+                4 -- error_occurred error_message="exited non-zero" provider_error.kind="agent_error"
+                5 t2 run_started
+                6 t2 run_failed error_message="turn failed" provider_error.kind="agent_error"
+                7 t3 run_started
+                8 t3 run_completed
             "#]],
         );
     }
@@ -1071,7 +1088,7 @@ mod tests {
                 6 t1 message_streamed role="assistant" delta="half"
                 7 t1 message_received role="assistant" content="" discarded=true
                 8 t1 tool_call_cancelled tool_name="shell" tool_call_id="item_1" tool_input={"command":"sleep 99"} reason="turn failed"
-                9 t1 run_failed error_message="aborted" provider_error.kind="turn_failed"
+                9 t1 run_failed error_message="aborted" provider_error.kind="agent_error"
                 10 t2 run_started
                 11 t2 message_streamed role="assistant" delta="cut off"
                 12 t2 message_received role="assistant" content="" discarded=true

@@ -38,7 +38,7 @@ use serde_json::{json, Map, Value};
 
 use super::{Decoder, Out};
 use crate::core::event::EventType;
-use crate::core::provider_error::ProviderError;
+use crate::core::provider_error::{add_details, ProviderError};
 
 /// State of one Gemini CLI process's output: the open run, the assistant message being
 /// assembled, and the tool calls announced in the current run.
@@ -257,14 +257,16 @@ impl Gemini {
                 "error".to_owned()
             }
         });
-        let mut data = ProviderError::new(out.provider(), kind, message).to_data();
+        let status = obj.get("status").and_then(Value::as_u64);
+        let mut data =
+            ProviderError::from_provider(out.provider(), &kind, status, message).to_data();
         data.insert("severity".into(), json!(severity));
         let details: Map<String, Value> = ["status", "category", "reason", "error"]
             .iter()
             .filter_map(|k| obj.get(*k).map(|v| ((*k).to_owned(), v.clone())))
             .collect();
         if !details.is_empty() {
-            data.insert("details".into(), Value::Object(details));
+            add_details(&mut data, Value::Object(details));
         }
         out.emit(
             EventType::ErrorOccurred,
@@ -305,9 +307,11 @@ impl Gemini {
                 .and_then(|e| e.get("message"))
                 .and_then(Value::as_str)
                 .unwrap_or("gemini run failed");
-            let mut data = ProviderError::new(out.provider(), kind, message).to_data();
+            let status = error.and_then(|e| e.get("code")).and_then(Value::as_u64);
+            let mut data =
+                ProviderError::from_provider(out.provider(), &kind, status, message).to_data();
             if let Some(error) = error {
-                data.insert("details".into(), json!({"error": error}));
+                add_details(&mut data, json!({"error": error}));
             }
             if let Some(d) = duration {
                 data.insert("duration_ms".into(), d);
@@ -523,15 +527,15 @@ pub(super) mod tests {
 {"type":"result","timestamp":"2026-01-01T00:00:03Z","status":"success","stats":{"input_tokens":0,"output_tokens":0,"cached":0}}
 "#,
             expect![[r#"
-                  1 -- session_started model="m"
-                  2 t1 run_started
-                  3 t1 message_streamed role="assistant" delta="loop"
-                  4 t1 message_received role="assistant" content="loop"
-                  5 t1 error_occurred error_message="Loop detected, stopping execution" provider_error.kind="warning"
-                  6 t1 error_occurred error_message="Maximum session turns exceeded" provider_error.kind="max_turns"
-                  7 t1 error_occurred error_message="Quota exceeded" provider_error.kind="rate_limit_exceeded"
-                  8 t1 token_usage_updated input_tokens=0 output_tokens=0
-                  9 t1 run_completed
+                1 -- session_started model="m"
+                2 t1 run_started
+                3 t1 message_streamed role="assistant" delta="loop"
+                4 t1 message_received role="assistant" content="loop"
+                5 t1 error_occurred error_message="Loop detected, stopping execution" provider_error.kind="agent_error"
+                6 t1 error_occurred error_message="Maximum session turns exceeded" provider_error.kind="max_turns"
+                7 t1 error_occurred error_message="Quota exceeded" provider_error.kind="rate_limit"
+                8 t1 token_usage_updated input_tokens=0 output_tokens=0
+                9 t1 run_completed
             "#]],
         );
     }
@@ -546,13 +550,13 @@ pub(super) mod tests {
 {"type":"result","timestamp":"2026-01-01T00:00:03Z","status":"error","error":{"type":"ApiError","message":"[API Error: 400 Bad Request]"},"stats":{"input_tokens":0,"output_tokens":0,"cached":0,"duration_ms":12}}
 "#,
             expect![[r#"
-                  1 -- session_started model="m"
-                  2 t1 run_started
-                  3 t1 message_sent role="user" content="hi"
-                  4 t1 tool_call_started tool_name="web_fetch" tool_call_id="web_fetch__9" tool_input={"url":"https://example.com"}
-                  5 t1 tool_call_cancelled tool_name="web_fetch" tool_call_id="web_fetch__9"
-                  6 t1 token_usage_updated input_tokens=0 output_tokens=0
-                  7 t1 run_failed error_message="[API Error: 400 Bad Request]" provider_error.kind="api_error"
+                1 -- session_started model="m"
+                2 t1 run_started
+                3 t1 message_sent role="user" content="hi"
+                4 t1 tool_call_started tool_name="web_fetch" tool_call_id="web_fetch__9" tool_input={"url":"https://example.com"}
+                5 t1 tool_call_cancelled tool_name="web_fetch" tool_call_id="web_fetch__9"
+                6 t1 token_usage_updated input_tokens=0 output_tokens=0
+                7 t1 run_failed error_message="[API Error: 400 Bad Request]" provider_error.kind="server_error"
             "#]],
         );
     }
