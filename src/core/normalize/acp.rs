@@ -69,6 +69,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
+use super::turn::cancel_tool_call;
 use super::{Decoder, Out};
 use crate::core::event::{CancelReason, EventType, Provider};
 use crate::core::provider_error::{ErrorKind, ProviderError};
@@ -847,14 +848,7 @@ impl Acp {
         let mut open: Vec<(&String, &Tool)> = run.tools.iter().filter(|(_, t)| !t.done).collect();
         open.sort_by_key(|(_, t)| t.order);
         for (call, tool) in open {
-            let data = json!({"tool_call_id": call, "tool_name": tool.name});
-            out.emit_full(
-                EventType::ToolCallCancelled,
-                Some(&run.id),
-                data,
-                Some(call),
-                Map::new(),
-            );
+            cancel_tool_call(out, &run.id, call, &json!(tool.name), &tool.input, kind);
         }
         out.emit(kind, Some(&run.id), data);
     }
@@ -1220,7 +1214,7 @@ mod tests {
                 3 t1 message_streamed role="assistant" delta="Work"
                 4 t1 message_received role="assistant" content="Work"
                 5 t1 tool_call_started tool_name="execute" tool_call_id="slow" tool_input={}
-                6 t1 tool_call_cancelled tool_name="execute" tool_call_id="slow"
+                6 t1 tool_call_cancelled tool_name="execute" tool_call_id="slow" tool_input={} reason="run_cancelled"
                 7 t1 run_cancelled reason="interrupted"
                 8 t2 run_started
                 9 t2 message_streamed role="assistant" delta="No."
@@ -1230,7 +1224,7 @@ mod tests {
                 13 t3 run_completed
                 14 t4 run_started
                 15 t4 tool_call_started tool_name="read" tool_call_id="c" tool_input={}
-                16 t4 tool_call_cancelled tool_name="read" tool_call_id="c"
+                16 t4 tool_call_cancelled tool_name="read" tool_call_id="c" tool_input={} reason="run_failed"
                 17 t4 run_failed error_message="Internal error: quota" provider_error.kind="rate_limit"
                 18 -- error_occurred error_message="Authentication required" provider_error.kind="authentication_failed"
             "#]],

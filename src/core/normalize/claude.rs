@@ -87,6 +87,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
+use super::turn::cancelled_data;
 use super::{Decoder, Out};
 use crate::core::event::{fnv1a128, CancelReason, EventType, Provider};
 use crate::core::provider_error::{add_details, ProviderError};
@@ -575,7 +576,8 @@ impl Claude {
                 EventType::ToolCallFailed
             }
             Outcome::Cancelled => {
-                data.insert("reason".into(), "interrupted".into());
+                // The payload of every tool call a cancelled turn cut off (turn.rs).
+                data.insert("reason".into(), EventType::RunCancelled.as_str().into());
                 EventType::ToolCallCancelled
             }
         };
@@ -880,9 +882,10 @@ impl Claude {
                         continue;
                     }
                     let id = tool.id;
-                    let mut data = obj(json!({ "tool_call_id": id, "reason": "interrupted" }));
-                    copy(&mut data, "tool_name", tool.name.map(Value::from).as_ref());
-                    copy(&mut data, "tool_input", tool.input.as_ref());
+                    let name = tool.name.map_or(Value::Null, Value::from);
+                    let input = tool.input.unwrap_or(Value::Null);
+                    let data = cancelled_data(&id, &name, &input, EventType::RunCancelled);
+                    let data = obj(data);
                     let kind = EventType::ToolCallCancelled;
                     emit(out, run, kind, data, tool.lane.as_deref(), Some(&id));
                 }
@@ -1727,9 +1730,9 @@ pub(super) mod tests {
                 2 t1 run_started
                 3 t1 tool_call_started tool_name="Bash" tool_call_id="tu_1" tool_input={"command":"sleep 100"}
                 4 t1 tool_call_started tool_name="Bash" tool_call_id="tu_2" tool_input={"command":"sleep 200"}
-                5 t1 tool_call_cancelled tool_name="Bash" tool_call_id="tu_2" tool_input={"command":"sleep 200"} reason="interrupted"
+                5 t1 tool_call_cancelled tool_name="Bash" tool_call_id="tu_2" tool_input={"command":"sleep 200"} reason="run_cancelled"
                 6 t1 token_usage_updated input_tokens=5 output_tokens=7 cost_usd=0.01
-                7 t1 tool_call_cancelled tool_name="Bash" tool_call_id="tu_1" tool_input={"command":"sleep 100"} reason="interrupted"
+                7 t1 tool_call_cancelled tool_name="Bash" tool_call_id="tu_1" tool_input={"command":"sleep 100"} reason="run_cancelled"
                 8 t1 run_cancelled reason="interrupted"
                 9 t2 run_started
                 10 t2 message_streamed delta="Once upon"

@@ -40,6 +40,7 @@
 
 use serde_json::{json, Map, Value};
 
+use super::turn::OpenTools;
 use super::{Decoder, Out};
 use crate::core::event::EventType;
 use crate::core::provider_error::{add_details, ProviderError};
@@ -76,8 +77,7 @@ impl Decoder for Codex {
                 if let Some(usage) = record.get("usage").and_then(usage_data) {
                     out.emit(EventType::TokenUsageUpdated, Some(&run), usage);
                 }
-                self.turn
-                    .end_run(out, EventType::RunCompleted, Map::new(), "turn completed");
+                self.turn.end_run(out, EventType::RunCompleted, Map::new());
             }
             "turn.failed" => {
                 let message = record
@@ -88,8 +88,7 @@ impl Decoder for Codex {
                     ProviderError::from_provider(out.provider(), "turn_failed", None, message)
                         .to_data();
                 self.turn.ensure_run(out);
-                self.turn
-                    .end_run(out, EventType::RunFailed, data, "turn failed");
+                self.turn.end_run(out, EventType::RunFailed, data);
             }
             "item.started" => self.item(Phase::Started, record, out),
             "item.updated" => self.item(Phase::Updated, record, out),
@@ -585,21 +584,14 @@ impl Stream {
     }
 }
 
-/// A tool call that started and has not ended.
-struct OpenTool {
-    id: String,
-    name: String,
-    input: Value,
-    /// Bytes of aggregated output already reported (`item.updated`), for `output_delta`.
-    output_len: usize,
-}
-
 /// The open turn, its open tool calls and its half-streamed texts. Small, keyed by id,
 /// cleared when the turn ends.
 #[derive(Default)]
 pub(super) struct TurnState {
     pub(super) run: Option<String>,
-    tools: Vec<OpenTool>,
+    /// The open tool calls, with the bytes of aggregated output already reported
+    /// (`item.updated`), for `output_delta`.
+    tools: OpenTools<usize>,
     streams: Vec<(Stream, String)>,
 }
 
@@ -628,33 +620,13 @@ impl TurnState {
     }
 
     /// Ends the open run with `kind` (a run terminal) after closing what is still open:
-    /// streamed texts as discarded, tool calls as cancelled with `reason`.
-    pub(super) fn end_run(
-        &mut self,
-        out: &mut Out<'_>,
-        kind: EventType,
-        data: Map<String, Value>,
-        reason: &str,
-    ) {
+    /// streamed texts as discarded, tool calls as cancelled ([`OpenTools::cancel_all`]).
+    pub(super) fn end_run(&mut self, out: &mut Out<'_>, kind: EventType, data: Map<String, Value>) {
         let Some(run) = self.run.clone() else {
             return;
         };
         self.close_streams(out);
-        for tool in std::mem::take(&mut self.tools) {
-            let data = json!({
-                "tool_call_id": tool.id,
-                "tool_name": tool.name,
-                "tool_input": tool.input,
-                "reason": reason,
-            });
-            out.emit_full(
-                EventType::ToolCallCancelled,
-                Some(&run),
-                data,
-                Some(&tool.id),
-                Map::new(),
-            );
-        }
+        self.tools.cancel_all(out, &run, kind);
         out.emit(kind, Some(&run), Value::Object(data));
         self.run = None;
     }
@@ -732,18 +704,13 @@ impl TurnState {
         item: &Value,
     ) {
         let (name, input) = tool_call(kind, item);
-        if let Some(open) = self.tools.iter_mut().find(|t| t.id == id) {
-            open.name = name;
+        if let Some(open) = self.tools.get_mut(id) {
+            open.name = json!(name);
             open.input = input;
             return out.ignore();
         }
         Self::emit_started(out, run, id, &name, &input);
-        self.tools.push(OpenTool {
-            id: id.to_owned(),
-            name,
-            input,
-            output_len: 0,
-        });
+        self.tools.open(id, json!(name), input, 0);
     }
 
     /// The item of a tool call was updated: `tool_call_updated {status, output_delta}`.
@@ -755,10 +722,10 @@ impl TurnState {
         kind: ToolKind,
         item: &Value,
     ) {
-        if !self.tools.iter().any(|t| t.id == id) {
+        if !self.tools.is_open(id) {
             self.tool_started(out, run, id, kind, item);
         }
-        let Some(open) = self.tools.iter_mut().find(|t| t.id == id) else {
+        let Some(open) = self.tools.get_mut(id) else {
             return;
         };
         let mut data = Map::new();
@@ -767,10 +734,10 @@ impl TurnState {
         if let Some(output) =
             field(item, "aggregated_output", "aggregatedOutput").and_then(Value::as_str)
         {
-            if let Some(delta) = output.get(open.output_len..).filter(|d| !d.is_empty()) {
+            if let Some(delta) = output.get(open.extra..).filter(|d| !d.is_empty()) {
                 data.insert("output_delta".into(), json!(delta));
             }
-            open.output_len = output.len();
+            open.extra = output.len();
         }
         out.emit_full(
             EventType::ToolCallUpdated,
@@ -790,11 +757,11 @@ impl TurnState {
         id: &str,
         mut data: Map<String, Value>,
     ) {
-        let Some(open) = self.tools.iter_mut().find(|t| t.id == id) else {
+        let Some(open) = self.tools.get_mut(id) else {
             return out.ignore();
         };
         if let Some(delta) = data.get("output_delta").and_then(Value::as_str) {
-            open.output_len += delta.len();
+            open.extra += delta.len();
         }
         data.insert("tool_call_id".into(), json!(id));
         out.emit_full(
@@ -808,12 +775,12 @@ impl TurnState {
 
     /// The input of an open tool call.
     pub(super) fn tool_input(&self, id: &str) -> Option<&Value> {
-        self.tools.iter().find(|t| t.id == id).map(|t| &t.input)
+        self.tools.get(id).map(|t| &t.input)
     }
 
     /// Replaces the input of an open tool call.
     pub(super) fn set_tool_input(&mut self, id: &str, input: Value) {
-        if let Some(open) = self.tools.iter_mut().find(|t| t.id == id) {
+        if let Some(open) = self.tools.get_mut(id) {
             open.input = input;
         }
     }
@@ -829,11 +796,8 @@ impl TurnState {
         item: &Value,
     ) {
         let (name, input) = tool_call(kind, item);
-        match self.tools.iter().position(|t| t.id == id) {
-            Some(i) => {
-                self.tools.remove(i);
-            }
-            None => Self::emit_started(out, run, id, &name, &input),
+        if self.tools.close(id).is_none() {
+            Self::emit_started(out, run, id, &name, &input);
         }
         let (result, extra) = tool_result(kind, item);
         let mut data = Map::new();
@@ -1087,7 +1051,7 @@ mod tests {
                 5 t1 message_received role="assistant" content="1. Do it"
                 6 t1 message_streamed role="assistant" delta="half"
                 7 t1 message_received role="assistant" content="" discarded=true
-                8 t1 tool_call_cancelled tool_name="shell" tool_call_id="item_1" tool_input={"command":"sleep 99"} reason="turn failed"
+                8 t1 tool_call_cancelled tool_name="shell" tool_call_id="item_1" tool_input={"command":"sleep 99"} reason="run_failed"
                 9 t1 run_failed error_message="aborted" provider_error.kind="agent_error"
                 10 t2 run_started
                 11 t2 message_streamed role="assistant" delta="cut off"

@@ -304,12 +304,7 @@ impl CodexAppServer {
         if let Some(t) = &self.turn_id {
             data.insert("provider_turn_id".into(), json!(t));
         }
-        let reason = match kind {
-            EventType::RunCancelled => "turn interrupted",
-            EventType::RunFailed => "turn failed",
-            _ => "turn completed",
-        };
-        self.turn.end_run(out, kind, data, reason);
+        self.turn.end_run(out, kind, data);
         self.ended_turn = self.turn_id.take();
         self.approvals.clear();
     }
@@ -1058,7 +1053,7 @@ mod tests {
                 16 t1 tool_call_started tool_name="lookup" tool_call_id="call_4" tool_input={"id":"A-1"}
                 17 t1 tool_call_failed tool_name="lookup" tool_call_id="call_4" tool_input={"id":"A-1"} error="not found" status="failed"
                 18 t1 tool_call_started tool_name="shell" tool_call_id="call_5" tool_input={"command":"sleep 60","cwd":"/w"}
-                19 t1 tool_call_cancelled tool_name="shell" tool_call_id="call_5" tool_input={"command":"sleep 60","cwd":"/w"} reason="turn interrupted"
+                19 t1 tool_call_cancelled tool_name="shell" tool_call_id="call_5" tool_input={"command":"sleep 60","cwd":"/w"} reason="run_cancelled"
                 20 t1 run_cancelled reason="interrupted"
             "#]],
         );

@@ -32,10 +32,9 @@
 //! placeholders (`<DURATION>`) make them invalid JSON are diagnostics of the framing; a turn
 //! whose `result` line was lost stays open (no terminal is invented at the end of input).
 
-use std::collections::HashMap;
-
 use serde_json::{json, Map, Value};
 
+use super::turn::OpenTools;
 use super::{Decoder, Out};
 use crate::core::event::EventType;
 use crate::core::provider_error::{add_details, ProviderError};
@@ -50,20 +49,13 @@ pub(crate) struct Gemini {
     text: Option<Assembling>,
     /// Ordinal for synthesized message ids.
     messages: u64,
-    /// Tool calls started in the current run, by `tool_id`.
-    tools: HashMap<String, Tool>,
+    /// Tool calls started in the current run and not yet answered.
+    tools: OpenTools,
 }
 
 struct Assembling {
     id: String,
     text: String,
-}
-
-struct Tool {
-    name: String,
-    input: Value,
-    /// Order of announcement, to cancel unfinished calls in order.
-    order: usize,
 }
 
 impl Decoder for Gemini {
@@ -173,9 +165,8 @@ impl Gemini {
             Some(id),
             Map::new(),
         );
-        let order = self.tools.len();
-        self.tools
-            .insert(id.to_owned(), Tool { name, input, order });
+        self.tools.close(id);
+        self.tools.open(id, json!(name), input, ());
     }
 
     fn tool_result(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
@@ -184,16 +175,11 @@ impl Gemini {
         };
         self.flush(out);
         let run = self.ensure_run(out);
-        let tool = match self.tools.remove(id) {
-            Some(tool) => tool,
+        let (name, input) = match self.tools.close(id) {
+            Some(tool) => (tool.name, tool.input),
             None => {
-                let tool = Tool {
-                    name: name_from_id(id),
-                    input: json!({}),
-                    order: 0,
-                };
-                let data =
-                    json!({"tool_call_id": id, "tool_name": tool.name, "tool_input": tool.input});
+                let (name, input) = (json!(name_from_id(id)), json!({}));
+                let data = json!({"tool_call_id": id, "tool_name": name, "tool_input": input});
                 out.emit_full(
                     EventType::ToolCallStarted,
                     Some(&run),
@@ -201,13 +187,13 @@ impl Gemini {
                     Some(id),
                     Map::new(),
                 );
-                tool
+                (name, input)
             }
         };
         let mut data = Map::new();
         data.insert("tool_call_id".into(), json!(id));
-        data.insert("tool_name".into(), json!(tool.name));
-        data.insert("tool_input".into(), tool.input);
+        data.insert("tool_name".into(), name);
+        data.insert("tool_input".into(), input);
         let status = obj.get("status").and_then(Value::as_str);
         let error = obj.get("error");
         let failed = status == Some("error") || (status.is_none() && error.is_some());
@@ -278,27 +264,22 @@ impl Gemini {
     fn result(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
         self.flush(out);
         let run = self.ensure_run(out);
+        let status = obj.get("status").and_then(Value::as_str);
+        let error = obj.get("error");
+        let failed = status == Some("error") || (status.is_none() && error.is_some());
+        let terminal = if failed {
+            EventType::RunFailed
+        } else {
+            EventType::RunCompleted
+        };
         // Calls that never got a result ended with the turn.
-        let mut open: Vec<(String, Tool)> = self.tools.drain().collect();
-        open.sort_by_key(|(_, t)| t.order);
-        for (id, tool) in open {
-            let data = json!({"tool_call_id": id, "tool_name": tool.name});
-            out.emit_full(
-                EventType::ToolCallCancelled,
-                Some(&run),
-                data,
-                Some(&id),
-                Map::new(),
-            );
-        }
+        self.tools.cancel_all(out, &run, terminal);
         let stats = obj.get("stats").and_then(Value::as_object);
         if let Some(stats) = stats {
             out.emit(EventType::TokenUsageUpdated, Some(&run), usage(stats));
         }
         let duration = stats.and_then(|s| s.get("duration_ms")).cloned();
-        let status = obj.get("status").and_then(Value::as_str);
-        let error = obj.get("error");
-        if status == Some("error") || (status.is_none() && error.is_some()) {
+        if failed {
             let kind = error
                 .and_then(|e| e.get("type"))
                 .and_then(Value::as_str)
@@ -554,7 +535,7 @@ pub(super) mod tests {
                 2 t1 run_started
                 3 t1 message_sent role="user" content="hi"
                 4 t1 tool_call_started tool_name="web_fetch" tool_call_id="web_fetch__9" tool_input={"url":"https://example.com"}
-                5 t1 tool_call_cancelled tool_name="web_fetch" tool_call_id="web_fetch__9"
+                5 t1 tool_call_cancelled tool_name="web_fetch" tool_call_id="web_fetch__9" tool_input={"url":"https://example.com"} reason="run_failed"
                 6 t1 token_usage_updated input_tokens=0 output_tokens=0
                 7 t1 run_failed error_message="[API Error: 400 Bad Request]" provider_error.kind="server_error"
             "#]],

@@ -73,6 +73,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use serde_json::{json, Map, Value};
 
 use super::gemini::snake_case;
+use super::turn::cancel_tool_call;
 use super::{Decoder, Out};
 use crate::core::event::{CancelReason, EventType};
 use crate::core::provider_error::{add_details, ProviderError};
@@ -136,6 +137,7 @@ struct ToolSeen {
     status: String,
     done: bool,
     name: Value,
+    input: Value,
     /// Order of first sight, to cancel unfinished calls in order.
     order: usize,
 }
@@ -780,6 +782,7 @@ impl Opencode {
                 status: status.to_owned(),
                 done,
                 name: name.clone(),
+                input: input.clone(),
                 order,
             },
         );
@@ -929,14 +932,7 @@ impl Opencode {
             run.tools.iter().filter(|(_, t)| !t.done).collect();
         open.sort_by_key(|(_, t)| t.order);
         for (call, tool) in open {
-            let data = json!({"tool_call_id": call, "tool_name": tool.name});
-            out.emit_full(
-                EventType::ToolCallCancelled,
-                Some(&run.id),
-                data,
-                Some(call),
-                Map::new(),
-            );
+            cancel_tool_call(out, &run.id, call, &tool.name, &tool.input, kind);
         }
         out.emit(kind, Some(&run.id), data);
     }
@@ -1250,7 +1246,7 @@ data: {"type":"session.next.thing","properties":{"sessionID":"ses_1"}}
                 6 t1 tool_call_started tool_name="read" tool_call_id="t1" tool_input={"filePath":"a"}
                 7 t1 context_compacted
                 8 t1 message_received role="assistant" content="" discarded=true
-                9 t1 tool_call_cancelled tool_name="read" tool_call_id="t1"
+                9 t1 tool_call_cancelled tool_name="read" tool_call_id="t1" tool_input={"filePath":"a"} reason="run_failed"
                 10 t1 run_failed error_message="Too many requests" provider_error.kind="rate_limit"
                 11 t2 run_started
                 12 t2 reasoning_streamed delta="Cut"
