@@ -1048,7 +1048,7 @@ impl SessionTask {
         json!({
             "runtime": self.runtime,
             "modes": self.adapter.modes(),
-            "current_mode": self.current_mode,
+            "current_mode": self.adapter.current_mode().or_else(|| self.current_mode.clone()),
             "commands": commands,
             "pending_approvals": pending,
             "capabilities": self.adapter.capabilities(),

@@ -134,6 +134,11 @@ pub trait Adapter: Send + Sync {
     fn modes(&self) -> Vec<Mode> {
         Vec::new()
     }
+    /// The mode in use, when the adapter decides it (it picks the agent each prompt goes
+    /// to); otherwise the host learns it from the agent's events.
+    fn current_mode(&self) -> Option<String> {
+        None
+    }
     /// The stdin bytes that switch to `mode`, one of [`Adapter::modes`]. Called only when
     /// [`Capabilities::set_mode`] holds.
     fn set_mode(&mut self, _mode: &str) -> Vec<u8> {

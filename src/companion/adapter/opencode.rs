@@ -42,7 +42,8 @@ const BOOT_DEADLINE: Duration = Duration::from_secs(120);
 /// How long one attempt to reach it may take.
 const ATTEMPT: Duration = Duration::from_secs(2);
 
-/// OpenCode's primary agents, the modes of a session.
+/// OpenCode's primary agents, the modes of a session; a prompt that names none goes to the
+/// first, OpenCode's default.
 const AGENTS: &[(&str, &str, &str)] = &[
     ("build", "Build", "The default agent, with every tool"),
     ("plan", "Plan", "Analyzes and plans without changing files"),
@@ -202,6 +203,11 @@ impl Adapter for OpencodeServe {
             .collect()
     }
 
+    /// The agent the next prompt goes to: the one set, else OpenCode's default (`build`).
+    fn current_mode(&self) -> Option<String> {
+        Some(self.agent.clone().unwrap_or_else(|| AGENTS[0].0.to_owned()))
+    }
+
     /// The agent goes with each following prompt.
     fn set_mode(&mut self, mode: &str) -> Vec<u8> {
         self.agent = Some(mode.to_owned());
@@ -350,5 +356,17 @@ mod tests {
             a.endpoint().authorization.as_deref(),
             Some("Basic b3BlbmNvZGU6cHc=")
         );
+    }
+
+    #[test]
+    fn the_mode_in_use_is_build_until_another_is_set() {
+        let mut a = OpencodeServe::new("opencode".into(), "pw".into()).unwrap();
+        let modes: Vec<String> = a.modes().into_iter().map(|m| m.id).collect();
+        assert_eq!(modes, ["build", "plan"]);
+        assert_eq!(a.current_mode().as_deref(), Some("build"));
+        a.set_mode("plan");
+        assert_eq!(a.current_mode().as_deref(), Some("plan"));
+        a.set_mode("build");
+        assert_eq!(a.current_mode().as_deref(), Some("build"));
     }
 }
