@@ -56,9 +56,14 @@ function badge(text, cls) {
   return b;
 }
 
-function stallBadge(session) {
+/** The stall of a session's turn, if any: in full in the head, one word in the list. */
+function stallBadge(session, short = false) {
   const stall = state.stalls.get(session);
-  return stall ? [badge(`stalled: no output for ${silence(stall.silent_ms)}`, "lifecycle-stalled")] : [];
+  if (!stall) return [];
+  const text = `stalled: no output for ${silence(stall.silent_ms)}`;
+  const b = badge(short ? "stalled" : text, "lifecycle-stalled");
+  b.title = text;
+  return [b];
 }
 
 function renderSessions() {
@@ -72,7 +77,7 @@ function renderSessions() {
     name.textContent = `${s.provider} · ${s.id.slice(4, 12)}`;
     const lifecycle = state.lifecycles.get(s.id);
     const shown = lifecycle ?? s.state;
-    li.append(name, badge(shown, `lifecycle-${shown}`), ...stallBadge(s.id));
+    li.append(name, badge(shown, `lifecycle-${shown}`), ...stallBadge(s.id, true));
     li.onclick = () => select(s.id);
     list.append(li);
   }

@@ -190,6 +190,7 @@ export class TimelineView {
 
 /** "1 min 30 s", "45 s", "2 h 5 min": how long a turn has been silent. */
 export function silence(ms) {
+  if (ms < 1000) return `${ms} ms`;
   const s = Math.round(ms / 1000);
   if (s < 60) return `${s} s`;
   const m = Math.floor(s / 60);
