@@ -60,7 +60,9 @@ function badge(text, cls) {
 function stallBadge(session, short = false) {
   const stall = state.stalls.get(session);
   if (!stall) return [];
-  const text = `stalled: no output for ${silence(stall.silent_ms)}`;
+  // Silent since the host noticed, too (its clock; never less than what it noticed).
+  const silent = stall.silent_ms + Math.max(0, Date.now() - stall.at_ms);
+  const text = `stalled: no output for ${silence(silent)}`;
   const b = badge(short ? "stalled" : text, "lifecycle-stalled");
   b.title = text;
   return [b];
@@ -221,6 +223,10 @@ async function main() {
   setInterval(() => {
     if (typeof state.current !== "object" || state.current === null) refreshSessions().catch(() => {});
   }, 3000);
+  // A stall's duration keeps counting while it lasts.
+  setInterval(() => {
+    if (typeof state.current === "string" && state.stalls.has(state.current)) renderHead();
+  }, 1000);
 
   $("create").onclick = async () => {
     try {
