@@ -484,6 +484,9 @@ impl TurnProjector {
                 at_ms: event.timestamp().unix_millis(),
             });
             self.started_ids.insert(run_id.to_owned());
+            if self.lifecycle == Lifecycle::Initializing {
+                self.lifecycle = Lifecycle::Idle;
+            }
             self.recompute();
             return Disposition::Applied;
         }
@@ -1000,6 +1003,11 @@ mod tests {
                 5 run_completed a1 -> idle
             "#]],
         );
+        // A log read from the middle: the stall is the first thing seen of its turn.
+        let mut p = projector();
+        p.handle_event(&stalled(7, "b1", 5), 0);
+        let got = (p.lifecycle(), p.stalled().map(|s| s.silent_ms));
+        assert_eq!(got, (Lifecycle::Running, Some(5)));
     }
 
     #[wasm_bindgen_test(unsupported = test)]
