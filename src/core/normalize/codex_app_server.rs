@@ -169,22 +169,6 @@ fn put(map: &mut Map<String, Value>, key: &str, value: Option<&Value>) {
     }
 }
 
-/// `fooBarBaz` → `foo_bar_baz`.
-fn snake_case(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 4);
-    for c in s.chars() {
-        if c.is_ascii_uppercase() {
-            if !out.is_empty() {
-                out.push('_');
-            }
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// Codex's own name and the HTTP status of a `codexErrorInfo` (`"unauthorized"` or
 /// `{"httpConnectionFailed": {"httpStatusCode": 401}}`), or `default`, for
 /// [`ProviderError::from_provider`] (where a 401 wins over the variant name: Codex 0.171.0
@@ -201,11 +185,8 @@ fn error_kind(info: Option<&Value>, default: &str) -> (String, Option<u64>) {
         },
         _ => (None, None),
     };
-    let name = match name {
-        Some(n) if !n.is_empty() => snake_case(n),
-        _ => default.to_owned(),
-    };
-    (name, status)
+    let name = name.filter(|n| !n.is_empty()).unwrap_or(default);
+    (name.to_owned(), status)
 }
 
 /// `{codex_error_info, additional_details}` of a `TurnError`, when it has any.
@@ -407,9 +388,9 @@ impl CodexAppServer {
                         let error = turn.get("error").unwrap_or(&Value::Null);
                         let message = str_field(error, "message").unwrap_or("turn failed");
                         let (kind, status) = error_kind(error.get("codexErrorInfo"), "turn_failed");
-                        let error_ =
-                            ProviderError::from_provider(out.provider(), &kind, status, message);
-                        let mut data = error_.to_data();
+                        let mut data =
+                            ProviderError::from_provider(out.provider(), &kind, status, message)
+                                .to_data();
                         if let Some(d) = error_details(error) {
                             add_details(&mut data, d);
                         }
@@ -538,7 +519,7 @@ impl CodexAppServer {
                 let retry = params.get("willRetry").and_then(Value::as_bool) == Some(true);
                 let message = str_field(error, "message").unwrap_or("error");
                 let default = if retry { "stream_error" } else { "turn_error" };
-                let kind = error_kind(error.get("codexErrorInfo"), default);
+                let (kind, status) = error_kind(error.get("codexErrorInfo"), default);
                 let mut details = error_details(error)
                     .and_then(|d| d.as_object().cloned())
                     .unwrap_or_default();
@@ -548,7 +529,7 @@ impl CodexAppServer {
                 emit_error(
                     out,
                     run.as_deref(),
-                    (&kind.0, kind.1),
+                    (&kind, status),
                     message,
                     severity,
                     Some(Value::Object(details)),
@@ -559,7 +540,7 @@ impl CodexAppServer {
                     .or_else(|| str_field(params, "summary"))
                     .unwrap_or("warning");
                 let run = self.turn.run.clone();
-                let kind = snake_case(method);
+                let kind = method;
                 let details = params
                     .get("details")
                     .filter(|d| !d.is_null())
@@ -567,7 +548,7 @@ impl CodexAppServer {
                 emit_error(
                     out,
                     run.as_deref(),
-                    (&kind, None),
+                    (kind, None),
                     message,
                     "warning",
                     details,
