@@ -124,8 +124,13 @@ impl ErrorKind {
     /// A provider's own name for a cause (any case: `RATE_LIMIT_EXCEEDED`,
     /// `internalServerError`, `overloaded_error`…), mapped onto the vocabulary.
     pub fn classify(own: &str) -> Classified {
-        let full = snake(own);
+        let full = if own.is_empty() {
+            String::new()
+        } else {
+            snake_case(own)
+        };
         let full = full.strip_prefix("error_").unwrap_or(&full);
+        let full = full.strip_prefix("fatal_").unwrap_or(full);
         match ErrorKind::parse(full) {
             Some(ErrorKind::AgentError | ErrorKind::Unknown) => {
                 return Classified::Generic(ErrorKind::AgentError)
@@ -174,15 +179,16 @@ impl ErrorKind {
             "max_turns_exceeded" => K::MaxTurns,
             "max_budget_usd" => K::MaxBudget,
             "config_warning" | "config" | "sandbox" => K::ConfigError,
+            "input" => K::InvalidRequest,
+            "turn_limited" => K::MaxTurns,
             "parse" | "rpc" | "method_not_found" | "invalid_params" | "resource_not_found"
             | "cancelled" => K::ProtocolError,
             // Names that say only that something failed: the status or the message may say
             // more.
             "api" => return Classified::Generic(K::ServerError),
             "" | "warning" | "turn_failed" | "item" | "stream" | "retry" | "during_execution"
-            | "other" | "aborted" | "turn" | "guardian_warning" => {
-                return Classified::Generic(K::AgentError)
-            }
+            | "other" | "aborted" | "turn" | "guardian_warning" | "tool_execution"
+            | "cancellation" => return Classified::Generic(K::AgentError),
             _ => return Classified::Unknown,
         })
     }
@@ -208,6 +214,8 @@ impl ErrorKind {
                 "billing",
             ]) {
                 ErrorKind::BillingError
+            } else if m.contains("max") && m.contains("turns") {
+                ErrorKind::MaxTurns
             } else if has(&["overloaded", " 529"]) {
                 ErrorKind::Overloaded
             } else if has(&["unauthorized", "api key", "authenticat", " 401", " 403"]) {
@@ -251,27 +259,33 @@ pub enum Classified {
     Unknown,
 }
 
-/// `camelCase`, `PascalCase` (`APIError` → `api_error`), `SCREAMING_CASE`, `kebab-case` or
-/// spaced → `snake_case`.
-fn snake(name: &str) -> String {
+/// `APIError` → `api_error`, `FatalTurnLimitedError` → `fatal_turn_limited_error`,
+/// `RESOURCE_EXHAUSTED` → `resource_exhausted`, `rate limit` → `rate_limit`.
+pub(crate) fn snake_case(name: &str) -> String {
     let chars: Vec<char> = name.chars().collect();
     let mut out = String::with_capacity(name.len() + 4);
     for (i, &c) in chars.iter().enumerate() {
-        if c.is_ascii_uppercase() {
-            let prev = i.checked_sub(1).map(|j| chars[j]);
-            let next = chars.get(i + 1);
-            let boundary = prev.is_some_and(|p| p.is_ascii_lowercase() || p.is_ascii_digit())
-                || (prev.is_some_and(|p| p.is_ascii_uppercase())
-                    && next.is_some_and(char::is_ascii_lowercase));
-            if boundary {
-                out.push('_');
+        if c.is_ascii_alphanumeric() {
+            if c.is_ascii_uppercase() && i > 0 {
+                let prev = chars[i - 1];
+                let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
+                let boundary = prev.is_ascii_lowercase()
+                    || prev.is_ascii_digit()
+                    || (prev.is_ascii_uppercase() && next_lower);
+                if boundary && !out.ends_with('_') {
+                    out.push('_');
+                }
             }
             out.push(c.to_ascii_lowercase());
-        } else if matches!(c, '-' | ' ' | '.') {
+        } else if !out.is_empty() && !out.ends_with('_') {
             out.push('_');
-        } else {
-            out.push(c);
         }
+    }
+    while out.ends_with('_') {
+        out.pop();
+    }
+    if out.is_empty() {
+        out.push_str("error");
     }
     out
 }
@@ -557,6 +571,9 @@ pub(crate) mod tests {
             ("method_not_found", None, ""),
             ("refusal", None, ""),
             ("warning", None, "Loop detected, stopping execution"),
+            ("FatalTurnLimitedError", None, ""),
+            ("FatalAuthenticationError", None, ""),
+            ("", None, "Maximum session turns exceeded"),
             ("SomethingNew", None, "no idea"),
             ("process_exit", None, ""),
         ];
@@ -599,9 +616,28 @@ pub(crate) mod tests {
             "method_not_found" None -> protocol_error {"kind":"method_not_found"}
             "refusal" None -> refusal
             "warning" None -> agent_error {"kind":"warning"}
+            "FatalTurnLimitedError" None -> max_turns {"kind":"FatalTurnLimitedError"}
+            "FatalAuthenticationError" None -> authentication_failed {"kind":"FatalAuthenticationError"}
+            "" None -> max_turns
             "SomethingNew" None -> unknown {"kind":"SomethingNew"}
             "process_exit" None -> process_exit
         "#]].assert_eq(&got);
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn snake_case_names() {
+        for (raw, want) in [
+            ("APIError", "api_error"),
+            ("ApiError", "api_error"),
+            ("FatalTurnLimitedError", "fatal_turn_limited_error"),
+            ("RESOURCE_EXHAUSTED", "resource_exhausted"),
+            ("rate limit", "rate_limit"),
+            ("already_snake", "already_snake"),
+            ("", "error"),
+            ("HTTP2Error", "http2_error"),
+        ] {
+            assert_eq!(snake_case(raw), want, "{raw}");
+        }
     }
 
     #[wasm_bindgen_test(unsupported = test)]

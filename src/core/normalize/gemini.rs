@@ -19,13 +19,14 @@
 //!   a call never announced gets its `tool_call_started` first, the tool name taken from the
 //!   id's `<name>__…` prefix.
 //! * `error {severity, message}` → `error_occurred {severity, error_message, provider_error}`;
-//!   the kind is the error's own type when it carries one (`error.type`, newer `reason` /
-//!   `category`), else `max_turns` for the max-session-turns message, else `warning` or `error`
-//!   after the severity. It does not end the turn: the `result` that follows does.
+//!   the kind is mapped from the error's own type when it carries one (`error.type`, newer
+//!   `reason` / `category`, kept as `details.kind`), else from what the status or the message
+//!   says (`max_turns` for the max-session-turns message; `agent_error` by default). It does
+//!   not end the turn: the `result` that follows does.
 //! * `result {status, error, stats}` → `token_usage_updated` from `stats` (`input_tokens`,
 //!   `output_tokens`, `cached` → `cache_read_input_tokens`; `total_tokens`, `duration_ms`,
 //!   `tool_calls` and the per-model `models` map kept under `details`), then `run_completed`
-//!   (`status: success`) or `run_failed` (`error.type`, snake_cased, as the kind). A call
+//!   (`status: success`) or `run_failed` (the kind mapped from `error.type`). A call
 //!   still without its `tool_result` ends with the turn: `tool_call_cancelled` first.
 //!
 //! Thoughts are dropped by the CLI in this format, so no reasoning events appear. Lines whose
@@ -231,21 +232,11 @@ impl Gemini {
             .and_then(|e| e.get("type"))
             .or_else(|| obj.get("reason"))
             .or_else(|| obj.get("category"))
-            .and_then(Value::as_str)
-            .map(snake_case);
-        let kind = own_kind.unwrap_or_else(|| {
-            let lower = message.to_ascii_lowercase();
-            if lower.contains("max") && lower.contains("turns") {
-                "max_turns".to_owned()
-            } else if severity == "warning" {
-                "warning".to_owned()
-            } else {
-                "error".to_owned()
-            }
-        });
+            .and_then(Value::as_str);
         let status = obj.get("status").and_then(Value::as_u64);
+        let own_kind = own_kind.unwrap_or("");
         let mut data =
-            ProviderError::from_provider(out.provider(), &kind, status, message).to_data();
+            ProviderError::from_provider(out.provider(), own_kind, status, message).to_data();
         data.insert("severity".into(), json!(severity));
         let details: Map<String, Value> = ["status", "category", "reason", "error"]
             .iter()
@@ -283,14 +274,14 @@ impl Gemini {
             let kind = error
                 .and_then(|e| e.get("type"))
                 .and_then(Value::as_str)
-                .map_or_else(|| "error".to_owned(), snake_case);
+                .unwrap_or("");
             let message = error
                 .and_then(|e| e.get("message"))
                 .and_then(Value::as_str)
                 .unwrap_or("gemini run failed");
             let status = error.and_then(|e| e.get("code")).and_then(Value::as_u64);
             let mut data =
-                ProviderError::from_provider(out.provider(), &kind, status, message).to_data();
+                ProviderError::from_provider(out.provider(), kind, status, message).to_data();
             if let Some(error) = error {
                 add_details(&mut data, json!({"error": error}));
             }
@@ -375,44 +366,12 @@ fn name_from_id(id: &str) -> String {
     }
 }
 
-/// `APIError` → `api_error`, `FatalTurnLimitedError` → `fatal_turn_limited_error`,
-/// `RESOURCE_EXHAUSTED` → `resource_exhausted`, `rate limit` → `rate_limit`.
-pub(super) fn snake_case(name: &str) -> String {
-    let chars: Vec<char> = name.chars().collect();
-    let mut out = String::with_capacity(name.len() + 4);
-    for (i, &c) in chars.iter().enumerate() {
-        if c.is_ascii_alphanumeric() {
-            if c.is_ascii_uppercase() && i > 0 {
-                let prev = chars[i - 1];
-                let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
-                let boundary = prev.is_ascii_lowercase()
-                    || prev.is_ascii_digit()
-                    || (prev.is_ascii_uppercase() && next_lower);
-                if boundary && !out.ends_with('_') {
-                    out.push('_');
-                }
-            }
-            out.push(c.to_ascii_lowercase());
-        } else if !out.is_empty() && !out.ends_with('_') {
-            out.push('_');
-        }
-    }
-    while out.ends_with('_') {
-        out.pop();
-    }
-    if out.is_empty() {
-        out.push_str("error");
-    }
-    out
-}
-
 #[cfg(test)]
 pub(super) mod tests {
     use wasm_bindgen_test::wasm_bindgen_test;
 
     use expect_test::expect;
 
-    use super::snake_case;
     use crate::core::normalize::tests::{check, check_invariants};
     use crate::core::normalize::Format;
 
@@ -597,22 +556,6 @@ pub(super) mod tests {
         ];
         for input in fixtures {
             check_invariants(Format::Gemini, input);
-        }
-    }
-
-    #[wasm_bindgen_test(unsupported = test)]
-    fn snake_case_names() {
-        for (raw, want) in [
-            ("APIError", "api_error"),
-            ("ApiError", "api_error"),
-            ("FatalTurnLimitedError", "fatal_turn_limited_error"),
-            ("RESOURCE_EXHAUSTED", "resource_exhausted"),
-            ("rate limit", "rate_limit"),
-            ("already_snake", "already_snake"),
-            ("", "error"),
-            ("HTTP2Error", "http2_error"),
-        ] {
-            assert_eq!(snake_case(raw), want, "{raw}");
         }
     }
 }

@@ -72,7 +72,6 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde_json::{json, Map, Value};
 
-use super::gemini::snake_case;
 use super::turn::cancel_tool_call;
 use super::{Decoder, Out};
 use crate::core::event::{CancelReason, EventType};
@@ -890,8 +889,7 @@ impl Opencode {
             }
             return out.ignore();
         }
-        let error =
-            ProviderError::from_provider(out.provider(), &snake_case(name), status, message);
+        let error = ProviderError::from_provider(out.provider(), name, status, message);
         let mut payload = error.to_data();
         let mut details = json!({"error_name": name});
         if let Some(s) = status {
