@@ -139,8 +139,11 @@ struct ServeArgs {
     #[arg(long, default_value_t = 600_000)]
     idle_limit_ms: i64,
     /// Milliseconds a foreground turn may stay silent (a hung agent) before the watchdog fails it.
-    #[arg(long, default_value_t = 3_600_000)]
+    #[arg(long, default_value_t = 600_000)]
     turn_idle_limit_ms: i64,
+    /// Milliseconds a turn may stay silent before it is shown stalled (a synthetic `run_stalled`).
+    #[arg(long, default_value_t = 90_000)]
+    stall_ms: i64,
     /// Where to look for agent CLIs before PATH (`scripts/install-clis` installs there).
     #[arg(long, env = "AGENTWIRE_CLI_DIR", default_value = crate::companion::host::DEFAULT_CLI_DIR)]
     cli_dir: PathBuf,
@@ -325,6 +328,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         hub_config.cancel_grace_ms = args.cancel_grace_ms;
         hub_config.autonomous_idle_limit_ms = args.idle_limit_ms;
         hub_config.foreground_idle_limit_ms = args.turn_idle_limit_ms;
+        hub_config.stall_after_ms = args.stall_ms;
         hub_config.cli_dir = std::path::absolute(&args.cli_dir)
             .with_context(|| format!("resolving {}", args.cli_dir.display()))?;
         if let Some(dir) = &args.record_dir {

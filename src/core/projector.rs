@@ -30,7 +30,7 @@ use serde_json::Value;
 use super::dedup::Dedup;
 use super::error::ErrorCode;
 use super::event::{Event, Provider};
-use super::lifecycle::{Lifecycle, LifecycleConfig, TurnProjector, ViolationKind};
+use super::lifecycle::{Lifecycle, LifecycleConfig, Stall, TurnProjector, ViolationKind};
 use super::normalize::{Config, DiagnosticKind, Format, Normalizer};
 use super::time::Timestamp;
 use super::timeline::{Change, Item, Timeline};
@@ -101,6 +101,9 @@ pub struct LifecycleState {
     /// The turn in progress (the foreground one when there is one), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub active_turn: Option<String>,
+    /// Present while that turn is stalled: a `run_stalled` came and nothing since.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stalled: Option<Stall>,
 }
 
 /// What changed in one session since the previous drain.
@@ -216,6 +219,7 @@ impl Session {
         LifecycleState {
             state: self.lifecycle.lifecycle(),
             active_turn: active.map(str::to_owned),
+            stalled: self.lifecycle.stalled().cloned(),
         }
     }
 

@@ -55,7 +55,7 @@ use super::store::{SessionRecord, SessionState, Store};
 use super::{now, random_hex, random_id};
 use crate::core::error::ErrorCode;
 use crate::core::event::{Event, EventInit, EventType, Provider};
-use crate::core::provider_error::{ProviderError, StderrLimits};
+use crate::core::provider_error::{ErrorKind, ProviderError, StderrLimits};
 use crate::core::time::Timestamp;
 use crate::core::wire::Decision;
 use task::SessionTask;
@@ -87,6 +87,8 @@ pub struct HubConfig {
     pub cancel_grace_ms: i64,
     pub autonomous_idle_limit_ms: i64,
     pub foreground_idle_limit_ms: i64,
+    /// How long a turn may stay silent before a synthetic `run_stalled` shows it stalled.
+    pub stall_after_ms: i64,
     /// Where agent CLIs are looked for before `PATH` (`scripts/install-clis` installs there).
     pub cli_dir: PathBuf,
     /// When set, each session's agent traffic is written to `<dir>/<session id>.jsonl`.
@@ -115,7 +117,8 @@ impl HubConfig {
             stderr_keep_bytes: 256 << 10,
             cancel_grace_ms: 2_000,
             autonomous_idle_limit_ms: 10 * 60_000,
-            foreground_idle_limit_ms: 60 * 60_000,
+            foreground_idle_limit_ms: crate::core::lifecycle::DEFAULT_FOREGROUND_IDLE_LIMIT_MS,
+            stall_after_ms: crate::core::lifecycle::DEFAULT_STALL_AFTER_MS,
             cli_dir: PathBuf::from(DEFAULT_CLI_DIR),
             record_dir: None,
             node: "local".to_owned(),
@@ -404,9 +407,9 @@ impl Hub {
             Ok(child) => child,
             Err(e) => {
                 let (kind, code) = if e.kind() == std::io::ErrorKind::NotFound {
-                    ("cli_not_found", ErrorCode::CliNotFound)
+                    (ErrorKind::CliNotFound, ErrorCode::CliNotFound)
                 } else {
-                    ("spawn_failed", ErrorCode::SpawnFailed)
+                    (ErrorKind::SpawnFailed, ErrorCode::SpawnFailed)
                 };
                 let error = ProviderError::new(
                     adapter.provider(),

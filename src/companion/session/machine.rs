@@ -29,7 +29,7 @@ use crate::core::error::ErrorCode;
 use crate::core::event::{Event, EventId, EventInit, EventType};
 use crate::core::lifecycle::{Disposition, LifecycleConfig, Policy, TurnProjector};
 use crate::core::normalize::{Config, Normalizer};
-use crate::core::provider_error::{ProviderError, StderrLimits};
+use crate::core::provider_error::{ErrorKind, ProviderError, StderrLimits};
 use crate::core::time::Timestamp;
 use crate::core::wire::Decision;
 
@@ -141,6 +141,7 @@ pub struct SessionConfig {
     pub cancel_grace_ms: i64,
     pub autonomous_idle_limit_ms: i64,
     pub foreground_idle_limit_ms: i64,
+    pub stall_after_ms: i64,
     pub stderr_limits: StderrLimits,
     /// Bound on the stderr kept (the oldest bytes go first).
     pub stderr_keep_bytes: usize,
@@ -160,7 +161,8 @@ impl SessionConfig {
             cwd: PathBuf::from("."),
             cancel_grace_ms: 2_000,
             autonomous_idle_limit_ms: 10 * 60_000,
-            foreground_idle_limit_ms: 60 * 60_000,
+            foreground_idle_limit_ms: crate::core::lifecycle::DEFAULT_FOREGROUND_IDLE_LIMIT_MS,
+            stall_after_ms: crate::core::lifecycle::DEFAULT_STALL_AFTER_MS,
             stderr_limits: StderrLimits::default(),
             stderr_keep_bytes: 256 << 10,
             store_queue: StoreQueueConfig::default(),
@@ -228,6 +230,7 @@ impl Session {
         lifecycle.cancel_grace_ms = config.cancel_grace_ms;
         lifecycle.autonomous_idle_limit_ms = config.autonomous_idle_limit_ms;
         lifecycle.foreground_idle_limit_ms = config.foreground_idle_limit_ms;
+        lifecycle.stall_after_ms = config.stall_after_ms;
         let mut projector = TurnProjector::new(lifecycle);
         projector.mark_connected();
         Session {
@@ -334,7 +337,7 @@ impl Session {
     /// one also ends the session (the process is killed).
     pub fn handle_request_failed(
         &mut self,
-        kind: &'static str,
+        kind: ErrorKind,
         message: String,
         fatal: bool,
         now_ms: i64,
@@ -626,7 +629,8 @@ impl Session {
         if !self.stdin_open {
             // The prompt cannot reach the agent: the turn ends at once.
             let message = "the agent's stdin is closed";
-            let error = ProviderError::new(self.adapter.provider(), "stdin_closed", message);
+            let error =
+                ProviderError::new(self.adapter.provider(), ErrorKind::StdinClosed, message);
             let data = Value::Object(error.to_data());
             self.projector
                 .end_active(EventType::RunFailed, &data, now_ms);
@@ -778,7 +782,7 @@ impl Session {
         json!({
             "runtime": self.runtime,
             "modes": self.adapter.modes(),
-            "current_mode": self.current_mode,
+            "current_mode": self.adapter.current_mode().or_else(|| self.current_mode.clone()),
             "commands": commands,
             "pending_approvals": pending,
             "capabilities": self.adapter.capabilities(),
@@ -804,7 +808,11 @@ impl Session {
         // Output the normalizer could not read is recorded in the log, not only on stderr.
         while let Some(d) = self.normalizer.poll_diagnostic() {
             let message = format!("unreadable provider output: {d}");
-            let error = ProviderError::new(self.adapter.provider(), "unreadable_output", message);
+            let error = ProviderError::new(
+                self.adapter.provider(),
+                ErrorKind::UnreadableOutput,
+                message,
+            );
             let mut data = error.to_data();
             data.insert("severity".into(), json!("warning"));
             data.insert("line".into(), json!(d.line));
@@ -893,7 +901,7 @@ impl Session {
             let error = self
                 .fatal
                 .take()
-                .unwrap_or_else(|| ProviderError::new(provider, "process_exit", message))
+                .unwrap_or_else(|| ProviderError::new(provider, ErrorKind::ProcessExit, message))
                 .with_process(exit_code, &stderr, self.stderr_limits);
             let ended = self.projector.end_active(
                 EventType::RunFailed,
