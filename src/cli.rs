@@ -282,6 +282,8 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
              (ps, /proc/PID/cmdline); prefer --token-file or AGENTWIRE_TOKEN"
         );
     }
+    // The URL is printed with the token only when it is new or on the command line anyway.
+    let token_shown = on_command_line || (args.token.is_none() && args.token_file.is_none());
     let token = match (&args.token, &args.token_file) {
         (_, Some(file)) => read_token_file(file)?,
         (Some(token), None) => token.clone(),
@@ -295,6 +297,9 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     }
     if token.chars().any(|c| c.is_control() || c == ' ') {
         bail!("the token must not contain spaces or control characters");
+    }
+    if let Err(e) = crate::companion::host::hide_from_agents() {
+        eprintln!("agentwire: could not hide this process from its agents: {e}");
     }
     match crate::companion::listen::raise_file_limit() {
         Ok(limit) if (limit as usize) < args.max_connections + 64 => eprintln!(
@@ -371,7 +376,15 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         // referrers, and the page takes it out of the address bar.
         // Whoever reads stdout may stop (`| head -1`): the server goes on regardless.
         let mut out = io::stdout().lock();
-        let _ = writeln!(out, "agentwire: serving http://{addr}/#token={token}");
+        if token_shown {
+            let _ = writeln!(out, "agentwire: serving http://{addr}/#token={token}");
+        } else {
+            // A token kept in a file or the environment stays there: not in logs of stdout.
+            let _ = writeln!(
+                out,
+                "agentwire: serving http://{addr}/ (open it with #token=<your token>)"
+            );
+        }
         let _ = writeln!(
             out,
             "agentwire: store {location} (epoch {}), node {:?}",

@@ -268,7 +268,10 @@ fn refused(refusal: Refusal) -> Response {
 
 /// The host and origin rules, for every route; then the security headers on every response.
 async fn host_and_origin(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let mut response = match state.access.check_host_and_origin(request.headers()) {
+    let mut response = match state
+        .access
+        .check_host_and_origin(request.headers(), request.uri())
+    {
         Ok(()) => next.run(request).await,
         Err(refusal) => refused(refusal),
     };
@@ -306,7 +309,11 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
             .into_response(),
         }
     } else {
-        match state.access.check_token(request.headers(), request.uri()) {
+        let checked = state
+            .access
+            .check_fetch_site(request.headers())
+            .and_then(|()| state.access.check_token(request.headers(), request.uri()));
+        match checked {
             Ok(()) => next.run(request).await,
             Err(refusal) => refused(refusal),
         }

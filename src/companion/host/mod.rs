@@ -672,6 +672,21 @@ pub(crate) fn host_event(
     Event::new(init).expect("host events have a session id")
 }
 
+/// Makes this process unreadable to the agents it hosts. They run as the same user, so they
+/// could otherwise read the token from `/proc/<companion>/environ` or its memory; a process
+/// that is not dumpable has those files owned by root (Linux; `ssh-agent` does the same).
+/// Also disables core dumps, which would hold the token too.
+pub fn hide_from_agents() -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(PR_SET_DUMPABLE) takes plain integers and touches no memory of ours.
+    unsafe {
+        if libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// Removes agentwire's own variables (`AGENTWIRE_TOKEN`, `AGENTWIRE_STORE` with its password,
 /// …) from a child's environment: a hosted agent, or a script it was talked into running,
 /// must not be able to call the API and approve its own tool calls.
