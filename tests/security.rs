@@ -807,3 +807,76 @@ fn an_agent_of_the_same_user_cannot_read_the_companion() {
     let (status, _) = server.api("GET", "/api/sessions", None);
     assert_eq!(status, 200);
 }
+
+/// Clients that ask for a large file again and again and never read the answers hold their
+/// connections in a blocked write: at the cap they make room as idle ones do, so a request
+/// with the token still gets through.
+#[test]
+fn clients_that_stop_reading_do_not_hold_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let www = dir.path().join("www");
+    std::fs::create_dir(&www).unwrap();
+    std::fs::write(www.join("big.bin"), vec![b'x'; 4 << 20]).unwrap();
+    let server = Server::start(
+        &dir.path().join("log.db"),
+        0,
+        &["--www", www.to_str().unwrap(), "--max-connections", "20"],
+    );
+    let request = format!("GET /big.bin HTTP/1.1\r\nHost: {}\r\n\r\n", server.addr).repeat(8);
+    let stuck: Vec<TcpStream> = (0..20)
+        .map(|_| {
+            let mut s = tiny_window_connect(server.addr);
+            s.write_all(request.as_bytes()).unwrap();
+            s
+        })
+        .collect();
+    // Long enough for every one of them to fill its socket buffers and block.
+    std::thread::sleep(Duration::from_millis(2_500));
+    let started = Instant::now();
+    let (status, _) = server.api("GET", "/api/sessions", None);
+    assert_eq!(status, 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "a request behind 20 non-reading clients took {:?}",
+        started.elapsed()
+    );
+    drop(stuck);
+}
+
+/// A TCP connection whose receive buffer is 1 KiB (set before connecting, so the window the
+/// server sees is tiny): the server's writes to it block almost at once.
+fn tiny_window_connect(addr: SocketAddr) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    let SocketAddr::V4(v4) = addr else {
+        panic!("a loopback IPv4 address")
+    };
+    // SAFETY: plain socket(2)/setsockopt(2)/connect(2) on a descriptor this function owns
+    // until it hands it to TcpStream.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let size: libc::c_int = 1024;
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        let sin = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: v4.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*v4.ip()).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let rc = libc::connect(
+            fd,
+            (&sin as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+        TcpStream::from_raw_fd(fd)
+    }
+}

@@ -6,8 +6,10 @@
 //! closed (hyper's header-read timer, which also runs while a kept-alive connection waits
 //! for its next request, so it is the idle timeout as well); at most `max_connections` are
 //! open at once, WebSockets included (the permit lives as long as the socket), and when the
-//! cap is reached the connection idle the longest is closed to make room. The soft limit on
-//! open files is raised to the hard one at start-up ([`raise_file_limit`]).
+//! cap is reached the connection idle the longest is closed to make room; a connection whose
+//! client stopped reading (a write blocked for a second) is as good as idle, and one blocked
+//! for `write_timeout` is closed in any case. The soft limit on open files is raised to the
+//! hard one at start-up ([`raise_file_limit`]).
 
 use std::collections::HashMap;
 use std::io;
@@ -32,6 +34,9 @@ pub struct ListenLimits {
     pub max_connections: usize,
     /// How long a connection may take to send a request head, and stay idle between requests.
     pub header_timeout: Duration,
+    /// How long a write to a client may stay blocked (the client reads nothing) before the
+    /// connection is closed.
+    pub write_timeout: Duration,
 }
 
 impl Default for ListenLimits {
@@ -39,6 +44,7 @@ impl Default for ListenLimits {
         ListenLimits {
             max_connections: 1024,
             header_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -85,17 +91,61 @@ struct Activity {
     idle: AtomicBool,
     /// When it last became idle (ms since the loop started).
     idle_since: AtomicU64,
+    /// Since when a write to the client has been blocked (ms since the loop started, plus
+    /// one); 0 while writes go through.
+    blocked_since: AtomicU64,
     started: Instant,
 }
 
+/// How long a write must be blocked before the connection may be closed to make room.
+const BLOCKED_EVICTABLE_MS: u64 = 1_000;
+
 impl Activity {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Records whether a write went through; returns the poll unchanged.
+    fn wrote<T>(&self, poll: Poll<T>) -> Poll<T> {
+        match poll {
+            Poll::Pending => {
+                let _ = self.blocked_since.compare_exchange(
+                    0,
+                    self.now_ms() + 1,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+            Poll::Ready(_) => self.blocked_since.store(0, Ordering::Relaxed),
+        }
+        poll
+    }
+
+    /// How long writes have been blocked, in ms (0 if they are not).
+    fn blocked_ms(&self) -> u64 {
+        match self.blocked_since.load(Ordering::Relaxed) {
+            0 => 0,
+            since => self.now_ms().saturating_sub(since - 1),
+        }
+    }
+
+    /// Since when the connection has served nobody: idle, or its client stopped reading.
+    fn stuck_since(&self) -> Option<u64> {
+        if self.idle.load(Ordering::Relaxed) {
+            Some(self.idle_since.load(Ordering::Relaxed))
+        } else if self.blocked_ms() >= BLOCKED_EVICTABLE_MS {
+            Some(self.blocked_since.load(Ordering::Relaxed) - 1)
+        } else {
+            None
+        }
+    }
+
     fn busy(&self) {
         self.idle.store(false, Ordering::Relaxed);
     }
 
     fn done(&self) {
-        let now = self.started.elapsed().as_millis() as u64;
-        self.idle_since.store(now, Ordering::Relaxed);
+        self.idle_since.store(self.now_ms(), Ordering::Relaxed);
         self.idle.store(true, Ordering::Relaxed);
     }
 }
@@ -107,15 +157,16 @@ struct Registry {
 }
 
 impl Registry {
-    /// Asks the connection idle the longest to close; false when none is idle.
+    /// Asks the connection that has served nobody the longest (idle, or its client not
+    /// reading) to close; false when there is none.
     fn evict_one(&self) -> bool {
         let conns = self.conns.lock().expect("registry lock");
         let oldest = conns
             .values()
-            .filter(|c| {
-                c.activity.idle.load(Ordering::Relaxed) && !c.closing.load(Ordering::Relaxed)
-            })
-            .min_by_key(|c| c.activity.idle_since.load(Ordering::Relaxed));
+            .filter(|c| !c.closing.load(Ordering::Relaxed))
+            .filter_map(|c| c.activity.stuck_since().map(|since| (since, c)))
+            .min_by_key(|(since, _)| *since)
+            .map(|(_, c)| c);
         match oldest {
             Some(c) => {
                 c.closing.store(true, Ordering::Relaxed);
@@ -146,9 +197,12 @@ pub async fn serve(
         let permit = match slots.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
+                // At the cap: make room, and look again shortly (a connection may become
+                // evictable while we wait).
                 registry.evict_one();
                 tokio::select! {
                     permit = slots.clone().acquire_owned() => permit.expect("never closed"),
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
                     _ = &mut shutdown => break,
                 }
             }
@@ -174,6 +228,7 @@ pub async fn serve(
             activity: Arc::new(Activity {
                 idle: AtomicBool::new(true),
                 idle_since: AtomicU64::new(started.elapsed().as_millis() as u64),
+                blocked_since: AtomicU64::new(0),
                 started,
             }),
             close: Arc::new(Notify::new()),
@@ -232,6 +287,7 @@ async fn serve_connection(
     let io = TokioIo::new(Permitted {
         stream,
         _permit: permit,
+        activity: handle.activity.clone(),
     });
     let activity = handle.activity.clone();
     let app = app.layer(axum::Extension(axum::extract::ConnectInfo(peer)));
@@ -260,12 +316,17 @@ async fn serve_connection(
         .with_upgrades();
     tokio::pin!(conn);
     let mut closing = false;
+    let mut watch = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
             _ = conn.as_mut() => break,
-            _ = handle.close.notified(), if !closing => {
-                closing = true;
-                conn.as_mut().graceful_shutdown();
+            // Made room for another: it served nobody (idle, or its client is not reading),
+            // so it is dropped at once.
+            _ = handle.close.notified() => break,
+            _ = watch.tick() => {
+                if handle.activity.blocked_ms() > limits.write_timeout.as_millis() as u64 {
+                    break;
+                }
             }
             changed = stop.changed(), if !closing => {
                 if changed.is_err() || *stop.borrow() {
@@ -331,6 +392,8 @@ impl Drop for Tracked {
 struct Permitted {
     stream: TcpStream,
     _permit: OwnedSemaphorePermit,
+    /// Told whether writes go through.
+    activity: Arc<Activity>,
 }
 
 impl AsyncRead for Permitted {
@@ -349,7 +412,9 @@ impl AsyncWrite for Permitted {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        let this = &mut *self;
+        this.activity
+            .wrote(Pin::new(&mut this.stream).poll_write(cx, buf))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -365,7 +430,9 @@ impl AsyncWrite for Permitted {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        let this = &mut *self;
+        this.activity
+            .wrote(Pin::new(&mut this.stream).poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
