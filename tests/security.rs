@@ -880,3 +880,54 @@ fn tiny_window_connect(addr: SocketAddr) -> TcpStream {
         TcpStream::from_raw_fd(fd)
     }
 }
+
+/// The default `--cli-dir` is relative to where the companion starts: a CLI another user put
+/// there (a shared directory, someone else's checkout) is not run; the same file of our own
+/// is.
+#[test]
+fn a_cli_planted_by_another_user_is_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join(".agentwire/clis/node_modules/.bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let marker = dir.path().join("planted-cli-ran");
+    let claude = bin.join("claude");
+    std::fs::write(
+        &claude,
+        format!("#!/bin/sh\ntouch {}\nsleep 5\n", marker.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let providers = |server: &Server| -> Vec<String> {
+        serde_json::from_value(info(server)["providers"].clone()).unwrap()
+    };
+    // Ours (root's, like the test's): offered.
+    let server = Server::start_prepared(&dir.path().join("a.db"), &[], &mut |cmd| {
+        cmd.current_dir(dir.path()).env_remove("AGENTWIRE_CLI_DIR");
+    });
+    assert!(providers(&server).contains(&"claude".to_owned()));
+    drop(server);
+    // Another user's directory: not offered, and not run when asked for.
+    for path in [dir.path().join(".agentwire"), claude.clone()] {
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+    }
+    let server = Server::start_prepared(&dir.path().join("b.db"), &[], &mut |cmd| {
+        cmd.current_dir(dir.path()).env_remove("AGENTWIRE_CLI_DIR");
+    });
+    if std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .any(|d| d.join("claude").exists())
+    {
+        return; // a claude on PATH would be found instead: nothing more to check here
+    }
+    assert!(!providers(&server).contains(&"claude".to_owned()));
+    let (status, body) = server.api(
+        "POST",
+        "/api/sessions",
+        Some(serde_json::json!({"provider": "claude"})),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (424, Some("cli_not_found")),
+        "{body}"
+    );
+    assert!(!marker.exists(), "the planted CLI ran");
+}

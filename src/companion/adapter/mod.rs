@@ -237,13 +237,18 @@ impl AgentCli {
     }
 
     /// The executable: in `cli_dir` first (where `scripts/install-clis` puts the pinned
-    /// versions), then on `PATH`.
+    /// versions), then on `PATH`. A program in `cli_dir` is taken only if no other user could
+    /// have put it there ([`planted_by_nobody`]): the default `cli_dir` is relative to where
+    /// the companion starts, which may be a shared directory or someone else's checkout.
     pub fn find(&self, cli_dir: &Path) -> Option<PathBuf> {
         let path = std::env::var_os("PATH").unwrap_or_default();
-        std::iter::once(cli_dir.to_owned())
-            .chain(std::env::split_paths(&path))
-            .map(|dir| dir.join(self.program))
-            .find(|candidate| is_executable(candidate))
+        let local = Some(cli_dir.join(self.program))
+            .filter(|candidate| is_executable(candidate) && planted_by_nobody(candidate));
+        local.or_else(|| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join(self.program))
+                .find(|candidate| is_executable(candidate))
+        })
     }
 
     /// The message of a `cli_not_found` error.
@@ -268,6 +273,34 @@ impl AgentCli {
             self.package
         )
     }
+}
+
+/// Whether `path` (as given, and the file it resolves to) and every directory above both
+/// belong to this user or root and are writable by no one else (a world-writable directory
+/// only with its sticky bit, like /tmp).
+#[cfg(unix)]
+fn planted_by_nobody(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    let safe = |p: &Path| {
+        std::fs::symlink_metadata(p).is_ok_and(|m| {
+            let mode = m.mode();
+            let writable_by_others = mode & 0o002 != 0 && !(m.is_dir() && mode & 0o1000 != 0);
+            (m.uid() == me || m.uid() == 0) && !writable_by_others
+        })
+    };
+    let chain_safe = |p: &Path| {
+        std::path::absolute(p)
+            .is_ok_and(|abs| abs.ancestors().all(|a| a.as_os_str().is_empty() || safe(a)))
+    };
+    let resolved = std::fs::canonicalize(path);
+    chain_safe(path) && resolved.is_ok_and(|r| chain_safe(&r))
+}
+
+#[cfg(not(unix))]
+fn planted_by_nobody(_path: &Path) -> bool {
+    true
 }
 
 #[cfg(unix)]
