@@ -286,7 +286,9 @@ fn planted_by_nobody(path: &Path) -> bool {
     let safe = |p: &Path| {
         std::fs::symlink_metadata(p).is_ok_and(|m| {
             let mode = m.mode();
-            let writable_by_others = mode & 0o002 != 0 && !(m.is_dir() && mode & 0o1000 != 0);
+            // A symlink's own mode means nothing (always 0777): its owner and target count.
+            let writable_by_others =
+                !m.is_symlink() && mode & 0o002 != 0 && !(m.is_dir() && mode & 0o1000 != 0);
             (m.uid() == me || m.uid() == 0) && !writable_by_others
         })
     };
