@@ -1,8 +1,8 @@
 //! Who may use the server: the rules every request passes before any route sees it.
 //!
 //! `agentwire serve` starts agents that run commands on this machine, so the token is the
-//! only thing between a caller and remote code execution. The rules, in the order
-//! [`Access::check`] applies them:
+//! only thing between a caller and remote code execution. The rules, in the order they
+//! apply:
 //!
 //! 1. **Host.** The `Host` header must name this server: `127.0.0.1:P`, `localhost:P`,
 //!    `[::1]:P` (P the bound port), the bound address itself, or a name given with
@@ -15,7 +15,7 @@
 //!    `Host`.
 //! 3. **Token** (all but static files and CORS preflights): `Authorization: Bearer T` or
 //!    `?token=T` (percent-decoded), compared in constant time. Failed attempts draw from one
-//!    bucket shared by all callers ([`Attempts`]); while it is empty no token is checked at
+//!    bucket shared by all callers; while it is empty no token is checked at
 //!    all, so guessing runs at the refill rate however many connections an attacker opens
 //!    (the price: while someone keeps guessing, new requests with the right token wait too;
 //!    open WebSockets are unaffected).

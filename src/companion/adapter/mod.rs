@@ -238,7 +238,8 @@ impl AgentCli {
 
     /// The executable: in `cli_dir` first (where `scripts/install-clis` puts the pinned
     /// versions), then on `PATH`. A program in `cli_dir` is taken only if no other user could
-    /// have put it there ([`planted_by_nobody`]): the default `cli_dir` is relative to where
+    /// have put it there (it, what it resolves to and the directories above both belong to this user
+    /// or root, writable by no one else): the default `cli_dir` is relative to where
     /// the companion starts, which may be a shared directory or someone else's checkout.
     pub fn find(&self, cli_dir: &Path) -> Option<PathBuf> {
         let path = std::env::var_os("PATH").unwrap_or_default();
