@@ -1,5 +1,5 @@
 //! The real OpenCode CLI (pinned by `scripts/install-clis`) as `opencode serve` on a loopback
-//! port the adapter picks, hosted by a real `agentwire serve` over HTTP and its `/event`
+//! port it binds itself and prints, hosted by a real `agentwire serve` over HTTP and its `/event`
 //! stream, its model an OpenAI-compatible provider at `agentwire fake-model` on 127.0.0.1
 //! (tests/common/real.rs). The model is the only fake. `RECORD_TRANSCRIPTS=1` keeps each
 //! session's event stream as tests/data/opencode/agentwire-fake__<name>.jsonl (see the README
@@ -8,6 +8,11 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 mod common;
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use agentwire::core::event::EventType;
 use common::real::{of_run, terminal, texts, Rig};
@@ -147,5 +152,109 @@ fn a_session_resumes_after_a_kill_9_and_the_model_sees_the_earlier_turn() {
         conversation.contains("Hello from the fake model."),
         "{conversation}"
     );
+    assert_only_chat_traffic(&rig);
+}
+
+/// A hostile local listener: counts the connections it gets.
+struct Hostile {
+    port: u16,
+    hits: Arc<AtomicUsize>,
+}
+
+impl Hostile {
+    fn on(listener: TcpListener) -> Hostile {
+        let port = listener.local_addr().unwrap().port();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counted = hits.clone();
+        std::thread::spawn(move || {
+            for _ in listener.incoming() {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        Hostile { port, hits }
+    }
+}
+
+/// A local user watching `/proc` for the `opencode serve` of the rig whose config is
+/// `config`: reads the `--port` its command line names and, if that is a real port, binds it
+/// first (the race an adapter that picks the port ahead loses). Says what `--port` it read.
+fn squat(config: String, stop: Arc<AtomicBool>, hostiles: Arc<Mutex<Vec<Hostile>>>) -> String {
+    let marker = format!("OPENCODE_CONFIG={config}");
+    let start = Instant::now();
+    while !stop.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(120) {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let dir = entry.path();
+            let Ok(environ) = std::fs::read(dir.join("environ")) else {
+                continue;
+            };
+            let ours = environ.split(|&b| b == 0).any(|v| v == marker.as_bytes());
+            let Ok(cmdline) = std::fs::read(dir.join("cmdline")) else {
+                continue;
+            };
+            let args: Vec<String> = cmdline
+                .split(|&b| b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let opencode = args.first().is_some_and(|a| a.ends_with("/opencode"));
+            if !ours || !opencode || args.get(1).map(String::as_str) != Some("serve") {
+                continue;
+            }
+            let Some(at) = args.iter().position(|a| a == "--port") else {
+                continue;
+            };
+            let port = args.get(at + 1).cloned().unwrap_or_default();
+            if let Ok(n @ 1..) = port.parse::<u16>() {
+                if let Ok(listener) = TcpListener::bind(("127.0.0.1", n)) {
+                    hostiles.lock().unwrap().push(Hostile::on(listener));
+                }
+            }
+            return port;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    "no opencode serve seen".to_owned()
+}
+
+#[test]
+fn the_session_talks_only_to_the_server_it_started_and_no_listener_in_wait_gets_anything() {
+    // Listeners in wait: on OpenCode's default port (it tries 4096 first), when it is free,
+    // and on a few others.
+    let mut waiting: Vec<Hostile> = (0..3)
+        .map(|_| Hostile::on(TcpListener::bind("127.0.0.1:0").unwrap()))
+        .collect();
+    if let Ok(default) = TcpListener::bind("127.0.0.1:4096") {
+        waiting.push(Hostile::on(default));
+    }
+    let hostiles = Arc::new(Mutex::new(waiting));
+    let rig = Rig::opencode();
+    let config = rig.home().join("opencode.json").display().to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let squatter = {
+        let (stop, hostiles) = (stop.clone(), hostiles.clone());
+        std::thread::spawn(move || squat(config, stop, hostiles))
+    };
+    let session = rig.create_session();
+    let (turn, events) = rig.turn(&session, "hello");
+    stop.store(true, Ordering::SeqCst);
+    let named = squatter.join().unwrap();
+    for hostile in hostiles.lock().unwrap().iter() {
+        assert_eq!(
+            hostile.hits.load(Ordering::SeqCst),
+            0,
+            "the listener on port {} got a connection",
+            hostile.port
+        );
+    }
+    assert_eq!(
+        named, "0",
+        "the command line names no port for another user to take first"
+    );
+    assert_eq!(
+        terminal(&events, &turn).kind(),
+        EventType::RunCompleted,
+        "{:#?}",
+        events.iter().map(|e| e.to_json()).collect::<Vec<_>>()
+    );
+    assert_eq!(texts(&events, &turn), ["Hello from the fake model."]);
     assert_only_chat_traffic(&rig);
 }

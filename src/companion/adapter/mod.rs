@@ -97,10 +97,12 @@ pub enum Feed {
 /// bytes each method returns to the child's stdin, in order.
 ///
 /// An agent that is not driven over stdio ([`OpencodeServe`]) returns its event stream from
-/// [`connect`] and does its own requests; its methods then return no bytes.
+/// [`connect`] and does its own requests; its methods then return no bytes, [`observe`] sees
+/// the stream's lines and [`observe_log`] the stdout's.
 ///
 /// [`start`]: Adapter::start
 /// [`observe`]: Adapter::observe
+/// [`observe_log`]: Adapter::observe_log
 /// [`connect`]: Adapter::connect
 pub trait Adapter: Send + Sync {
     fn provider(&self) -> Provider;
@@ -171,10 +173,16 @@ pub trait Adapter: Send + Sync {
         false
     }
     /// For an agent whose events do not come on stdout: starts talking to it, once the
-    /// process runs, and returns its event stream (stdout is then only a log).
+    /// process runs, and returns its event stream (stdout is then only a log, whose lines
+    /// [`Adapter::observe_log`] sees).
     fn connect(&mut self, _cwd: &Path) -> Option<mpsc::UnboundedReceiver<Feed>> {
         None
     }
+    /// Sees one line (without its newline) of the stdout of an agent that [`Adapter::connect`]
+    /// gave an event stream, where stdout is only a log: what the process itself says there
+    /// (the port `opencode serve` bound) can be trusted as its own, since only it writes its
+    /// stdout. [`Adapter::observe`] then sees the event stream's lines instead.
+    fn observe_log(&mut self, _line: &[u8]) {}
 }
 
 /// An agent CLI the companion can look for, and how to install it.

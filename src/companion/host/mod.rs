@@ -240,12 +240,7 @@ impl Hub {
                 })
             }
             "opencode" => {
-                let opencode = OpencodeServe::new(program, random_hex(16)).map_err(|e| {
-                    CommandError::new(
-                        ErrorCode::SpawnFailed,
-                        format!("no free loopback port: {e}"),
-                    )
-                })?;
+                let opencode = OpencodeServe::new(program, random_hex(16));
                 Box::new(match resume {
                     Some(id) => opencode.resuming(id),
                     None => opencode,

@@ -116,7 +116,7 @@ impl SessionTask {
                             self.output_eof();
                         }
                     }
-                    Ok(n) if stdout_is_log => self.session.handle_stderr(&out_buf[..n]),
+                    Ok(n) if stdout_is_log => self.session.handle_stdout_log(&out_buf[..n]),
                     Ok(n) => self.output(&out_buf[..n]),
                 },
                 item = next_feed(&mut feed), if reading => match item {

@@ -191,6 +191,8 @@ pub struct Session {
     provider_session_seen: bool,
     /// Stdout split into lines for [`Adapter::observe`].
     lines: LineSplitter,
+    /// Stdout that is only a log, split into lines for [`Adapter::observe_log`].
+    log_lines: LineSplitter,
     /// The normalizer reads whole lines, ours included ([`Adapter::feeds_requests`]).
     feed_lines: bool,
     /// Model, version, cwd, the CLI's session id: from `session_started`, `model_changed`.
@@ -250,6 +252,7 @@ impl Session {
             interrupts: 0,
             provider_session_seen: false,
             lines: LineSplitter::default(),
+            log_lines: LineSplitter::default(),
             runtime: Map::new(),
             current_mode: None,
             commands: None,
@@ -325,8 +328,18 @@ impl Session {
         self.settle();
     }
 
-    /// Bytes of the agent's stderr (or of its stdout, when that is only a log): kept, bounded,
-    /// for the `provider_error` of a process that exits.
+    /// Bytes of the stdout of an agent whose events come on a stream of its adapter's
+    /// ([`Adapter::connect`]): kept like stderr, and shown to the adapter line by line
+    /// ([`Adapter::observe_log`]).
+    pub fn handle_stdout_log(&mut self, bytes: &[u8]) {
+        self.handle_stderr(bytes);
+        for line in self.log_lines.push(bytes) {
+            self.adapter.observe_log(&line);
+        }
+    }
+
+    /// Bytes of the agent's stderr: kept, bounded, for the `provider_error` of a process that
+    /// exits.
     pub fn handle_stderr(&mut self, bytes: &[u8]) {
         self.stderr.extend(bytes);
         let excess = self.stderr.len().saturating_sub(self.stderr_keep);

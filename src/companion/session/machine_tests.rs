@@ -794,3 +794,50 @@ fn a_failed_adapter_request_fails_the_turn_and_a_fatal_one_ends_the_session() {
         "#]],
     );
 }
+
+/// An adapter with its own event stream, recording the stdout lines it is shown.
+struct LogReader(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl crate::companion::adapter::Adapter for LogReader {
+    fn provider(&self) -> crate::core::event::Provider {
+        crate::core::event::Provider::Opencode
+    }
+    fn format(&self) -> crate::core::normalize::Format {
+        crate::core::normalize::Format::Opencode
+    }
+    fn command(&self, _cwd: &std::path::Path) -> tokio::process::Command {
+        tokio::process::Command::new("true")
+    }
+    fn prompt(&mut self, _text: &str) -> Vec<u8> {
+        Vec::new()
+    }
+    fn interrupt(&mut self, _request_id: &str) -> Vec<u8> {
+        Vec::new()
+    }
+    fn answer(&mut self, _id: &str, _decision: Decision, _request: &Value) -> Vec<u8> {
+        Vec::new()
+    }
+    fn observe_log(&mut self, line: &[u8]) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(String::from_utf8_lossy(line).into_owned());
+    }
+}
+
+#[test]
+fn a_stdout_that_is_only_a_log_reaches_the_adapter_in_whole_lines() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut s = Session::new(config(), Box::new(LogReader(seen.clone())));
+    s.handle_start(0);
+    s.handle_stdout_log(b"Warning: x\nopencode server listen");
+    s.handle_stdout_log(b"ing on http://127.0.0.1:4100\nrest");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            "Warning: x",
+            "opencode server listening on http://127.0.0.1:4100"
+        ]
+    );
+    assert!(s.poll_stdin().is_none());
+}
