@@ -24,7 +24,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::projector::{Batch, Projector, Signal};
-use super::wire::{ClientMsg, Decision, Thinking, WireError, DEFAULT_MAX_FRAME, PROTOCOL_VERSIONS};
+use super::wire::{
+    ClientMsg, Decision, Thinking, WireError, DEFAULT_MAX_FRAME, FEATURE_SESSION_STATUS,
+    PROTOCOL_VERSIONS,
+};
 
 /// How a [`Client`] connects and retries.
 #[derive(Clone, Debug)]
@@ -320,6 +323,7 @@ impl Client {
             protocols: PROTOCOL_VERSIONS.to_vec(),
             max_frame: Some(DEFAULT_MAX_FRAME),
             client: Some(self.config.client_name.clone()),
+            features: vec![FEATURE_SESSION_STATUS.to_owned()],
         });
     }
 
