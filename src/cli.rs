@@ -139,8 +139,11 @@ struct ServeArgs {
     #[arg(long, default_value_t = 600_000)]
     idle_limit_ms: i64,
     /// Milliseconds a foreground turn may stay silent (a hung agent) before the watchdog fails it.
-    #[arg(long, default_value_t = 3_600_000)]
+    #[arg(long, default_value_t = 600_000)]
     turn_idle_limit_ms: i64,
+    /// Milliseconds a turn may stay silent before it is shown stalled (a synthetic `run_stalled`).
+    #[arg(long, default_value_t = 90_000)]
+    stall_ms: i64,
     /// Where to look for agent CLIs before PATH (`scripts/install-clis` installs there).
     #[arg(long, env = "AGENTWIRE_CLI_DIR", default_value = crate::companion::host::DEFAULT_CLI_DIR)]
     cli_dir: PathBuf,
@@ -279,6 +282,8 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
              (ps, /proc/PID/cmdline); prefer --token-file or AGENTWIRE_TOKEN"
         );
     }
+    // The URL is printed with the token only when it is new or on the command line anyway.
+    let token_shown = on_command_line || (args.token.is_none() && args.token_file.is_none());
     let token = match (&args.token, &args.token_file) {
         (_, Some(file)) => read_token_file(file)?,
         (Some(token), None) => token.clone(),
@@ -292,6 +297,9 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     }
     if token.chars().any(|c| c.is_control() || c == ' ') {
         bail!("the token must not contain spaces or control characters");
+    }
+    if let Err(e) = crate::companion::host::hide_from_agents() {
+        eprintln!("agentwire: could not hide this process from its agents: {e}");
     }
     match crate::companion::listen::raise_file_limit() {
         Ok(limit) if (limit as usize) < args.max_connections + 64 => eprintln!(
@@ -325,6 +333,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         hub_config.cancel_grace_ms = args.cancel_grace_ms;
         hub_config.autonomous_idle_limit_ms = args.idle_limit_ms;
         hub_config.foreground_idle_limit_ms = args.turn_idle_limit_ms;
+        hub_config.stall_after_ms = args.stall_ms;
         hub_config.cli_dir = std::path::absolute(&args.cli_dir)
             .with_context(|| format!("resolving {}", args.cli_dir.display()))?;
         if let Some(dir) = &args.record_dir {
@@ -367,7 +376,15 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         // referrers, and the page takes it out of the address bar.
         // Whoever reads stdout may stop (`| head -1`): the server goes on regardless.
         let mut out = io::stdout().lock();
-        let _ = writeln!(out, "agentwire: serving http://{addr}/#token={token}");
+        if token_shown {
+            let _ = writeln!(out, "agentwire: serving http://{addr}/#token={token}");
+        } else {
+            // A token kept in a file or the environment stays there: not in logs of stdout.
+            let _ = writeln!(
+                out,
+                "agentwire: serving http://{addr}/ (open it with #token=<your token>)"
+            );
+        }
         let _ = writeln!(
             out,
             "agentwire: store {location} (epoch {}), node {:?}",

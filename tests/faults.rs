@@ -26,12 +26,19 @@ fn every_fault_ends_its_turn_and_the_others_keep_streaming() {
         &dir.path().join("a.db"),
         0,
         10,
-        &["--turn-idle-limit-ms", "1500", "--cancel-grace-ms", "250"],
+        &[
+            "--turn-idle-limit-ms",
+            "1500",
+            "--cancel-grace-ms",
+            "250",
+            "--stall-ms",
+            "500",
+        ],
     );
     let healthy = server.create_demo_session();
     let healthy_turn = server.start_turn(&healthy, "a slow answer");
 
-    // Hangs: writes nothing more. The watchdog fails the turn.
+    // Hangs: writes nothing more. It is shown stalled after 500 ms, then the watchdog fails it.
     let hung = server.create_demo_session();
     let hung_turn = server.start_turn(&hung, "hang please");
     // Ignores the interrupt: after the grace, the turn is cancelled anyway.
@@ -53,6 +60,18 @@ fn every_fault_ends_its_turn_and_the_others_keep_streaming() {
     let t = terminal(&events, &hung_turn);
     assert_eq!(t.kind(), EventType::RunFailed);
     assert_eq!(t.data()["provider_error"]["kind"], "watchdog");
+    let stalls: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.kind() == EventType::RunStalled)
+        .collect();
+    assert_eq!(stalls.len(), 1, "one stall notice per silence");
+    assert_eq!(stalls[0].run_id(), Some(hung_turn.as_str()));
+    assert_eq!(stalls[0].data()["synthetic"], true);
+    assert!(stalls[0].data()["silent_ms"].as_i64().unwrap() >= 500);
+    assert!(
+        stalls[0].sequence() < t.sequence(),
+        "the stall comes before the watchdog"
+    );
 
     let events = server.wait_events(&deaf, "the cancel grace", |e| ended(e, &deaf_turn));
     let t = terminal(&events, &deaf_turn);

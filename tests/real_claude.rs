@@ -157,7 +157,7 @@ fn an_http_401_fails_the_turn_with_a_provider_error() {
     let error: &Value = &end.data()["provider_error"];
     let kind = error["kind"].as_str().unwrap();
     assert!(
-        ["authentication_failed", "api_error"].contains(&kind),
+        ["authentication_failed"].contains(&kind),
         "{}",
         end.to_json()
     );

@@ -73,7 +73,7 @@ fn interrupting_a_slow_turn_cancels_it_and_the_session_goes_on() {
 #[test]
 fn an_http_401_fails_the_turn_with_a_provider_error() {
     let rig = Rig::codex();
-    let session = rig.failed_turn_then_another(&["authentication_failed", "api_error"]);
+    let session = rig.failed_turn_then_another(&["authentication_failed"]);
     assert_only_responses_traffic(&rig);
     rig.keep_transcript(&session, "codex-app-server", "http401");
 }

@@ -94,6 +94,16 @@ fn an_http_401_fails_the_turn_with_a_provider_error() {
 fn the_plan_agent_is_a_mode_and_thinking_is_unsupported() {
     let rig = Rig::opencode();
     let session = rig.create_session();
+    let describe = |rig: &Rig| {
+        let (status, body) = rig
+            .server
+            .api("GET", &format!("/api/sessions/{session}"), None);
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    // OpenCode's default agent is in use until another is chosen.
+    let body = describe(&rig);
+    assert_eq!(body["current_mode"], "build", "{body}");
     let path = format!("/api/sessions/{session}/mode");
     let (status, body) = rig.server.api("POST", &path, Some(json!({"mode": "plan"})));
     assert_eq!(status, 204, "{body}");
@@ -106,9 +116,7 @@ fn the_plan_agent_is_a_mode_and_thinking_is_unsupported() {
     assert_eq!(body["error"]["code"], "unsupported");
     let (turn, events) = rig.turn(&session, "hello");
     assert_eq!(terminal(&events, &turn).kind(), EventType::RunCompleted);
-    let (_, body) = rig
-        .server
-        .api("GET", &format!("/api/sessions/{session}"), None);
+    let body = describe(&rig);
     assert_eq!(body["current_mode"], "plan", "{body}");
     let requests = rig.fake.requests();
     let prompt = requests

@@ -2,6 +2,7 @@
 //! cannot block its session: its output is still read and stored, commands are still
 //! answered while their bytes wait for the pipe, an interrupt still ends the turn (after the
 //! cancel grace), and the session can be closed.
+#![cfg(not(target_arch = "wasm32"))]
 
 mod common;
 

@@ -9,6 +9,7 @@
 //! The filesystems are mounted by the test (it runs as root): a tmpfs of a few MiB, or an ext4
 //! image on a loop device (root ignores file modes; `chattr +i` on ext4 makes even writes
 //! through open descriptors fail).
+#![cfg(not(target_arch = "wasm32"))]
 
 mod common;
 

@@ -3,7 +3,7 @@
 // The HTTP API creates and lists sessions; everything live rides the Client's WebSocket.
 
 import init, { Client } from "agentwire";
-import { SessionModel, TimelineView } from "./timeline.js";
+import { SessionModel, TimelineView, silence } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
 const token = takeToken();
@@ -52,6 +52,7 @@ const state = {
   sessions: [], // from the API
   lifecycles: new Map(), // session -> lifecycle (from the Client)
   stores: new Map(), // session -> its store status, while the server says it is unavailable
+  stalls: new Map(), // session -> its active turn's stall ({silent_ms, at_ms}), while stalled
   models: new Map(), // session -> SessionModel, from the Client's batches
   current: null, // the session shown, or {transcript: name}
   client: null,
@@ -73,6 +74,18 @@ function badge(text, cls) {
   return b;
 }
 
+/** The stall of a session's turn, if any: in full in the head, one word in the list. */
+function stallBadge(session, short = false) {
+  const stall = state.stalls.get(session);
+  if (!stall) return [];
+  // Silent since the host noticed, too (its clock; never less than what it noticed).
+  const silent = stall.silent_ms + Math.max(0, Date.now() - stall.at_ms);
+  const text = `stalled: no output for ${silence(silent)}`;
+  const b = badge(short ? "stalled" : text, "lifecycle-stalled");
+  b.title = text;
+  return [b];
+}
+
 function renderSessions() {
   const list = $("sessions");
   list.replaceChildren();
@@ -84,7 +97,7 @@ function renderSessions() {
     name.textContent = `${s.provider} · ${s.id.slice(4, 12)}`;
     const lifecycle = state.lifecycles.get(s.id);
     const shown = lifecycle ?? s.state;
-    li.append(name, badge(shown, `lifecycle-${shown}`));
+    li.append(name, badge(shown, `lifecycle-${shown}`), ...stallBadge(s.id, true));
     li.onclick = () => select(s.id);
     list.append(li);
   }
@@ -109,7 +122,7 @@ function renderHead() {
     $("session-title").textContent =
       (s ? `${s.provider} session ${s.id}` : current) + (elsewhere ? ` · on node ${elsewhere}` : "");
     const lifecycle = state.lifecycles.get(current) ?? "initializing";
-    $("lifecycle").replaceChildren(badge(lifecycle, `lifecycle-${lifecycle}`));
+    $("lifecycle").replaceChildren(badge(lifecycle, `lifecycle-${lifecycle}`), ...stallBadge(current));
   }
   renderStore(typeof current === "string" ? state.stores.get(current) : undefined);
   const u = view.usage;
@@ -193,6 +206,8 @@ function onChange(batch) {
   for (const b of batch.sessions) {
     if (b.lifecycle) {
       state.lifecycles.set(b.session, b.lifecycle.state);
+      if (b.lifecycle.stalled) state.stalls.set(b.session, b.lifecycle.stalled);
+      else state.stalls.delete(b.session);
       sessionsChanged = true;
     }
     const m = b.reset ? new SessionModel() : model(b.session);
@@ -247,6 +262,10 @@ async function main() {
   setInterval(() => {
     if (typeof state.current !== "object" || state.current === null) refreshSessions().catch(() => {});
   }, 3000);
+  // A stall's duration keeps counting while it lasts.
+  setInterval(() => {
+    if (typeof state.current === "string" && state.stalls.has(state.current)) renderHead();
+  }, 1000);
 
   $("create").onclick = async () => {
     try {

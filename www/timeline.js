@@ -187,3 +187,13 @@ export class TimelineView {
     return row;
   }
 }
+
+/** "1 min 30 s", "45 s", "2 h 5 min": how long a turn has been silent. */
+export function silence(ms) {
+  if (ms < 1000) return `${ms} ms`;
+  const s = Math.round(ms / 1000);
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return s % 60 ? `${m} min ${s % 60} s` : `${m} min`;
+  return m % 60 ? `${Math.floor(m / 60)} h ${m % 60} min` : `${Math.floor(m / 60)} h`;
+}

@@ -73,12 +73,23 @@ impl Access {
         }
     }
 
-    /// The `Host` and `Origin` rules: every request, static files included.
-    pub fn check_host_and_origin(&self, headers: &HeaderMap) -> Result<(), Refusal> {
-        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    /// The `Host` and `Origin` rules: every request, static files included. There must be
+    /// exactly one `Host`, and an absolute-form request target (`GET http://x/ HTTP/1.1`)
+    /// must name an allowed host too.
+    pub fn check_host_and_origin(&self, headers: &HeaderMap, uri: &Uri) -> Result<(), Refusal> {
+        let mut hosts = headers.get_all(header::HOST).iter();
+        let host = hosts.next().and_then(|h| h.to_str().ok());
+        if hosts.next().is_some() {
+            return Err(Refusal::Host("(several Host headers)".into()));
+        }
         match host {
-            Some(h) if self.hosts.iter().any(|a| a.eq_ignore_ascii_case(h)) => {}
+            Some(h) if self.host_allowed(h) => {}
             other => return Err(Refusal::Host(shorten(other.unwrap_or("(none)")))),
+        }
+        if let Some(authority) = uri.authority() {
+            if !self.host_allowed(authority.as_str()) {
+                return Err(Refusal::Host(shorten(authority.as_str())));
+            }
         }
         match headers.get(header::ORIGIN) {
             None => Ok(()),
@@ -86,6 +97,29 @@ impl Access {
             Some(origin) => Err(Refusal::Origin(shorten(&String::from_utf8_lossy(
                 origin.as_bytes(),
             )))),
+        }
+    }
+
+    fn host_allowed(&self, host: &str) -> bool {
+        self.hosts.iter().any(|a| a.eq_ignore_ascii_case(host))
+    }
+
+    /// Fetch metadata: a browser marks each request with `Sec-Fetch-Site`. A request another
+    /// site's page made (`cross-site`, or `same-site`: a page on another port of this
+    /// machine) reaches the API only from an origin given with `--allow-origin`, and is
+    /// refused before its token is looked at, so such a page can neither guess tokens nor
+    /// use up the attempts of the real user (an `<img src="…?token=guess">` sends no
+    /// `Origin`). Requests without the header (other programs), `same-origin` and `none`
+    /// (the user's own navigation) pass.
+    pub fn check_fetch_site(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+        let site = headers
+            .get("sec-fetch-site")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("none");
+        match site {
+            "same-origin" | "none" => Ok(()),
+            _ if self.cors_origin(headers).is_some() => Ok(()),
+            other => Err(Refusal::Origin(format!("(a {other} request)"))),
         }
     }
 
@@ -99,7 +133,7 @@ impl Access {
         let host = origin
             .strip_prefix("http://")
             .or_else(|| origin.strip_prefix("https://"));
-        host.is_some_and(|h| self.hosts.iter().any(|a| a.eq_ignore_ascii_case(h)))
+        host.is_some_and(|h| self.host_allowed(h))
     }
 
     /// The origin that gets CORS headers: one given with `--allow-origin`.
@@ -315,13 +349,62 @@ mod tests {
             if !origin.is_empty() {
                 pairs.push(("origin", *origin));
             }
-            let got = match access.check_host_and_origin(&headers(&pairs)) {
+            let got = match access.check_host_and_origin(&headers(&pairs), &"/".parse().unwrap()) {
                 Ok(()) => "ok",
                 Err(Refusal::Host(_)) => "host",
                 Err(Refusal::Origin(_)) => "origin",
                 Err(other) => panic!("{other:?}"),
             };
             assert_eq!(got, *want, "Host {host:?}, Origin {origin:?}");
+        }
+    }
+
+    #[test]
+    fn one_host_and_the_request_target_too() {
+        let access = access();
+        let mut two = headers(&[("host", "127.0.0.1:7777")]);
+        two.append("host", HeaderValue::from_static("evil.example:7777"));
+        let root: Uri = "/".parse().unwrap();
+        assert!(matches!(
+            access.check_host_and_origin(&two, &root),
+            Err(Refusal::Host(_))
+        ));
+        let one = headers(&[("host", "127.0.0.1:7777")]);
+        let absolute: Uri = "http://evil.example:7777/api/info".parse().unwrap();
+        assert!(matches!(
+            access.check_host_and_origin(&one, &absolute),
+            Err(Refusal::Host(_))
+        ));
+        let own: Uri = "http://localhost:7777/api/info".parse().unwrap();
+        assert_eq!(access.check_host_and_origin(&one, &own), Ok(()));
+    }
+
+    /// Each case: `Sec-Fetch-Site`, `Origin` → passes or not.
+    #[test]
+    fn requests_other_sites_make_are_refused_before_the_token() {
+        let access = access();
+        for (site, origin, pass) in [
+            ("", "", true),
+            ("same-origin", "", true),
+            ("none", "", true),
+            ("same-site", "", false),
+            ("cross-site", "", false),
+            ("cross-site", "http://evil.example", false),
+            ("cross-site", "http://localhost:5173", true),
+            ("same-site", "http://localhost:5173", true),
+        ] {
+            let mut pairs = Vec::new();
+            if !site.is_empty() {
+                pairs.push(("sec-fetch-site", site));
+            }
+            if !origin.is_empty() {
+                pairs.push(("origin", origin));
+            }
+            assert_eq!(
+                access.check_fetch_site(&headers(&pairs)).is_ok(),
+                pass,
+                "{site} {origin}"
+            );
         }
     }
 

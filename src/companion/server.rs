@@ -35,6 +35,7 @@ use super::host::{CommandError, Hub};
 use super::listen::{self, ListenLimits};
 use super::store::{EventQuery, StoreError};
 use super::ws::{self, ConnectionLimits, Follower, Page, StreamCounts, StreamGuard};
+use crate::core::error::ErrorCode;
 use crate::core::event::EventType;
 use crate::core::time::Timestamp;
 use crate::core::wire::{self, Decision};
@@ -124,12 +125,12 @@ fn access_for(config: &ServerConfig, mut hosts: Vec<String>) -> Arc<Access> {
 /// An API error: a status and `{"error": {"code", "message"}}`.
 pub struct ApiError {
     status: StatusCode,
-    code: &'static str,
+    code: ErrorCode,
     message: String,
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+    fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             code,
@@ -140,25 +141,27 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let body = json!({"error": {"code": self.code.as_str(), "message": self.message}});
         (self.status, Json(body)).into_response()
     }
 }
 
 impl From<CommandError> for ApiError {
     fn from(e: CommandError) -> ApiError {
+        use ErrorCode as C;
         let status = match e.code {
-            "unknown_session" | "unknown_request" => StatusCode::NOT_FOUND,
-            "foreground_turn_active"
-            | "not_connected"
-            | "no_active_turn"
-            | "turn_id_used"
-            | "already_running"
-            | "hosted_elsewhere"
-            | "no_resume_handle" => StatusCode::CONFLICT,
-            "store_error" => StatusCode::INTERNAL_SERVER_ERROR,
-            "bad_session_id" => StatusCode::BAD_REQUEST,
-            "cli_not_found" | "spawn_failed" => StatusCode::FAILED_DEPENDENCY,
+            C::UnknownSession | C::UnknownRequest => StatusCode::NOT_FOUND,
+            C::ForegroundTurnActive
+            | C::NotConnected
+            | C::NoActiveTurn
+            | C::TurnIdUsed
+            | C::AlreadyRunning
+            | C::HostedElsewhere
+            | C::NoResumeHandle => StatusCode::CONFLICT,
+            // The agent is not reading its input: try again later.
+            C::AgentBusy => StatusCode::SERVICE_UNAVAILABLE,
+            C::StoreError => StatusCode::INTERNAL_SERVER_ERROR,
+            C::CliNotFound | C::SpawnFailed => StatusCode::FAILED_DEPENDENCY,
             _ => StatusCode::BAD_REQUEST,
         };
         ApiError::new(status, e.code, e.message)
@@ -228,25 +231,29 @@ fn refused(refusal: Refusal) -> Response {
     let (status, code, message) = match refusal {
         Refusal::Host(host) => (
             StatusCode::FORBIDDEN,
-            "forbidden_host",
+            ErrorCode::ForbiddenHost,
             format!("host {host} is not this server's (see --allow-host)"),
         ),
         Refusal::Origin(origin) => (
             StatusCode::FORBIDDEN,
-            "forbidden_origin",
+            ErrorCode::ForbiddenOrigin,
             format!("origin {origin} is not allowed (see --allow-origin)"),
         ),
         Refusal::TokenRequired => (
             StatusCode::UNAUTHORIZED,
-            "token_required",
+            ErrorCode::TokenRequired,
             "a token is required: Authorization: Bearer <token> or ?token=<token>".into(),
         ),
-        Refusal::BadToken => (StatusCode::UNAUTHORIZED, "bad_token", "wrong token".into()),
+        Refusal::BadToken => (
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::BadToken,
+            "wrong token".into(),
+        ),
         Refusal::TooManyAttempts { retry_after } => {
             let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
             let mut response = ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
-                "too_many_attempts",
+                ErrorCode::TooManyAttempts,
                 format!("too many wrong tokens lately: try again in {seconds} s"),
             )
             .into_response();
@@ -261,7 +268,10 @@ fn refused(refusal: Refusal) -> Response {
 
 /// The host and origin rules, for every route; then the security headers on every response.
 async fn host_and_origin(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let mut response = match state.access.check_host_and_origin(request.headers()) {
+    let mut response = match state
+        .access
+        .check_host_and_origin(request.headers(), request.uri())
+    {
         Ok(()) => next.run(request).await,
         Err(refusal) => refused(refusal),
     };
@@ -293,13 +303,17 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
             Some(_) => StatusCode::NO_CONTENT.into_response(),
             None => ApiError::new(
                 StatusCode::FORBIDDEN,
-                "forbidden_origin",
+                ErrorCode::ForbiddenOrigin,
                 "CORS is only for origins given with --allow-origin",
             )
             .into_response(),
         }
     } else {
-        match state.access.check_token(request.headers(), request.uri()) {
+        let checked = state
+            .access
+            .check_fetch_site(request.headers())
+            .and_then(|()| state.access.check_token(request.headers(), request.uri()));
+        match checked {
             Ok(()) => next.run(request).await,
             Err(refusal) => refused(refusal),
         }
@@ -339,12 +353,12 @@ async fn json_rejections(request: Request, next: Next) -> Response {
         return response;
     }
     let code = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
-        StatusCode::UNPROCESSABLE_ENTITY => "bad_body",
-        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
-        s if s.is_server_error() => "internal_error",
-        _ => "bad_request",
+        StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::BodyTooLarge,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::UnsupportedMediaType,
+        StatusCode::UNPROCESSABLE_ENTITY => ErrorCode::BadBody,
+        StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed,
+        s if s.is_server_error() => ErrorCode::InternalError,
+        _ => ErrorCode::BadRequest,
     };
     let body = axum::body::to_bytes(response.into_body(), 4096)
         .await
@@ -491,7 +505,13 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for SessionId {
     ) -> Result<SessionId, ApiError> {
         let params = UrlPath::<Vec<(String, String)>>::from_request_parts(parts, state)
             .await
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.body_text()))?;
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    ErrorCode::BadRequest,
+                    e.body_text(),
+                )
+            })?;
         let id = params
             .0
             .into_iter()
@@ -499,7 +519,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for SessionId {
             .map(|(_, v)| v);
         match id {
             Some(id) if wire::is_session_id(&id) => Ok(SessionId(id)),
-            _ => Err(CommandError::new("bad_session_id", wire::SESSION_ID_RULE).into()),
+            _ => Err(CommandError::new(ErrorCode::BadSessionId, wire::SESSION_ID_RULE).into()),
         }
     }
 }
@@ -523,7 +543,7 @@ impl EventsParams {
             Some(s) => Some(Timestamp::parse_rfc3339(s).ok_or_else(|| {
                 ApiError::new(
                     StatusCode::BAD_REQUEST,
-                    "bad_since",
+                    ErrorCode::BadSince,
                     format!("since={s:?} is not RFC 3339"),
                 )
             })?),
@@ -533,7 +553,7 @@ impl EventsParams {
             Some(k) => Some(EventType::parse(k).ok_or_else(|| {
                 ApiError::new(
                     StatusCode::BAD_REQUEST,
-                    "bad_type",
+                    ErrorCode::BadType,
                     format!("unknown event type {k:?}"),
                 )
             })?),
@@ -557,7 +577,9 @@ async fn get_events(
 ) -> Result<Json<Value>, ApiError> {
     let store = state.hub.store();
     if store.get_session(&id).await?.is_none() {
-        return Err(CommandError::new("unknown_session", format!("no session {id:?}")).into());
+        return Err(
+            CommandError::new(ErrorCode::UnknownSession, format!("no session {id:?}")).into(),
+        );
     }
     let query = params.query()?;
     let events = match params.wait_ms {
@@ -589,7 +611,9 @@ async fn sse_stream(
 ) -> Result<Response, ApiError> {
     let store = state.hub.store().clone();
     if store.get_session(&id).await?.is_none() {
-        return Err(CommandError::new("unknown_session", format!("no session {id:?}")).into());
+        return Err(
+            CommandError::new(ErrorCode::UnknownSession, format!("no session {id:?}")).into(),
+        );
     }
     let resume = headers
         .get("last-event-id")
@@ -672,8 +696,9 @@ async fn websocket(State(state): State<AppState>, upgrade: WebSocketUpgrade) -> 
 /// Static files from the www directory; `/` is `index.html`. A page gets its
 /// `Content-Security-Policy` ([`page_policy`]).
 async fn static_file(State(state): State<AppState>, uri: Uri) -> Response {
-    let not_found =
-        || ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such file").into_response();
+    let not_found = || {
+        ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such file").into_response()
+    };
     let Some(path) = resolve_static(&state.config.www, uri.path()) else {
         return not_found();
     };

@@ -22,6 +22,7 @@ use super::host::CommandError;
 use super::host::Hub;
 use super::now;
 use super::store::{Committed, EventQuery, Store, StoreError};
+use crate::core::error::ErrorCode;
 use crate::core::event::Event;
 use crate::core::wire::{self, ClientMsg, ServerMsg, StoreStatus, WireError};
 
@@ -245,7 +246,7 @@ pub async fn run_connection<I>(
         let out = out.clone();
         async move { out.send(msg.encode()).await.is_ok() }
     };
-    let error = |code: &str, message: String| ServerMsg::Error {
+    let error = |code: ErrorCode, message: String| ServerMsg::Error {
         error: WireError::new(code, message),
         session: None,
     };
@@ -267,7 +268,7 @@ pub async fn run_connection<I>(
                             "no common protocol version: server speaks {:?}",
                             wire::PROTOCOL_VERSIONS
                         );
-                        send(error("unsupported_protocol", msg)).await;
+                        send(error(ErrorCode::UnsupportedProtocol, msg)).await;
                         return;
                     };
                     let max_frame = max_frame
@@ -289,7 +290,7 @@ pub async fn run_connection<I>(
                 }
                 Ok(_) => {
                     send(error(
-                        "hello_required",
+                        ErrorCode::HelloRequired,
                         "the first message must be hello".into(),
                     ))
                     .await;
@@ -302,12 +303,16 @@ pub async fn run_connection<I>(
             }
         }
         Ok(Some(Incoming::Binary | Incoming::Control)) => {
-            send(error("binary_frame", "frames are JSON text".into())).await;
+            send(error(ErrorCode::BinaryFrame, "frames are JSON text".into())).await;
             return;
         }
         Ok(None) => return,
         Err(_) => {
-            send(error("hello_timeout", "no hello within 30 s".into())).await;
+            send(error(
+                ErrorCode::HelloTimeout,
+                "no hello within 30 s".into(),
+            ))
+            .await;
             return;
         }
     };
@@ -317,7 +322,7 @@ pub async fn run_connection<I>(
         let text = match frame {
             Incoming::Text(t) => t,
             Incoming::Binary => {
-                send(error("binary_frame", "frames are JSON text".into())).await;
+                send(error(ErrorCode::BinaryFrame, "frames are JSON text".into())).await;
                 continue;
             }
             Incoming::Control => continue,
@@ -337,11 +342,11 @@ pub async fn run_connection<I>(
             .is_some_and(|id| id.len() > wire::MAX_COMMAND_ID)
         {
             let message = format!("a command id is at most {} bytes", wire::MAX_COMMAND_ID);
-            send(error("bad_command_id", message)).await;
+            send(error(ErrorCode::BadCommandId, message)).await;
             continue;
         }
         if msg.session().is_some_and(|s| !wire::is_session_id(s)) {
-            let refusal = CommandError::new("bad_session_id", wire::SESSION_ID_RULE);
+            let refusal = CommandError::new(ErrorCode::BadSessionId, wire::SESSION_ID_RULE);
             let frame = match msg.command_id() {
                 Some(id) => reply(id.to_owned(), Err(refusal)),
                 None => error(refusal.code, refusal.message),
@@ -351,7 +356,11 @@ pub async fn run_connection<I>(
         }
         match msg {
             ClientMsg::Hello { .. } => {
-                send(error("already_hello", "hello was already received".into())).await;
+                send(error(
+                    ErrorCode::AlreadyHello,
+                    "hello was already received".into(),
+                ))
+                .await;
             }
             ClientMsg::Subscribe {
                 session,
@@ -368,7 +377,7 @@ pub async fn run_connection<I>(
                         "a connection follows at most {MAX_SUBSCRIPTIONS} sessions at once: unsubscribe first"
                     );
                     let refusal = ServerMsg::Error {
-                        error: WireError::new("too_many_subscriptions", message),
+                        error: WireError::new(ErrorCode::TooManySubscriptions, message),
                         session: Some(session),
                     };
                     send(refusal).await;
@@ -476,7 +485,7 @@ async fn follow(
     mut status: Option<watch::Receiver<StoreStatus>>,
 ) {
     let current = store.epoch().to_owned();
-    let fail = |code: &str, message: String| {
+    let fail = |code: ErrorCode, message: String| {
         ServerMsg::Error {
             error: WireError::new(code, message),
             session: Some(session.clone()),
@@ -487,12 +496,15 @@ async fn follow(
         Ok(Some(_)) => {}
         Ok(None) => {
             let _ = out
-                .send(fail("unknown_session", format!("no session {session:?}")))
+                .send(fail(
+                    ErrorCode::UnknownSession,
+                    format!("no session {session:?}"),
+                ))
                 .await;
             return;
         }
         Err(e) => {
-            let _ = out.send(fail("store_error", e.to_string())).await;
+            let _ = out.send(fail(ErrorCode::StoreError, e.to_string())).await;
             return;
         }
     }
@@ -558,7 +570,7 @@ async fn follow(
                 }]
             }
             Err(e) => {
-                let _ = out.send(fail("store_error", e.to_string())).await;
+                let _ = out.send(fail(ErrorCode::StoreError, e.to_string())).await;
                 return;
             }
         };

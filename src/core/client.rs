@@ -23,6 +23,7 @@ use std::collections::{BTreeSet, HashSet, VecDeque};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::error::ErrorCode;
 use super::projector::{Batch, Projector, Signal};
 use super::wire::{
     ClientMsg, Decision, Thinking, WireError, DEFAULT_MAX_FRAME, FEATURE_SESSION_STATUS,
@@ -144,7 +145,7 @@ pub struct Client {
     drops: u64,
 }
 
-fn error(code: &str, message: impl Into<String>) -> WireError {
+fn error(code: ErrorCode, message: impl Into<String>) -> WireError {
     WireError::new(code, message)
 }
 
@@ -307,7 +308,7 @@ impl Client {
             self.actions
                 .push_back(Action::Disconnect { conn: self.conn });
         }
-        self.lose_connection("closed", "the client was closed");
+        self.lose_connection(ErrorCode::Closed, "the client was closed");
         self.reconnect_at = None;
         self.set_state(ConnectionState::Closed);
     }
@@ -462,7 +463,10 @@ impl Client {
     /// schedule the next attempt.
     fn drop_connection(&mut self, now_ms: i64) {
         let was_welcomed = self.welcomed;
-        self.lose_connection("connection_lost", "the connection dropped before the reply");
+        self.lose_connection(
+            ErrorCode::ConnectionLost,
+            "the connection dropped before the reply",
+        );
         if self.state == ConnectionState::Closed {
             return;
         }
@@ -475,7 +479,7 @@ impl Client {
         self.set_state(ConnectionState::Reconnecting);
     }
 
-    fn lose_connection(&mut self, code: &str, message: &str) {
+    fn lose_connection(&mut self, code: ErrorCode, message: &str) {
         self.socket = false;
         self.open = false;
         self.welcomed = false;
@@ -538,11 +542,11 @@ impl Client {
 
     fn command(&mut self, msg: impl FnOnce(String) -> ClientMsg) -> Result<String, WireError> {
         if self.state == ConnectionState::Closed {
-            return Err(error("closed", "the client was closed"));
+            return Err(error(ErrorCode::Closed, "the client was closed"));
         }
         if !self.welcomed {
             return Err(error(
-                "not_connected",
+                ErrorCode::NotConnected,
                 "not connected to the server (reconnecting); try again when live",
             ));
         }

@@ -114,6 +114,47 @@ event_types! {
     AttentionRequired = "attention_required",
     /// The provider compacted its context.
     ContextCompacted = "context_compacted",
+    /// A turn silent for longer than the host's threshold (synthetic, not a terminal):
+    /// `data.silent_ms`, `data.synthetic: true`. The turn's next event ends the stall.
+    RunStalled = "run_stalled",
+}
+
+/// Why a run was cancelled: the closed vocabulary of `run_cancelled.data.reason`, the same
+/// whatever the provider (which keeps its own word in `data.details`). docs/events.md lists
+/// the values; a test checks that the list and the enum agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelReason {
+    /// The provider ended the turn as cancelled: in practice, the user's interrupt
+    /// (Claude and Codex `interrupted`, Gemini `cancelled`, OpenCode `MessageAbortedError`).
+    Interrupted,
+    /// Synthetic: an interrupt the provider did not confirm within the cancel grace.
+    InterruptTimeout,
+    /// Synthetic: the session was closed while the turn ran.
+    SessionClosed,
+}
+
+impl CancelReason {
+    pub const ALL: &'static [CancelReason] = &[
+        CancelReason::Interrupted,
+        CancelReason::InterruptTimeout,
+        CancelReason::SessionClosed,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CancelReason::Interrupted => "interrupted",
+            CancelReason::InterruptTimeout => "interrupt_timeout",
+            CancelReason::SessionClosed => "session_closed",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<CancelReason> {
+        CancelReason::ALL
+            .iter()
+            .copied()
+            .find(|r| r.as_str() == name)
+    }
 }
 
 impl EventType {
@@ -486,8 +527,22 @@ mod tests {
     }
 
     #[wasm_bindgen_test(unsupported = test)]
+    fn docs_and_typescript_list_exactly_the_cancel_reasons() {
+        use crate::core::provider_error::tests::{documented, ts_union};
+        let ours: Vec<&str> = CancelReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(documented("### `run_cancelled.reason`"), ours);
+        assert_eq!(ts_union("CancelReason"), ours);
+        let types: Vec<&str> = EventType::ALL.iter().map(|t| t.as_str()).collect();
+        assert_eq!(ts_union("EventType"), types);
+        for &r in CancelReason::ALL {
+            assert_eq!(CancelReason::parse(r.as_str()), Some(r));
+            assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+        }
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
     fn there_are_the_28_seed_types_and_our_extensions() {
-        assert_eq!(EventType::ALL.len(), 38);
+        assert_eq!(EventType::ALL.len(), 39);
         assert_eq!(EventType::ALL[0].as_str(), "session_created");
         assert_eq!(EventType::ALL[27].as_str(), "tool_approval_denied");
         for &t in EventType::ALL {

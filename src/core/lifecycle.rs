@@ -18,6 +18,12 @@
 //!   that hangs) ends with a synthetic `run_failed` whose `provider_error.kind`
 //!   is `watchdog`. Closing the session cancels what is still active. So nothing stays
 //!   `running` forever.
+//! * Silence is visible before the watchdog fires: an active turn silent for `stall_after_ms`
+//!   gets one synthetic `run_stalled{silent_ms, synthetic: true}` (not a terminal) and is
+//!   **stalled** ([`TurnProjector::stalled`]) until its next event. A `run_stalled` read from
+//!   a log (a client's projector, which never ticks) marks its turn stalled the same way. A
+//!   turn waiting for the user (an approval asked, not answered) or for its interrupt to land
+//!   is not stalled.
 //!
 //! Invariants checked on every event, reported through [`TurnProjector::poll_violation`] and
 //! handled by the [`Policy`] (warn: apply and report; drop: skip and report; fail: skip,
@@ -37,8 +43,9 @@ use std::fmt::{self, Write};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::event::{Event, EventId, EventInit, EventType, Provider};
-use super::provider_error::ProviderError;
+use super::error::ErrorCode;
+use super::event::{CancelReason, Event, EventId, EventInit, EventType, Provider};
+use super::provider_error::{ErrorKind, ProviderError};
 use super::time::Timestamp;
 
 /// The session's lifecycle state.
@@ -97,8 +104,15 @@ pub struct LifecycleConfig {
     /// How long a foreground turn may stay silent before the watchdog fails it (a provider
     /// that hangs). Longer than the autonomous limit: a tool may run quietly for a while.
     pub foreground_idle_limit_ms: i64,
+    /// How long an active turn may stay silent before a synthetic `run_stalled` says so.
+    pub stall_after_ms: i64,
     pub policy: Policy,
 }
+
+/// The default of [`LifecycleConfig::stall_after_ms`]: 90 s of silence.
+pub const DEFAULT_STALL_AFTER_MS: i64 = 90_000;
+/// The default of [`LifecycleConfig::foreground_idle_limit_ms`]: 10 min of silence.
+pub const DEFAULT_FOREGROUND_IDLE_LIMIT_MS: i64 = 10 * 60_000;
 
 impl LifecycleConfig {
     pub fn new(session_id: impl Into<String>, provider: Provider) -> LifecycleConfig {
@@ -107,7 +121,8 @@ impl LifecycleConfig {
             provider,
             cancel_grace_ms: 2_000,
             autonomous_idle_limit_ms: 10 * 60_000,
-            foreground_idle_limit_ms: 60 * 60_000,
+            foreground_idle_limit_ms: DEFAULT_FOREGROUND_IDLE_LIMIT_MS,
+            stall_after_ms: DEFAULT_STALL_AFTER_MS,
             policy: Policy::Warn,
         }
     }
@@ -161,11 +176,11 @@ pub enum StartError {
 
 impl StartError {
     /// A stable machine-readable code.
-    pub const fn code(&self) -> &'static str {
+    pub const fn code(&self) -> ErrorCode {
         match self {
-            StartError::ForegroundTurnActive(_) => "foreground_turn_active",
-            StartError::NotConnected(_) => "not_connected",
-            StartError::TurnIdUsed(_) => "turn_id_used",
+            StartError::ForegroundTurnActive(_) => ErrorCode::ForegroundTurnActive,
+            StartError::NotConnected(_) => ErrorCode::NotConnected,
+            StartError::TurnIdUsed(_) => ErrorCode::TurnIdUsed,
         }
     }
 }
@@ -176,6 +191,22 @@ struct Turn {
     user_messages: u32,
     last_activity_ms: i64,
     cancel_deadline_ms: Option<i64>,
+    /// Set by a `run_stalled` (synthesized or read), cleared by the turn's next event.
+    stalled: Option<Stall>,
+    /// Approvals asked and not yet answered: the turn waits for the user, not the agent, so
+    /// its silence is no stall.
+    pending_approvals: HashSet<String>,
+}
+
+/// A turn that has been silent for a while (see [`TurnProjector::stalled`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Stall {
+    /// The stalled turn.
+    pub run_id: String,
+    /// How long it had been silent when the stall was noticed.
+    pub silent_ms: i64,
+    /// When the stall was noticed (unix milliseconds): the `run_stalled` event's timestamp.
+    pub at_ms: i64,
 }
 
 /// The lifecycle projection of one session. See the module docs for the rules and the
@@ -229,6 +260,16 @@ impl TurnProjector {
         ids
     }
 
+    /// The stall of the turn a page shows (the foreground one, else the first active), if
+    /// that turn is stalled: set by `run_stalled`, cleared by the turn's next event.
+    pub fn stalled(&self) -> Option<&Stall> {
+        let shown = self
+            .foreground
+            .as_deref()
+            .or_else(|| self.active_turns().first().copied())?;
+        self.active.get(shown)?.stalled.as_ref()
+    }
+
     /// The session is connected and ready for turns (the host's process is up).
     pub fn mark_connected(&mut self) {
         if self.lifecycle == Lifecycle::Initializing {
@@ -256,6 +297,8 @@ impl TurnProjector {
                 user_messages: 0,
                 last_activity_ms: now_ms,
                 cancel_deadline_ms: None,
+                stalled: None,
+                pending_approvals: HashSet::new(),
             },
         );
         self.errored = false;
@@ -278,7 +321,7 @@ impl TurnProjector {
     pub fn close(&mut self, now_ms: i64) {
         self.end_active(
             EventType::RunCancelled,
-            &json!({"reason": "session_closed"}),
+            &json!({"reason": CancelReason::SessionClosed.as_str()}),
             now_ms,
         );
         self.lifecycle = Lifecycle::Closed;
@@ -304,29 +347,54 @@ impl TurnProjector {
         turn.last_activity_ms.saturating_add(limit)
     }
 
+    /// When `turn` is noticed as stalled if nothing happens before (`None` once it is).
+    fn stall_at(&self, turn: &Turn) -> Option<i64> {
+        let quiet = turn.stalled.is_none()
+            && turn.cancel_deadline_ms.is_none()
+            && turn.pending_approvals.is_empty();
+        quiet.then(|| {
+            turn.last_activity_ms
+                .saturating_add(self.config.stall_after_ms)
+        })
+    }
+
     /// The earliest time at which [`TurnProjector::handle_timeout`] has something to do.
     pub fn poll_timeout(&self) -> Option<i64> {
         self.active
             .values()
-            .flat_map(|t| [t.cancel_deadline_ms, Some(self.watchdog_at(t))])
+            .flat_map(|t| {
+                [
+                    t.cancel_deadline_ms,
+                    Some(self.watchdog_at(t)),
+                    self.stall_at(t),
+                ]
+            })
             .flatten()
             .min()
     }
 
-    /// Fires the cancel grace and the watchdog deadlines that are due at `now_ms`.
+    /// Fires the cancel grace, the watchdog and the stall deadlines that are due at `now_ms`.
     pub fn handle_timeout(&mut self, now_ms: i64) {
         let mut due: Vec<(String, bool, bool)> = Vec::new();
+        let mut stalls: Vec<(String, i64)> = Vec::new();
         for (id, t) in &self.active {
             if t.cancel_deadline_ms.is_some_and(|d| d <= now_ms) {
                 due.push((id.clone(), true, t.foreground));
             } else if self.watchdog_at(t) <= now_ms {
                 due.push((id.clone(), false, t.foreground));
+            } else if self.stall_at(t).is_some_and(|d| d <= now_ms) {
+                stalls.push((id.clone(), t.last_activity_ms));
             }
+        }
+        stalls.sort();
+        for (run_id, since_ms) in stalls {
+            self.stall(&run_id, since_ms, now_ms);
         }
         due.sort();
         for (run_id, cancelled, foreground) in due {
             if cancelled {
-                let data = json!({"reason": "interrupt_timeout", "synthetic": true});
+                let reason = CancelReason::InterruptTimeout.as_str();
+                let data = json!({"reason": reason, "synthetic": true});
                 self.synthesize(&run_id, EventType::RunCancelled, data, now_ms);
             } else {
                 let (which, limit) = if foreground {
@@ -336,7 +404,8 @@ impl TurnProjector {
                 };
                 let message = format!("{which} turn silent for more than {limit} ms");
                 let mut data =
-                    ProviderError::new(self.config.provider, "watchdog", message).to_data();
+                    ProviderError::new(self.config.provider, ErrorKind::Watchdog, message)
+                        .to_data();
                 data.insert("synthetic".into(), Value::Bool(true));
                 self.synthesize(&run_id, EventType::RunFailed, Value::Object(data), now_ms);
             }
@@ -399,8 +468,42 @@ impl TurnProjector {
                 user_messages: 0,
                 last_activity_ms: now_ms,
                 cancel_deadline_ms: None,
+                stalled: None,
+                pending_approvals: HashSet::new(),
             });
+        if event.kind() == EventType::RunStalled {
+            // A stall read back (from a log, or our own): the turn is stalled, and the
+            // notice is not activity.
+            let silent_ms = event
+                .data()
+                .get("silent_ms")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            turn.stalled = Some(Stall {
+                run_id: run_id.to_owned(),
+                silent_ms,
+                at_ms: event.timestamp().unix_millis(),
+            });
+            self.started_ids.insert(run_id.to_owned());
+            if self.lifecycle == Lifecycle::Initializing {
+                self.lifecycle = Lifecycle::Idle;
+            }
+            self.recompute();
+            return Disposition::Applied;
+        }
         turn.last_activity_ms = now_ms;
+        turn.stalled = None;
+        if let Some(request) = event.data_str("request_id") {
+            match event.kind() {
+                EventType::ToolApprovalRequested => {
+                    turn.pending_approvals.insert(request.to_owned());
+                }
+                EventType::ToolApprovalGranted | EventType::ToolApprovalDenied => {
+                    turn.pending_approvals.remove(request);
+                }
+                _ => {}
+            }
+        }
         if user_message {
             turn.user_messages += 1;
         }
@@ -518,6 +621,41 @@ impl TurnProjector {
         });
     }
 
+    /// Marks `run_id` stalled and emits its `run_stalled` (id derived from the start of the
+    /// silence, so each silence gets one notice).
+    fn stall(&mut self, run_id: &str, since_ms: i64, now_ms: i64) {
+        let silent_ms = now_ms - since_ms;
+        if let Some(turn) = self.active.get_mut(run_id) {
+            turn.stalled = Some(Stall {
+                run_id: run_id.to_owned(),
+                silent_ms,
+                at_ms: now_ms,
+            });
+        }
+        self.synthetic_count += 1;
+        let since = since_ms.to_string();
+        let id = EventId::derive(&[&self.config.session_id, run_id, "run_stalled", &since]);
+        let data = json!({"silent_ms": silent_ms, "synthetic": true});
+        let init = EventInit {
+            id: Some(id),
+            run_id: Some(run_id.to_owned()),
+            data: match data {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            },
+            ..EventInit::new(
+                EventType::RunStalled,
+                self.config.session_id.clone(),
+                self.config.provider,
+                Timestamp::from_unix_millis(now_ms),
+            )
+        };
+        // Only an empty session id can fail here; the turn is stalled all the same.
+        if let Ok(event) = Event::new(init) {
+            self.out.push_back(event);
+        }
+    }
+
     fn synthesize(&mut self, run_id: &str, kind: EventType, data: Value, now_ms: i64) {
         self.synthetic_count += 1;
         let id = EventId::derive(&[&self.config.session_id, run_id, "synthetic", kind.as_str()]);
@@ -602,11 +740,17 @@ mod tests {
                 Step::Close(now) => p.close(*now),
                 _ => {}
             }
-            let _ = writeln!(log, "{label} -> {}", p.lifecycle());
+            let stalled = match p.stalled() {
+                Some(s) => format!(" (stalled {} for {} ms)", s.run_id, s.silent_ms),
+                None => String::new(),
+            };
+            let _ = writeln!(log, "{label} -> {}{stalled}", p.lifecycle());
             while let Some(e) = p.poll_event() {
+                let silent = e.data().get("silent_ms").map(|v| format!("silent_ms={v}"));
                 let reason = e
                     .data_str("reason")
                     .or(e.data_str("error_message"))
+                    .or(silent.as_deref())
                     .unwrap_or("");
                 let _ = writeln!(
                     log,
@@ -748,6 +892,126 @@ mod tests {
     }
 
     #[wasm_bindgen_test(unsupported = test)]
+    fn a_silent_turn_is_stalled_once_until_its_next_event() {
+        let mut p = projector();
+        p.config.stall_after_ms = 1_000;
+        p.config.foreground_idle_limit_ms = 5_000;
+        check(
+            &mut p,
+            &[
+                Connect,
+                Start("t1", 0),
+                Tick(999),
+                Tick(1_000),
+                Tick(1_500),
+                Ev(ev(1, MessageStreamed, Some("t1")), 1_600),
+                Tick(2_599),
+                Tick(2_700),
+                Tick(6_600),
+                Start("t2", 7_000),
+                Interrupt(7_500),
+                Tick(8_499),
+                Tick(9_500),
+            ],
+            expect![[r#"
+                connect -> idle
+                start t1 -> running
+                tick @999 -> running
+                tick @1000 -> running (stalled t1 for 1000 ms)
+                  + run_stalled t1 silent_ms=1000
+                tick @1500 -> running (stalled t1 for 1000 ms)
+                1 message_streamed t1 -> running
+                tick @2599 -> running
+                tick @2700 -> running (stalled t1 for 1100 ms)
+                  + run_stalled t1 silent_ms=1100
+                tick @6600 -> error
+                  + run_failed t1 foreground turn silent for more than 5000 ms
+                start t2 -> running
+                interrupt @7500 -> running
+                tick @8499 -> running
+                tick @9500 -> idle
+                  + run_cancelled t2 interrupt_timeout
+            "#]],
+        );
+        assert_eq!(p.poll_timeout(), None);
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_turn_waiting_for_an_approval_is_not_stalled() {
+        let approval = |seq: u64, kind: EventType| {
+            let init = EventInit {
+                run_id: Some("t1".to_owned()),
+                sequence: seq,
+                data: json!({"request_id": "r1"}).as_object().cloned().unwrap(),
+                ..EventInit::new(kind, "s1", Provider::Claude, Timestamp::EPOCH)
+            };
+            Event::new(init).unwrap()
+        };
+        let mut p = projector();
+        p.config.stall_after_ms = 1_000;
+        check(
+            &mut p,
+            &[
+                Connect,
+                Start("t1", 0),
+                Ev(approval(1, ToolApprovalRequested), 100),
+                Tick(5_000),
+                Ev(approval(2, ToolApprovalGranted), 6_000),
+                Tick(6_999),
+                Tick(7_000),
+            ],
+            expect![[r#"
+                connect -> idle
+                start t1 -> running
+                1 tool_approval_requested t1 -> running
+                tick @5000 -> running
+                2 tool_approval_granted t1 -> running
+                tick @6999 -> running
+                tick @7000 -> running (stalled t1 for 1000 ms)
+                  + run_stalled t1 silent_ms=1000
+            "#]],
+        );
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_stall_read_from_the_log_marks_its_turn_until_the_next_event() {
+        let stalled = |seq: u64, run: &str, silent_ms: i64| {
+            let init = EventInit {
+                run_id: Some(run.to_owned()),
+                sequence: seq,
+                data: json!({"silent_ms": silent_ms, "synthetic": true})
+                    .as_object()
+                    .cloned()
+                    .unwrap(),
+                ..EventInit::new(RunStalled, "s1", Provider::Claude, Timestamp::EPOCH)
+            };
+            Event::new(init).unwrap()
+        };
+        check(
+            &mut projector(),
+            &[
+                Ev(ev(1, RunStarted, Some("a1")), 0),
+                Ev(stalled(2, "a1", 90_000), 0),
+                Ev(ev(3, ToolCallStarted, Some("a1")), 0),
+                Ev(stalled(4, "a1", 120_000), 0),
+                Ev(ev(5, RunCompleted, Some("a1")), 0),
+            ],
+            expect![[r#"
+                1 run_started a1 -> running
+                2 run_stalled a1 -> running (stalled a1 for 90000 ms)
+                3 tool_call_started a1 -> running
+                4 run_stalled a1 -> running (stalled a1 for 120000 ms)
+                5 run_completed a1 -> idle
+            "#]],
+        );
+        // A log read from the middle: the stall is the first thing seen of its turn.
+        let mut p = projector();
+        p.handle_event(&stalled(7, "b1", 5), 0);
+        let got = (p.lifecycle(), p.stalled().map(|s| s.silent_ms));
+        assert_eq!(got, (Lifecycle::Running, Some(5)));
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
     fn closing_cancels_active_turns_and_synthetic_terminals_fed_back_are_no_ops() {
         let mut p = projector();
         p.mark_connected();
@@ -805,13 +1069,21 @@ mod tests {
         fn every_turn_ends_exactly_once(ops in proptest::collection::vec((0u8..6, 0u8..4), 1..60)) {
             let mut p = projector();
             p.config.autonomous_idle_limit_ms = 5_000;
+            p.config.stall_after_ms = 300;
             p.mark_connected();
             let mut now = 0i64;
             let mut seq = 0u64;
             let mut terminals: HashMap<String, u32> = HashMap::new();
             let drain = |p: &mut TurnProjector, terminals: &mut HashMap<String, u32>| {
                 while let Some(s) = p.poll_event() {
-                    *terminals.entry(s.run_id().unwrap().to_owned()).or_default() += 1;
+                    let run = s.run_id().unwrap().to_owned();
+                    if s.kind().is_run_terminal() {
+                        *terminals.entry(run).or_default() += 1;
+                    } else {
+                        // A stall notice is for a turn still active, never after its end.
+                        assert_eq!(s.kind(), RunStalled);
+                        assert!(p.active.contains_key(&run), "stall of ended {run}");
+                    }
                 }
             };
             for (op, turn) in ops {

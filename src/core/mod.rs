@@ -22,5 +22,5 @@ pub mod wire;
 
 pub use event::{Event, EventError, EventId, EventInit, EventType, Provider, SCHEMA_VERSION};
 pub use normalize::{Config, Diagnostic, DiagnosticKind, Format, Normalized, Normalizer, Stats};
-pub use provider_error::ProviderError;
+pub use provider_error::{ErrorKind, ProviderError};
 pub use time::Timestamp;

@@ -28,8 +28,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::dedup::Dedup;
+use super::error::ErrorCode;
 use super::event::{Event, Provider};
-use super::lifecycle::{Lifecycle, LifecycleConfig, TurnProjector, ViolationKind};
+use super::lifecycle::{Lifecycle, LifecycleConfig, Stall, TurnProjector, ViolationKind};
 use super::normalize::{Config, DiagnosticKind, Format, Normalizer};
 use super::time::Timestamp;
 use super::timeline::{Change, Item, Timeline};
@@ -103,6 +104,9 @@ pub struct LifecycleState {
     /// The turn in progress (the foreground one when there is one), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub active_turn: Option<String>,
+    /// Present while that turn is stalled: a `run_stalled` came and nothing since.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stalled: Option<Stall>,
 }
 
 /// What changed in one session since the previous drain.
@@ -221,6 +225,7 @@ impl Session {
         LifecycleState {
             state: self.lifecycle.lifecycle(),
             active_turn: active.map(str::to_owned),
+            stalled: self.lifecycle.stalled().cloned(),
         }
     }
 
@@ -339,7 +344,7 @@ impl Projector {
             Ok(msg) => Ok(self.handle_msg(msg, now_ms)),
             Err(e) => {
                 self.notes.push(Note::Error {
-                    code: e.code().to_owned(),
+                    code: e.code().as_str().to_owned(),
                     message: e.to_string(),
                 });
                 Err(e)
@@ -435,7 +440,10 @@ impl Projector {
                     Ok(result.unwrap_or(Value::Null))
                 } else {
                     Err(error.unwrap_or_else(|| {
-                        WireError::new("unknown_error", "the server refused without a reason")
+                        WireError::new(
+                            ErrorCode::UnknownError,
+                            "the server refused without a reason",
+                        )
                     }))
                 };
                 Signal::Reply { id, result }
@@ -603,7 +611,7 @@ impl Projector {
 
 fn not_a_transcript() -> WireError {
     WireError::new(
-        "not_a_transcript",
+        ErrorCode::NotATranscript,
         "this projector reads server frames; make one with Projector.transcript() for raw lines",
     )
 }

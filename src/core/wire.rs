@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::error::ErrorCode;
 use super::event::Event;
 use super::time::Timestamp;
 
@@ -272,7 +273,7 @@ pub struct WireError {
 impl WireError {
     /// The message is cut to [`MAX_ERROR_MESSAGE`] bytes (at a character boundary, marked
     /// with `…`).
-    pub fn new(code: impl Into<String>, message: impl Into<String>) -> WireError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> WireError {
         let mut message = message.into();
         if message.len() > MAX_ERROR_MESSAGE {
             let mut end = MAX_ERROR_MESSAGE - '…'.len_utf8();
@@ -283,7 +284,7 @@ impl WireError {
             message.push('…');
         }
         WireError {
-            code: code.into(),
+            code: code.as_str().to_owned(),
             message,
         }
     }
@@ -301,11 +302,11 @@ pub enum DecodeError {
 }
 
 impl DecodeError {
-    pub const fn code(&self) -> &'static str {
+    pub const fn code(&self) -> ErrorCode {
         match self {
-            DecodeError::TooLarge { .. } => "frame_too_large",
-            DecodeError::Malformed(_) => "malformed_frame",
-            DecodeError::UnknownType(_) => "unknown_type",
+            DecodeError::TooLarge { .. } => ErrorCode::FrameTooLarge,
+            DecodeError::Malformed(_) => ErrorCode::MalformedFrame,
+            DecodeError::UnknownType(_) => ErrorCode::UnknownType,
         }
     }
 }
@@ -661,12 +662,16 @@ mod tests {
             .collect();
         assert_eq!(
             codes,
-            ["unknown_type", "malformed_frame", "malformed_frame"]
+            [
+                ErrorCode::UnknownType,
+                ErrorCode::MalformedFrame,
+                ErrorCode::MalformedFrame
+            ]
         );
         let big = format!(r#"{{"t":"ping","id":"{}"}}"#, "x".repeat(100));
         assert_eq!(
             ClientMsg::decode(&big, 64).unwrap_err().code(),
-            "frame_too_large"
+            ErrorCode::FrameTooLarge
         );
     }
 
@@ -691,12 +696,15 @@ mod tests {
         // Whatever an error quotes, its frame fits the smallest frame a peer may negotiate.
         let quoted = format!("no session {:?}", "é".repeat(1 << 20));
         let frame = ServerMsg::Error {
-            error: WireError::new("unknown_session", quoted),
+            error: WireError::new(ErrorCode::UnknownSession, quoted),
             session: Some(max.clone()),
         }
         .encode();
         assert!(frame.len() < MIN_MAX_FRAME, "{}", frame.len());
-        assert_eq!(WireError::new("x", "short").message, "short");
+        assert_eq!(
+            WireError::new(ErrorCode::UnknownError, "short").message,
+            "short"
+        );
         let start = ClientMsg::decode(
             r#"{"t":"start_turn","id":"c1","session":"ses_1","prompt":"hi"}"#,
             1 << 20,

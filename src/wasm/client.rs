@@ -17,6 +17,7 @@ use web_sys::{MessageEvent, WebSocket};
 
 use super::{error, from_json, now_ms, wire_error};
 use crate::core::client::{Action, Client as Core, ClientConfig};
+use crate::core::error::ErrorCode;
 use crate::core::wire::{Decision, Thinking, WireError};
 
 #[wasm_bindgen]
@@ -112,7 +113,7 @@ struct Options {
 impl Options {
     fn read(options: &JsValue) -> Result<Options, JsValue> {
         let get = |key: &str| Reflect::get(options, &key.into()).unwrap_or(JsValue::UNDEFINED);
-        let bad = |message: &str| error("bad_options", message);
+        let bad = |message: &str| error(ErrorCode::BadOptions, message);
         let url = get("url")
             .as_string()
             .filter(|u| u.starts_with("ws://") || u.starts_with("wss://"));
@@ -274,7 +275,7 @@ impl Client {
             "deny" => Decision::Deny,
             other => {
                 let message = format!("decision {other:?} is neither \"allow\" nor \"deny\"");
-                return Promise::reject(&error("bad_decision", &message));
+                return Promise::reject(&error(ErrorCode::BadDecision, &message));
             }
         };
         let sent = (self.inner.borrow_mut().core).answer_approval(session, request_id, decision);
@@ -297,7 +298,7 @@ impl Client {
     ) -> Promise {
         let change = match model_change(&change) {
             Ok(change) => change,
-            Err(message) => return Promise::reject(&error("bad_options", &message)),
+            Err(message) => return Promise::reject(&error(ErrorCode::BadOptions, &message)),
         };
         let sent = (self.inner.borrow_mut().core).set_model(
             session,

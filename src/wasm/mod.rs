@@ -24,6 +24,7 @@
 
 use wasm_bindgen::prelude::*;
 
+use crate::core::error::ErrorCode;
 #[cfg(feature = "transcripts")]
 use crate::core::normalize::Format;
 use crate::core::wire::WireError;
@@ -37,15 +38,20 @@ pub mod transcript;
 const TYPES: &str = include_str!("types.d.ts");
 
 /// A JS `Error` with `name = "AgentwireError"` and `code`.
-pub(crate) fn error(code: &str, message: &str) -> JsValue {
+pub(crate) fn error(code: ErrorCode, message: &str) -> JsValue {
+    coded_error(code.as_str(), message)
+}
+
+/// An error as the server coded it (a newer server may send a code this build does not know).
+pub(crate) fn wire_error(e: WireError) -> JsValue {
+    coded_error(&e.code, &e.message)
+}
+
+fn coded_error(code: &str, message: &str) -> JsValue {
     let e = js_sys::Error::new(message);
     e.set_name("AgentwireError");
     let _ = js_sys::Reflect::set(&e, &JsValue::from_str("code"), &JsValue::from_str(code));
     e.into()
-}
-
-pub(crate) fn wire_error(e: WireError) -> JsValue {
-    error(&e.code, &e.message)
 }
 
 /// Parses JSON made by the core into JS values, in one engine call.
@@ -68,7 +74,7 @@ pub(crate) fn parse_format(provider: Option<&str>) -> Result<Option<Format>, JsV
                 "unknown provider {name:?}; expected one of {}",
                 names.join(", ")
             );
-            error("unknown_provider", &message)
+            error(ErrorCode::UnknownProvider, &message)
         }),
     }
 }

@@ -24,7 +24,19 @@ export type EventType =
   | "tool_approval_requested" | "tool_approval_granted" | "tool_approval_denied"
   | "reasoning_streamed" | "reasoning_received" | "tool_call_updated" | "tool_call_cancelled"
   | "todo_updated" | "mode_changed" | "model_changed" | "thinking_option_changed"
-  | "attention_required" | "context_compacted";
+  | "attention_required" | "context_compacted" | "run_stalled";
+
+/** What caused a failure: `provider_error.kind`, the same whatever the provider (docs/events.md). */
+export type ProviderErrorKind =
+  | "authentication_failed" | "billing_error" | "rate_limit" | "invalid_request"
+  | "context_window_exceeded" | "server_error" | "overloaded" | "connection_error" | "refusal"
+  | "max_turns" | "max_budget" | "config_error" | "protocol_error" | "agent_error"
+  | "process_exit" | "cli_not_found" | "spawn_failed" | "stdin_closed" | "unreachable"
+  | "request_failed" | "event_stream_closed" | "unreadable_output" | "watchdog"
+  | "companion_restart" | "node_lost" | "unknown";
+
+/** Why a run was cancelled: `run_cancelled.data.reason` (docs/events.md). */
+export type CancelReason = "interrupted" | "interrupt_timeout" | "session_closed";
 
 /** One canonical event: each line that `normalize()` returns is one, as JSON. */
 export interface Event {
@@ -141,6 +153,17 @@ export interface LifecycleState {
   state: Lifecycle;
   /** The turn in progress, if any. */
   active_turn?: string;
+  /** Present while that turn is stalled: a `run_stalled` came and nothing since. */
+  stalled?: Stall;
+}
+
+/** A turn silent for longer than the host's threshold (`serve --stall-ms`). */
+export interface Stall {
+  run_id: string;
+  /** How long the turn had been silent when the host noticed. */
+  silent_ms: number;
+  /** When the host noticed (unix milliseconds). */
+  at_ms: number;
 }
 
 export type ViolationKind =

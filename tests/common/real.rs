@@ -325,6 +325,13 @@ in_app_updates = false
         let events = self.wait(&session, "the turn to end", |e| ended(e, &turn));
         let end = terminal(&events, &turn);
         assert_eq!(end.kind(), EventType::RunCancelled, "{}", end.to_json());
+        // One word for it whatever the CLI (docs/events.md, `run_cancelled.reason`).
+        assert_eq!(
+            end.data_str("reason"),
+            Some("interrupted"),
+            "{}",
+            end.to_json()
+        );
         let (next, after) = self.turn(&session, "hello after the interrupt");
         assert_eq!(terminal(&after, &next).kind(), EventType::RunCompleted);
         (session, turn, events)

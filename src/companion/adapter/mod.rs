@@ -86,7 +86,7 @@ pub enum Feed {
     /// A request to the agent failed: the current turn fails with this `provider_error`
     /// kind and message; `fatal` also ends the session (the agent cannot be reached).
     Failed {
-        kind: &'static str,
+        kind: crate::core::ErrorKind,
         message: String,
         fatal: bool,
     },
@@ -133,6 +133,11 @@ pub trait Adapter: Send + Sync {
     /// The modes [`Adapter::set_mode`] accepts (known now; an ACP agent lists them late).
     fn modes(&self) -> Vec<Mode> {
         Vec::new()
+    }
+    /// The mode in use, when the adapter decides it (it picks the agent each prompt goes
+    /// to); otherwise the host learns it from the agent's events.
+    fn current_mode(&self) -> Option<String> {
+        None
     }
     /// The stdin bytes that switch to `mode`, one of [`Adapter::modes`]. Called only when
     /// [`Capabilities::set_mode`] holds.

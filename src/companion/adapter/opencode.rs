@@ -34,6 +34,7 @@ use super::{Adapter, Capabilities, Feed, Mode, Thinking};
 use crate::core::event::Provider;
 use crate::core::normalize::Format;
 use crate::core::wire::Decision;
+use crate::core::ErrorKind;
 
 /// How long the server may take to answer its first request (seconds when the machine is
 /// idle; it loads its provider plugins first).
@@ -41,7 +42,8 @@ const BOOT_DEADLINE: Duration = Duration::from_secs(120);
 /// How long one attempt to reach it may take.
 const ATTEMPT: Duration = Duration::from_secs(2);
 
-/// OpenCode's primary agents, the modes of a session.
+/// OpenCode's primary agents, the modes of a session; a prompt that names none goes to the
+/// first, OpenCode's default.
 const AGENTS: &[(&str, &str, &str)] = &[
     ("build", "Build", "The default agent, with every tool"),
     ("plan", "Plan", "Analyzes and plans without changing files"),
@@ -201,6 +203,11 @@ impl Adapter for OpencodeServe {
             .collect()
     }
 
+    /// The agent the next prompt goes to: the one set, else OpenCode's default (`build`).
+    fn current_mode(&self) -> Option<String> {
+        Some(self.agent.clone().unwrap_or_else(|| AGENTS[0].0.to_owned()))
+    }
+
     /// The agent goes with each following prompt.
     fn set_mode(&mut self, mode: &str) -> Vec<u8> {
         self.agent = Some(mode.to_owned());
@@ -234,7 +241,7 @@ impl Driver {
                 Ok(body) => break body,
                 Err(e) if started.elapsed() > BOOT_DEADLINE => {
                     return self.fail(
-                        "unreachable",
+                        ErrorKind::Unreachable,
                         format!("opencode serve never answered: {e}"),
                         true,
                     );
@@ -250,14 +257,14 @@ impl Driver {
                 }
             }
             let _ = feed.send(Feed::Failed {
-                kind: "event_stream_closed",
+                kind: ErrorKind::EventStreamClosed,
                 message: "opencode serve closed its event stream".into(),
                 fatal: true,
             });
         });
         let session = match self.session().await {
             Ok(id) => id,
-            Err(e) => return self.fail("request_failed", e, true),
+            Err(e) => return self.fail(ErrorKind::RequestFailed, e, true),
         };
         while let Some(op) = ops.recv().await {
             let (path, body) = match op {
@@ -285,9 +292,9 @@ impl Driver {
                 Ok((status, body)) => {
                     let body = String::from_utf8_lossy(&body);
                     let message = format!("POST {path}: HTTP {status}: {body}");
-                    self.fail("request_failed", message, false);
+                    self.fail(ErrorKind::RequestFailed, message, false);
                 }
-                Err(e) => self.fail("request_failed", e, false),
+                Err(e) => self.fail(ErrorKind::RequestFailed, e, false),
             }
         }
     }
@@ -317,7 +324,7 @@ impl Driver {
         }
     }
 
-    fn fail(&self, kind: &'static str, message: String, fatal: bool) {
+    fn fail(&self, kind: ErrorKind, message: String, fatal: bool) {
         let _ = self.feed.send(Feed::Failed {
             kind,
             message,
@@ -349,5 +356,17 @@ mod tests {
             a.endpoint().authorization.as_deref(),
             Some("Basic b3BlbmNvZGU6cHc=")
         );
+    }
+
+    #[test]
+    fn the_mode_in_use_is_build_until_another_is_set() {
+        let mut a = OpencodeServe::new("opencode".into(), "pw".into()).unwrap();
+        let modes: Vec<String> = a.modes().into_iter().map(|m| m.id).collect();
+        assert_eq!(modes, ["build", "plan"]);
+        assert_eq!(a.current_mode().as_deref(), Some("build"));
+        a.set_mode("plan");
+        assert_eq!(a.current_mode().as_deref(), Some("plan"));
+        a.set_mode("build");
+        assert_eq!(a.current_mode().as_deref(), Some("build"));
     }
 }

@@ -14,7 +14,7 @@ use crate::companion::now;
 use crate::companion::store::{SessionRecord, SessionState, StoreError};
 use crate::core::event::{Event, EventType};
 use crate::core::lifecycle::{LifecycleConfig, TurnProjector};
-use crate::core::provider_error::ProviderError;
+use crate::core::provider_error::{ErrorKind, ProviderError};
 use crate::core::time::Timestamp;
 
 impl Hub {
@@ -29,7 +29,8 @@ impl Hub {
                 continue;
             }
             let message = "the companion stopped while this session's process was running";
-            self.fail_orphan(&s, "companion_restart", message).await?;
+            self.fail_orphan(&s, ErrorKind::CompanionRestart, message)
+                .await?;
             recovered += 1;
         }
         Ok(recovered)
@@ -73,7 +74,7 @@ impl Hub {
                 "agentwire: session {} failed: the node running it stopped renewing its lease",
                 s.id
             );
-            self.fail_orphan(s, "node_lost", message).await?;
+            self.fail_orphan(s, ErrorKind::NodeLost, message).await?;
         }
         Ok(taken.len())
     }
@@ -111,7 +112,7 @@ impl Hub {
     async fn fail_orphan(
         &self,
         s: &SessionRecord,
-        kind: &str,
+        kind: ErrorKind,
         message: &str,
     ) -> Result<(), StoreError> {
         let provider = provider_of(&s.provider);

@@ -53,8 +53,9 @@ use super::adapter::{
 use super::session::{update_runtime, StoreQueueConfig};
 use super::store::{SessionRecord, SessionState, Store};
 use super::{now, random_hex, random_id};
+use crate::core::error::ErrorCode;
 use crate::core::event::{Event, EventInit, EventType, Provider};
-use crate::core::provider_error::{ProviderError, StderrLimits};
+use crate::core::provider_error::{ErrorKind, ProviderError, StderrLimits};
 use crate::core::time::Timestamp;
 use crate::core::wire::{Decision, StoreStatus};
 use task::SessionTask;
@@ -64,7 +65,7 @@ pub use super::session::CommandError;
 impl CommandError {
     fn hosted_elsewhere(record: &SessionRecord) -> CommandError {
         CommandError::new(
-            "hosted_elsewhere",
+            ErrorCode::HostedElsewhere,
             format!(
                 "session {:?} runs on companion {:?}: its commands go there",
                 record.id, record.node
@@ -86,6 +87,8 @@ pub struct HubConfig {
     pub cancel_grace_ms: i64,
     pub autonomous_idle_limit_ms: i64,
     pub foreground_idle_limit_ms: i64,
+    /// How long a turn may stay silent before a synthetic `run_stalled` shows it stalled.
+    pub stall_after_ms: i64,
     /// Where agent CLIs are looked for before `PATH` (`scripts/install-clis` installs there).
     pub cli_dir: PathBuf,
     /// When set, each session's agent traffic is written to `<dir>/<session id>.jsonl`.
@@ -114,7 +117,8 @@ impl HubConfig {
             stderr_keep_bytes: 256 << 10,
             cancel_grace_ms: 2_000,
             autonomous_idle_limit_ms: 10 * 60_000,
-            foreground_idle_limit_ms: 60 * 60_000,
+            foreground_idle_limit_ms: crate::core::lifecycle::DEFAULT_FOREGROUND_IDLE_LIMIT_MS,
+            stall_after_ms: crate::core::lifecycle::DEFAULT_STALL_AFTER_MS,
             cli_dir: PathBuf::from(DEFAULT_CLI_DIR),
             record_dir: None,
             node: "local".to_owned(),
@@ -216,11 +220,11 @@ impl Hub {
                 "unknown provider {provider:?}; this server offers {:?}",
                 self.providers()
             );
-            return Err(CommandError::new("unknown_provider", message));
+            return Err(CommandError::new(ErrorCode::UnknownProvider, message));
         };
         let Some(program) = cli.find(&self.config.cli_dir) else {
             let message = cli.not_found(&self.config.cli_dir);
-            return Err(CommandError::new("cli_not_found", message));
+            return Err(CommandError::new(ErrorCode::CliNotFound, message));
         };
         Ok(match provider {
             "claude" => Box::new(ClaudeStdio::claude(program, resume)),
@@ -241,7 +245,10 @@ impl Hub {
             }
             "opencode" => {
                 let opencode = OpencodeServe::new(program, random_hex(16)).map_err(|e| {
-                    CommandError::new("spawn_failed", format!("no free loopback port: {e}"))
+                    CommandError::new(
+                        ErrorCode::SpawnFailed,
+                        format!("no free loopback port: {e}"),
+                    )
                 })?;
                 Box::new(match resume {
                     Some(id) => opencode.resuming(id),
@@ -273,12 +280,13 @@ impl Hub {
         let adapter = self.adapter(provider, None)?;
         let cwd = match cwd {
             Some(dir) => dir,
-            None => std::env::current_dir()
-                .map_err(|e| CommandError::new("bad_cwd", format!("no working directory: {e}")))?,
+            None => std::env::current_dir().map_err(|e| {
+                CommandError::new(ErrorCode::BadCwd, format!("no working directory: {e}"))
+            })?,
         };
         if !cwd.is_dir() {
             return Err(CommandError::new(
-                "bad_cwd",
+                ErrorCode::BadCwd,
                 format!("{} is not a directory", cwd.display()),
             ));
         }
@@ -315,7 +323,7 @@ impl Hub {
     pub async fn resume_session(self: &Arc<Self>, id: &str) -> Result<SessionRecord, CommandError> {
         if self.sender(id).is_some() {
             return Err(CommandError::new(
-                "already_running",
+                ErrorCode::AlreadyRunning,
                 format!("session {id:?} is running"),
             ));
         }
@@ -333,7 +341,7 @@ impl Hub {
         }
         let Some(handle) = record.provider_session_id.clone() else {
             return Err(CommandError::new(
-                "no_resume_handle",
+                ErrorCode::NoResumeHandle,
                 format!(
                     "session {id:?} never got a session id from its CLI, so it cannot be resumed"
                 ),
@@ -343,7 +351,7 @@ impl Hub {
         let cwd = PathBuf::from(&record.cwd);
         if !cwd.is_dir() {
             return Err(CommandError::new(
-                "bad_cwd",
+                ErrorCode::BadCwd,
                 format!("{} is not a directory", cwd.display()),
             ));
         }
@@ -356,7 +364,7 @@ impl Hub {
             let record = self.store.get_session(id).await?.unwrap_or(record);
             if record.node == self.config.node {
                 return Err(CommandError::new(
-                    "already_running",
+                    ErrorCode::AlreadyRunning,
                     format!("session {id:?} is being resumed"),
                 ));
             }
@@ -402,10 +410,10 @@ impl Hub {
         let child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
-                let kind = if e.kind() == std::io::ErrorKind::NotFound {
-                    "cli_not_found"
+                let (kind, code) = if e.kind() == std::io::ErrorKind::NotFound {
+                    (ErrorKind::CliNotFound, ErrorCode::CliNotFound)
                 } else {
-                    "spawn_failed"
+                    (ErrorKind::SpawnFailed, ErrorCode::SpawnFailed)
                 };
                 let error = ProviderError::new(
                     adapter.provider(),
@@ -424,7 +432,7 @@ impl Hub {
                 self.store
                     .set_session_state(&id, SessionState::Failed, now())
                     .await?;
-                return Err(CommandError::new(kind, error.message));
+                return Err(CommandError::new(code, error.message));
             }
         };
         self.store
@@ -477,7 +485,10 @@ impl Hub {
     /// Starts a foreground turn; resolves with its id once the agent accepted the prompt.
     pub async fn start_turn(&self, id: &str, prompt: String) -> Result<String, CommandError> {
         if prompt.trim().is_empty() {
-            return Err(CommandError::new("empty_prompt", "the prompt is empty"));
+            return Err(CommandError::new(
+                ErrorCode::EmptyPrompt,
+                "the prompt is empty",
+            ));
         }
         self.command(id, |r| Command::StartTurn(prompt, r)).await
     }
@@ -500,7 +511,7 @@ impl Hub {
     ) -> Result<(), CommandError> {
         if model.is_none() && thinking.is_none() {
             return Err(CommandError::new(
-                "bad_request",
+                ErrorCode::BadRequest,
                 "give a model, a thinking level, or both",
             ));
         }
@@ -693,6 +704,21 @@ pub(crate) fn host_event(
         ..EventInit::new(kind, session, provider, at)
     };
     Event::new(init).expect("host events have a session id")
+}
+
+/// Makes this process unreadable to the agents it hosts. They run as the same user, so they
+/// could otherwise read the token from `/proc/<companion>/environ` or its memory; a process
+/// that is not dumpable has those files owned by root (Linux; `ssh-agent` does the same).
+/// Also disables core dumps, which would hold the token too.
+pub fn hide_from_agents() -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(PR_SET_DUMPABLE) takes plain integers and touches no memory of ours.
+    unsafe {
+        if libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Removes agentwire's own variables (`AGENTWIRE_TOKEN`, `AGENTWIRE_STORE` with its password,

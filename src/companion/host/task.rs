@@ -56,6 +56,7 @@ impl SessionTask {
         session_config.cancel_grace_ms = config.cancel_grace_ms;
         session_config.autonomous_idle_limit_ms = config.autonomous_idle_limit_ms;
         session_config.foreground_idle_limit_ms = config.foreground_idle_limit_ms;
+        session_config.stall_after_ms = config.stall_after_ms;
         session_config.stderr_limits = config.stderr_limits;
         session_config.stderr_keep_bytes = config.stderr_keep_bytes;
         session_config.store_queue = config.store_queue;

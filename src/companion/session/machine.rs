@@ -25,10 +25,11 @@ use super::{StoreNote, StoreOp, StoreQueue, StoreQueueConfig, Written};
 use crate::companion::adapter::{Adapter, Thinking};
 use crate::companion::store::{SessionState, StoreError};
 use crate::core::dedup::UserEchoFilter;
+use crate::core::error::ErrorCode;
 use crate::core::event::{Event, EventId, EventInit, EventType};
 use crate::core::lifecycle::{Disposition, LifecycleConfig, Policy, TurnProjector};
 use crate::core::normalize::{Config, Normalizer};
-use crate::core::provider_error::{ProviderError, StderrLimits};
+use crate::core::provider_error::{ErrorKind, ProviderError, StderrLimits};
 use crate::core::time::Timestamp;
 use crate::core::wire::{Decision, StoreStatus};
 
@@ -36,12 +37,12 @@ use crate::core::wire::{Decision, StoreStatus};
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct CommandError {
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
 }
 
 impl CommandError {
-    pub fn new(code: &'static str, message: impl Into<String>) -> CommandError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> CommandError {
         CommandError {
             code,
             message: message.into(),
@@ -49,16 +50,19 @@ impl CommandError {
     }
 
     pub(crate) fn unknown_session(id: &str) -> CommandError {
-        CommandError::new("unknown_session", format!("no session {id:?}"))
+        CommandError::new(ErrorCode::UnknownSession, format!("no session {id:?}"))
     }
 
     pub(crate) fn closed(id: &str) -> CommandError {
-        CommandError::new("not_connected", format!("session {id:?} is not running"))
+        CommandError::new(
+            ErrorCode::NotConnected,
+            format!("session {id:?} is not running"),
+        )
     }
 
     pub(crate) fn unsupported(provider: &str, what: &str) -> CommandError {
         CommandError::new(
-            "unsupported",
+            ErrorCode::Unsupported,
             format!("the {provider} adapter cannot {what}"),
         )
     }
@@ -68,7 +72,7 @@ impl From<StoreError> for CommandError {
     fn from(e: StoreError) -> CommandError {
         match e {
             StoreError::UnknownSession(id) => CommandError::unknown_session(&id),
-            other => CommandError::new("store_error", other.to_string()),
+            other => CommandError::new(ErrorCode::StoreError, other.to_string()),
         }
     }
 }
@@ -137,6 +141,7 @@ pub struct SessionConfig {
     pub cancel_grace_ms: i64,
     pub autonomous_idle_limit_ms: i64,
     pub foreground_idle_limit_ms: i64,
+    pub stall_after_ms: i64,
     pub stderr_limits: StderrLimits,
     /// Bound on the stderr kept (the oldest bytes go first).
     pub stderr_keep_bytes: usize,
@@ -156,7 +161,8 @@ impl SessionConfig {
             cwd: PathBuf::from("."),
             cancel_grace_ms: 2_000,
             autonomous_idle_limit_ms: 10 * 60_000,
-            foreground_idle_limit_ms: 60 * 60_000,
+            foreground_idle_limit_ms: crate::core::lifecycle::DEFAULT_FOREGROUND_IDLE_LIMIT_MS,
+            stall_after_ms: crate::core::lifecycle::DEFAULT_STALL_AFTER_MS,
             stderr_limits: StderrLimits::default(),
             stderr_keep_bytes: 256 << 10,
             store_queue: StoreQueueConfig::default(),
@@ -224,6 +230,7 @@ impl Session {
         lifecycle.cancel_grace_ms = config.cancel_grace_ms;
         lifecycle.autonomous_idle_limit_ms = config.autonomous_idle_limit_ms;
         lifecycle.foreground_idle_limit_ms = config.foreground_idle_limit_ms;
+        lifecycle.stall_after_ms = config.stall_after_ms;
         let mut projector = TurnProjector::new(lifecycle);
         projector.mark_connected();
         Session {
@@ -330,7 +337,7 @@ impl Session {
     /// one also ends the session (the process is killed).
     pub fn handle_request_failed(
         &mut self,
-        kind: &'static str,
+        kind: ErrorKind,
         message: String,
         fatal: bool,
         now_ms: i64,
@@ -596,13 +603,13 @@ impl Session {
         }
         if !self.stdin_open {
             return Err(CommandError::new(
-                "not_connected",
+                ErrorCode::NotConnected,
                 "the agent's stdin is closed",
             ));
         }
         if self.stdin_bytes + bytes.len() > self.max_stdin_bytes {
             return Err(CommandError::new(
-                "agent_busy",
+                ErrorCode::AgentBusy,
                 format!(
                     "the agent is not reading its input ({} bytes wait for it)",
                     self.stdin_bytes
@@ -627,12 +634,13 @@ impl Session {
         if !self.stdin_open {
             // The prompt cannot reach the agent: the turn ends at once.
             let message = "the agent's stdin is closed";
-            let error = ProviderError::new(self.adapter.provider(), "stdin_closed", message);
+            let error =
+                ProviderError::new(self.adapter.provider(), ErrorKind::StdinClosed, message);
             let data = Value::Object(error.to_data());
             self.projector
                 .end_active(EventType::RunFailed, &data, now_ms);
             self.flush(now_ms);
-            return Err(CommandError::new("not_connected", message));
+            return Err(CommandError::new(ErrorCode::NotConnected, message));
         }
         let bytes = self.adapter.prompt(&prompt);
         self.normalizer.expect_run(&turn_id);
@@ -655,7 +663,10 @@ impl Session {
 
     fn interrupt(&mut self, now_ms: i64) -> Result<Response, CommandError> {
         if !self.projector.interrupt(now_ms) {
-            return Err(CommandError::new("no_active_turn", "no turn is running"));
+            return Err(CommandError::new(
+                ErrorCode::NoActiveTurn,
+                "no turn is running",
+            ));
         }
         self.interrupts += 1;
         let request_id = format!("interrupt_{}", self.interrupts);
@@ -672,7 +683,7 @@ impl Session {
     ) -> Result<Response, CommandError> {
         let Some(request) = self.approvals.remove(&request_id) else {
             let msg = format!("no pending approval {request_id:?}");
-            return Err(CommandError::new("unknown_request", msg));
+            return Err(CommandError::new(ErrorCode::UnknownRequest, msg));
         };
         let bytes = self.adapter.answer(&request_id, decision, &request);
         if let Err(e) = self.write(bytes, now_ms) {
@@ -707,7 +718,7 @@ impl Session {
         if !modes.iter().any(|m| m.id == mode) {
             let known: Vec<&str> = modes.iter().map(|m| m.id.as_str()).collect();
             let msg = format!("unknown mode {mode:?}; this session has {known:?}");
-            return Err(CommandError::new("unknown_mode", msg));
+            return Err(CommandError::new(ErrorCode::UnknownMode, msg));
         }
         let bytes = self.adapter.set_mode(&mode);
         self.write(bytes, now_ms)?;
@@ -776,7 +787,7 @@ impl Session {
         json!({
             "runtime": self.runtime,
             "modes": self.adapter.modes(),
-            "current_mode": self.current_mode,
+            "current_mode": self.adapter.current_mode().or_else(|| self.current_mode.clone()),
             "commands": commands,
             "pending_approvals": pending,
             "capabilities": self.adapter.capabilities(),
@@ -802,7 +813,11 @@ impl Session {
         // Output the normalizer could not read is recorded in the log, not only on stderr.
         while let Some(d) = self.normalizer.poll_diagnostic() {
             let message = format!("unreadable provider output: {d}");
-            let error = ProviderError::new(self.adapter.provider(), "unreadable_output", message);
+            let error = ProviderError::new(
+                self.adapter.provider(),
+                ErrorKind::UnreadableOutput,
+                message,
+            );
             let mut data = error.to_data();
             data.insert("severity".into(), json!("warning"));
             data.insert("line".into(), json!(d.line));
@@ -891,7 +906,7 @@ impl Session {
             let error = self
                 .fatal
                 .take()
-                .unwrap_or_else(|| ProviderError::new(provider, "process_exit", message))
+                .unwrap_or_else(|| ProviderError::new(provider, ErrorKind::ProcessExit, message))
                 .with_process(exit_code, &stderr, self.stderr_limits);
             let ended = self.projector.end_active(
                 EventType::RunFailed,

@@ -93,12 +93,18 @@ fn check_with(config: SessionConfig, script: &str, expect: Expect) {
             ["exit", code] => s.handle_exit(Some(code.parse().unwrap()), now),
             ["req", n, rest @ ..] => s.handle_request(n.parse().unwrap(), request(rest), now),
             ["timeout"] => s.handle_timeout(now),
-            ["request", "failed", "fatal", why @ ..] => {
-                s.handle_request_failed("request_failed", why.join(" "), true, now)
-            }
-            ["request", "failed", why @ ..] => {
-                s.handle_request_failed("request_failed", why.join(" "), false, now)
-            }
+            ["request", "failed", "fatal", why @ ..] => s.handle_request_failed(
+                crate::core::provider_error::ErrorKind::RequestFailed,
+                why.join(" "),
+                true,
+                now,
+            ),
+            ["request", "failed", why @ ..] => s.handle_request_failed(
+                crate::core::provider_error::ErrorKind::RequestFailed,
+                why.join(" "),
+                false,
+                now,
+            ),
             ["shutdown"] => s.handle_shutdown(now),
             ["stdin", "failed", why @ ..] => s.handle_stdin_failed(why.join(" ")),
             ["stdin", "wrote", n] => s.handle_stdin_written(n.parse().unwrap()),
@@ -209,15 +215,15 @@ fn a_turn_is_prompted_streamed_stored_in_order_and_ended_once() {
               write append
                 1 t1 message_sent role="user" content="hello there"
               reply 1 ok turn_c970f4356d1d0399952df94c
-              [timeout 3600000]
+              [timeout 90000]
             out init
               write handle cli-1
               write append
                 2 -- session_started model="demo-1"
                 3 t1 run_started
-              [timeout 3600000]
+              [timeout 90000]
             out text hi
-              [timeout 3600000]
+              [timeout 90000]
             out result
               write append
                 4 t1 message_received role="assistant" content="hi"
@@ -253,19 +259,19 @@ fn what_the_adapter_cannot_do_is_refused_before_anything_is_written() {
               write append
                 1 t1 message_sent role="user" content="one"
               reply 5 ok turn_c970f4356d1d0399952df94c
-              [timeout 3600000]
+              [timeout 90000]
             out init
               write handle cli-1
               write append
                 2 -- session_started model="demo-1"
                 3 t1 run_started
-              [timeout 3600000]
+              [timeout 90000]
             req 6 start two
               reply 6 error foreground_turn_active: a foreground turn is already active (turn_c970f4356d1d0399952df94c)
-              [timeout 3600000]
+              [timeout 90000]
             req 7 mode plan
               reply 7 error unknown_mode: unknown mode "plan"; this session has ["default", "dontAsk", "bypassPermissions"]
-              [timeout 3600000]
+              [timeout 90000]
         "#]],
     );
 }
@@ -286,32 +292,32 @@ fn an_approval_waits_in_the_live_state_until_answered_and_the_answer_is_logged()
               write append
                 1 t1 message_sent role="user" content="run ls"
               reply 1 ok turn_c970f4356d1d0399952df94c
-              [timeout 3600000]
+              [timeout 90000]
             out init
               write handle cli-1
               write append
                 2 -- session_started model="demo-1"
                 3 t1 run_started
-              [timeout 3600000]
+              [timeout 90000]
             out approval req_1
               write append
                 4 t1 tool_approval_requested tool_name="Bash" tool_call_id="toolu_1" tool_input={"command":"ls"} request_id="req_1"
-              [timeout 3600000]
+              [timeout 600000]
             req 2 describe
               reply 2 ok modes=3 current_mode="default" pending=[{"request_id":"req_1","run_id":"turn_c970f4356d1d0399952df94c","tool_call_id":"toolu_1","tool_input":{"command":"ls"},"tool_name":"Bash"}] store={"state":"available","unstored":0}
-              [timeout 3600000]
+              [timeout 600000]
             req 3 answer req_1 allow
               stdin {"response":{"request_id":"req_1","response":{"behavior":"allow","updatedInput":{"command"
               write append
                 5 t1 tool_approval_granted tool_call_id="toolu_1" request_id="req_1"
               reply 3 ok
-              [timeout 3600000]
+              [timeout 600000]
             req 4 answer req_1 allow
               reply 4 error unknown_request: no pending approval "req_1"
-              [timeout 3600000]
+              [timeout 600000]
             req 5 describe
               reply 5 ok modes=3 current_mode="default" pending=[] store={"state":"available","unstored":0}
-              [timeout 3600000]
+              [timeout 600000]
         "#]],
     );
 }
@@ -334,13 +340,13 @@ fn an_interrupt_the_agent_ignores_ends_the_turn_after_the_grace() {
               write append
                 1 t1 message_sent role="user" content="go"
               reply 1 ok turn_c970f4356d1d0399952df94c
-              [timeout 3600000]
+              [timeout 90000]
             out init
               write handle cli-1
               write append
                 2 -- session_started model="demo-1"
                 3 t1 run_started
-              [timeout 3600000]
+              [timeout 90000]
             at 100
             req 2 interrupt
               stdin {"request":{"subtype":"interrupt"},"request_id":"interrupt_1","type":"control_request"}
@@ -374,19 +380,19 @@ fn the_process_exiting_mid_turn_fails_the_turn_and_the_session() {
               write append
                 1 t1 message_sent role="user" content="go"
               reply 1 ok turn_c970f4356d1d0399952df94c
-              [timeout 3600000]
+              [timeout 90000]
             out init
               write handle cli-1
               write append
                 2 -- session_started model="demo-1"
                 3 t1 run_started
-              [timeout 3600000]
+              [timeout 90000]
             out text partial
-              [timeout 3600000]
+              [timeout 90000]
             eof
               write append
                 4 t1 message_received role="assistant" content="partial"
-              [timeout 3600000]
+              [timeout 90000]
             exit 3
               write append
                 5 t1 run_failed error_message="the agent process exited with code 3" provider_error.kind="process_exit" provider_error.exit_code=3
@@ -416,15 +422,15 @@ fn a_clean_exit_after_the_turns_ended_completes_the_session() {
               write append
                 1 t1 message_sent role="user" content="hi"
               reply 1 ok turn_c970f4356d1d0399952df94c
-              [timeout 3600000]
+              [timeout 90000]
             out init
               write handle cli-1
               write append
                 2 -- session_started model="demo-1"
                 3 t1 run_started
-              [timeout 3600000]
+              [timeout 90000]
             out text hello
-              [timeout 3600000]
+              [timeout 90000]
             out result
               write append
                 4 t1 message_received role="assistant" content="hello"
@@ -454,21 +460,21 @@ fn close_kills_the_agent_ends_the_turn_and_answers_once_the_end_is_stored() {
               write append
                 1 t1 message_sent role="user" content="go"
               reply 1 ok turn_c970f4356d1d0399952df94c
-              [timeout 3600000]
+              [timeout 90000]
             out init
               write handle cli-1
               write append
                 2 -- session_started model="demo-1"
                 3 t1 run_started
-              [timeout 3600000]
+              [timeout 90000]
             req 2 close
               action Kill
-              [timeout 3600000]
+              [timeout 90000]
             req 3 start more
               reply 3 error not_connected: session "ses_1" is not running
-              [timeout 3600000]
+              [timeout 90000]
             eof
-              [timeout 3600000]
+              [timeout 90000]
             exit signal
               write append
                 4 t1 run_cancelled reason="session_closed"
@@ -511,21 +517,21 @@ fn a_store_outage_stops_reading_when_full_and_close_is_answered_while_it_lasts()
               write append
                 1 t1 message_sent role="user" content="go"
               reply 1 ok turn_c970f4356d1d0399952df94c
-              [timeout 3600000]
+              [timeout 90000]
             out init
               write handle cli-1
               write append
                 2 -- session_started model="demo-1"
                 3 t1 run_started
-              [timeout 3600000]
+              [timeout 90000]
             store down disk full
-              [timeout 3600000]
+              [timeout 90000]
             out text one
-              [timeout 3600000]
+              [timeout 90000]
             out text two
-              [timeout 3600000]
+              [timeout 90000]
             out text three
-              [timeout 3600000]
+              [timeout 90000]
             out result
               write (failed) append
                 0 t1 message_received role="assistant" content="one\n\ntwo\n\nthree"
@@ -589,20 +595,20 @@ fn shutdown_gives_up_on_what_the_store_never_takes_and_says_how_much() {
               write append
                 1 t1 message_sent role="user" content="go"
               reply 1 ok turn_c970f4356d1d0399952df94c
-              [timeout 3600000]
+              [timeout 90000]
             out init
               write handle cli-1
               write append
                 2 -- session_started model="demo-1"
                 3 t1 run_started
-              [timeout 3600000]
+              [timeout 90000]
             store down gone
-              [timeout 3600000]
+              [timeout 90000]
             out text one
-              [timeout 3600000]
+              [timeout 90000]
             req 2 close
               action Kill
-              [timeout 3600000]
+              [timeout 90000]
             eof
               write (failed) append
                 0 t1 message_received role="assistant" content="one"
@@ -643,25 +649,25 @@ fn an_abandoned_session_writes_nothing_more() {
               write append
                 1 t1 message_sent role="user" content="go"
               reply 1 ok turn_c970f4356d1d0399952df94c
-              [timeout 3600000]
+              [timeout 90000]
             out init
               write handle cli-1
               write append
                 2 -- session_started model="demo-1"
                 3 t1 run_started
-              [timeout 3600000]
+              [timeout 90000]
             store down gone
-              [timeout 3600000]
+              [timeout 90000]
             out text one
-              [timeout 3600000]
+              [timeout 90000]
             req 2 abandon
               action Kill
-              [timeout 3600000]
+              [timeout 90000]
             eof
-              [timeout 3600000]
+              [timeout 90000]
             exit signal
               reply 2 ok
-              [timeout 3600000, done]
+              [timeout 90000, done]
         "#]],
     );
 }
@@ -683,13 +689,13 @@ fn an_agent_that_does_not_read_its_stdin_gets_no_more_than_the_bound_and_then_is
               write append
                 1 t1 message_sent role="user" content="a prompt is never refused for its size, it is the user's tur"…
               reply 1 ok turn_c970f4356d1d0399952df94c
-              [timeout 3600000]
+              [timeout 90000]
             out init
               write handle cli-1
               write append
                 2 -- session_started model="demo-1"
                 3 t1 run_started
-              [timeout 3600000]
+              [timeout 90000]
             req 2 interrupt
               stdin {"request":{"subtype":"interrupt"},"request_id":"interrupt_1","type":"control_request"}
               reply 2 ok
@@ -729,19 +735,19 @@ fn unreadable_output_is_logged_as_a_warning_next_to_what_could_be_read() {
               write append
                 1 t1 message_sent role="user" content="go"
               reply 1 ok turn_c970f4356d1d0399952df94c
-              [timeout 3600000]
+              [timeout 90000]
             out init
               write handle cli-1
               write append
                 2 -- session_started model="demo-1"
                 3 t1 run_started
-              [timeout 3600000]
+              [timeout 90000]
             out this is not JSON
               write append
                 4 -- error_occurred error_message="unreadable provider output: line 2: invalid_json: expected i"… reason="invalid_json" provider_error.kind="unreadable_output"
-              [timeout 3600000]
+              [timeout 90000]
             out text still here
-              [timeout 3600000]
+              [timeout 90000]
             out result
               write append
                 5 t1 message_received role="assistant" content="still here"
@@ -768,13 +774,13 @@ fn a_failed_adapter_request_fails_the_turn_and_a_fatal_one_ends_the_session() {
               write append
                 2 t1 message_sent role="user" content="go"
               reply 1 ok turn_ed4db0bb81652d431b2032d2
-              [timeout 3600000]
+              [timeout 90000]
             out init
               write handle cli-1
               write append
                 3 -- session_started model="demo-1"
                 4 t1 run_started
-              [timeout 3600000]
+              [timeout 90000]
             request failed fatal the event stream is gone
               write append
                 5 t1 run_failed error_message="the event stream is gone" provider_error.kind="request_failed"

@@ -132,7 +132,8 @@ impl RecentTail {
         let sessions = self.sessions.lock().expect("recent tail lock");
         let tail = sessions.get(session_id)?;
         let first = tail.front()?.sequence();
-        if after + 1 < first || after >= tail.back()?.sequence() {
+        // `after >= last` first: a cursor of u64::MAX must not overflow `after + 1`.
+        if after >= tail.back()?.sequence() || after + 1 < first {
             return None;
         }
         let skip = (after + 1 - first) as usize;
@@ -691,24 +692,42 @@ impl Readers {
 /// narrowed to 0600), so SQLite creates `-wal` and `-shm` with the same mode; those left by an
 /// earlier run are narrowed too.
 fn make_private(path: &Path) -> Result<(), StoreError> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
     let io = |e: std::io::Error| StoreError::Database(format!("{}: {e}", path.display()));
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    let files: Vec<std::path::PathBuf> = ["", "-wal", "-shm", "-journal"]
+        .iter()
+        .map(|suffix| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            name.into()
+        })
+        .collect();
+    // A log (or a link to one) someone else planted, in a shared directory, would stay
+    // readable by them: refused before anything is opened.
+    for file in &files {
+        let link = std::fs::symlink_metadata(file).ok().map(|m| m.uid());
+        let target = std::fs::metadata(file).ok().map(|m| m.uid());
+        if link.into_iter().chain(target).any(|uid| uid != me) {
+            return Err(StoreError::Database(format!(
+                "{} belongs to another user: refusing to keep the log there",
+                file.display()
+            )));
+        }
+    }
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
         .open(path)
         .map_err(io)?;
-    for suffix in ["", "-wal", "-shm", "-journal"] {
-        let mut name = path.as_os_str().to_owned();
-        name.push(suffix);
-        let file = Path::new(&name);
-        match std::fs::metadata(file) {
-            Ok(meta) if meta.permissions().mode() & 0o077 != 0 => {
+    for file in &files {
+        if let Ok(meta) = std::fs::metadata(file) {
+            if meta.permissions().mode() & 0o077 != 0 {
                 std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600))
                     .map_err(io)?;
             }
-            _ => {}
         }
     }
     Ok(())

@@ -79,9 +79,10 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{json, Map, Value};
 
+use super::turn::cancel_tool_call;
 use super::{Decoder, Out};
-use crate::core::event::{EventType, Provider};
-use crate::core::provider_error::ProviderError;
+use crate::core::event::{CancelReason, EventType, Provider};
+use crate::core::provider_error::{ErrorKind, ProviderError};
 
 pub(crate) struct Acp {
     provider: Provider,
@@ -750,12 +751,18 @@ impl Acp {
         let (event, data) = match reason {
             "cancelled" => (
                 EventType::RunCancelled,
-                json!({"reason": "cancelled", "stop_reason": reason}),
+                json!({
+                    "reason": CancelReason::Interrupted.as_str(),
+                    "details": {"stop_reason": reason},
+                }),
             ),
             "refusal" => {
-                let mut data =
-                    ProviderError::new(self.provider, "refusal", "the agent refused to continue")
-                        .to_data();
+                let mut data = ProviderError::new(
+                    self.provider,
+                    ErrorKind::Refusal,
+                    "the agent refused to continue",
+                )
+                .to_data();
                 data.insert("stop_reason".into(), json!(reason));
                 (EventType::RunFailed, Value::Object(data))
             }
@@ -784,20 +791,18 @@ impl Acp {
             (None, None) => raw.to_owned(),
         };
         let message = message.as_str();
+        // The JSON-RPC code stays in `details.error.code`.
         let kind = match code {
-            Some(401 | 403) => "authentication_failed",
-            Some(429) => "rate_limit",
-            Some(400) => "invalid_request",
-            Some(500..=599) => "server_error",
-            Some(-32700) => "parse_error",
-            Some(-32600) => "invalid_request",
-            Some(-32601) => "method_not_found",
-            Some(-32602) => "invalid_params",
-            Some(-32603) => "internal_error",
-            Some(-32000) => "authentication_failed",
-            Some(-32002) => "resource_not_found",
-            Some(-32800) => "cancelled",
-            _ => "api_error",
+            Some(c @ 400..=599) => {
+                ErrorKind::from_http_status(c.unsigned_abs()).unwrap_or(ErrorKind::ServerError)
+            }
+            // ACP's `auth_required`.
+            Some(-32000) => ErrorKind::AuthenticationFailed,
+            // The agent's own failure ("Internal error: No previous sessions found…"), unless
+            // its wording says more.
+            Some(-32603) => ErrorKind::from_message(message).unwrap_or(ErrorKind::AgentError),
+            Some(-32700 | -32600 | -32601 | -32602 | -32002 | -32800) => ErrorKind::ProtocolError,
+            _ => ErrorKind::from_message(message).unwrap_or(ErrorKind::Unknown),
         };
         let mut data = ProviderError::new(self.provider, kind, message).to_data();
         data.insert("details".into(), json!({"error": error, "method": method}));
@@ -900,14 +905,7 @@ impl Acp {
         let mut open: Vec<(&String, &Tool)> = run.tools.iter().filter(|(_, t)| !t.done).collect();
         open.sort_by_key(|(_, t)| t.order);
         for (call, tool) in open {
-            let data = json!({"tool_call_id": call, "tool_name": tool.name});
-            out.emit_full(
-                EventType::ToolCallCancelled,
-                Some(&run.id),
-                data,
-                Some(call),
-                Map::new(),
-            );
+            cancel_tool_call(out, &run.id, call, &json!(tool.name), &tool.input, kind);
         }
         out.emit(kind, Some(&run.id), data);
     }
@@ -1162,7 +1160,7 @@ mod tests {
             expect![[r#"
                 1 -- session_started
                 2 -- mode_changed
-                3 -- error_occurred error_message="unknown model" provider_error.kind="invalid_params"
+                3 -- error_occurred error_message="unknown model" provider_error.kind="protocol_error"
                 4 t1 run_started
                 5 t1 message_sent role="user" content="hi"
                 6 t1 message_streamed role="assistant" delta="Hello"
@@ -1196,7 +1194,7 @@ mod tests {
                 2 t1 run_started
                 3 t1 message_sent role="user" content="http401"
                 4 t1 run_failed error_message="invalid x-api-key" provider_error.kind="authentication_failed"
-                5 -- error_occurred error_message="Internal error: No previous sessions found for this project." provider_error.kind="internal_error"
+                5 -- error_occurred error_message="Internal error: No previous sessions found for this project." provider_error.kind="agent_error"
                 6 -- session_started
                 7 t2 run_started
                 8 t2 message_sent role="user" content="again"
@@ -1294,8 +1292,8 @@ mod tests {
                 3 t1 message_streamed role="assistant" delta="Work"
                 4 t1 message_received role="assistant" content="Work"
                 5 t1 tool_call_started tool_name="execute" tool_call_id="slow" tool_input={"command":"sleep 100"}
-                6 t1 tool_call_cancelled tool_name="execute" tool_call_id="slow"
-                7 t1 run_cancelled reason="cancelled"
+                6 t1 tool_call_cancelled tool_name="execute" tool_call_id="slow" tool_input={"command":"sleep 100"} reason="run_cancelled"
+                7 t1 run_cancelled reason="interrupted"
                 8 t2 run_started
                 9 t2 message_streamed role="assistant" delta="No."
                 10 t2 message_received role="assistant" content="No."
@@ -1304,8 +1302,8 @@ mod tests {
                 13 t3 run_completed
                 14 t4 run_started
                 15 t4 tool_call_started tool_name="read" tool_call_id="c" tool_input={}
-                16 t4 tool_call_cancelled tool_name="read" tool_call_id="c"
-                17 t4 run_failed error_message="Internal error: quota" provider_error.kind="internal_error"
+                16 t4 tool_call_cancelled tool_name="read" tool_call_id="c" tool_input={} reason="run_failed"
+                17 t4 run_failed error_message="Internal error: quota" provider_error.kind="rate_limit"
                 18 -- error_occurred error_message="Authentication required" provider_error.kind="authentication_failed"
             "#]],
         );
@@ -1414,7 +1412,7 @@ mod tests {
                 13 t3 message_streamed role="assistant" delta=" fake model."
                 14 t3 message_received role="assistant" content="Hello from the fake model."
                 15 t3 run_completed
-                16 t2 run_cancelled reason="cancelled"
+                16 t2 run_cancelled reason="interrupted"
                 17 t4 run_started
                 18 t4 message_sent role="user" content="slow"
                 19 t5 run_started
@@ -1550,7 +1548,7 @@ mod tests {
                 7 t1 tool_approval_denied request_id="9"
                 8 t1 tool_approval_requested tool_name="tool" tool_call_id="w2" tool_input={} request_id="10"
                 9 t1 tool_approval_denied reason="cancelled" request_id="10"
-                10 t1 run_failed error_message="boom" provider_error.kind="internal_error"
+                10 t1 run_failed error_message="boom" provider_error.kind="agent_error"
                 11 t2 run_started
                 12 t2 message_sent role="user" content="again"
                 13 t2 message_streamed role="assistant" delta="ok"

@@ -8,10 +8,11 @@
 //! Unlike the seed (v0.8 turned an unknown type into `error_occurred`), an unknown type is a
 //! diagnostic: it is counted and reported, and no invented event enters the log.
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use super::{Config, Decoder, Normalized, Normalizer, Out};
-use crate::core::event::{Event, EventType, Provider};
+use crate::core::event::{CancelReason, Event, EventType, Provider};
+use crate::core::provider_error::add_details;
 use crate::core::time::Timestamp;
 
 /// Maps a raw type name, refined by an optional `status`, to a canonical type.
@@ -97,6 +98,21 @@ impl Decoder for Generic {
                 data.insert("delta".into(), c);
             }
         }
+        if kind == EventType::RunCancelled {
+            // The closed vocabulary; the record's own word goes to `details.reason`.
+            let own = data
+                .get("reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let reason = own
+                .as_deref()
+                .and_then(CancelReason::parse)
+                .unwrap_or(CancelReason::Interrupted);
+            if let Some(own) = own.filter(|o| o != reason.as_str()) {
+                add_details(&mut data, json!({ "reason": own }));
+            }
+            data.insert("reason".into(), json!(reason.as_str()));
+        }
         let own_run = obj.get("run_id").and_then(Value::as_str).map(str::to_owned);
         if kind == EventType::RunStarted && own_run.is_none() {
             self.run = Some(out.new_run_id());
@@ -179,6 +195,31 @@ mod tests {
 
     use super::*;
     use serde_json::json;
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_cancelled_runs_reason_is_from_the_closed_list() {
+        let raw = [
+            json!({"type": "run_end", "status": "cancelled", "reason": "user", "run_id": "r1"}),
+            json!({"type": "run_end", "status": "cancelled", "run_id": "r2"}),
+            json!({"type": "run_cancelled", "reason": "session_closed", "run_id": "r3"}),
+        ];
+        let out = normalize_batch(&raw, "s1", Provider::Generic, 0, Timestamp::EPOCH);
+        let got: Vec<String> = out
+            .events
+            .iter()
+            .map(|e| {
+                serde_json::to_string(&(e.data_str("reason"), e.data().get("details"))).unwrap()
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                r#"["interrupted",{"reason":"user"}]"#,
+                r#"["interrupted",null]"#,
+                r#"["session_closed",null]"#
+            ]
+        );
+    }
 
     #[wasm_bindgen_test(unsupported = test)]
     fn the_alias_table() {

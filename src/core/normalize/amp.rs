@@ -84,11 +84,11 @@ mod tests {
 {"type":"result","subtype":"error_max_turns","session_id":"T-2","is_error":true,"error":"Reached max turns (3)","duration_ms":50,"num_turns":3}
 "#,
             expect![[r#"
-                  1 -- session_started
-                  2 t1 run_started
-                  3 t1 run_failed error_message="Thread T-2 is not accessible" provider_error.kind="error_during_execution"
-                  4 t2 run_started
-                  5 t2 run_failed error_message="Reached max turns (3)" provider_error.kind="max_turns"
+                1 -- session_started
+                2 t1 run_started
+                3 t1 run_failed error_message="Thread T-2 is not accessible" provider_error.kind="agent_error"
+                4 t2 run_started
+                5 t2 run_failed error_message="Reached max turns (3)" provider_error.kind="max_turns"
             "#]],
         );
     }

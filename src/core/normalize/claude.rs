@@ -87,9 +87,10 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
+use super::turn::cancelled_data;
 use super::{Decoder, Out};
-use crate::core::event::{fnv1a128, EventType, Provider};
-use crate::core::provider_error::ProviderError;
+use crate::core::event::{fnv1a128, CancelReason, EventType, Provider};
+use crate::core::provider_error::{add_details, ProviderError};
 
 /// The text Claude Code writes as a user message when the user interrupts a turn.
 const INTERRUPT_MARKER: &str = "[Request interrupted by user";
@@ -346,7 +347,9 @@ impl Claude {
             (Some(a), None) => message.push_str(&format!("; retrying, attempt {a}")),
             _ => message.push_str("; retrying"),
         }
-        let mut data = ProviderError::new(self.provider, kind, message).to_data();
+        let status = status_code(status);
+        let mut data =
+            ProviderError::from_provider(self.provider, &kind, status, message).to_data();
         data.insert("severity".into(), "warning".into());
         for key in ["attempt", "max_retries", "retry_delay_ms", "error_status"] {
             copy(&mut data, key, rec.get(key));
@@ -573,7 +576,8 @@ impl Claude {
                 EventType::ToolCallFailed
             }
             Outcome::Cancelled => {
-                data.insert("reason".into(), "interrupted".into());
+                // The payload of every tool call a cancelled turn cut off (turn.rs).
+                data.insert("reason".into(), EventType::RunCancelled.as_str().into());
                 EventType::ToolCallCancelled
             }
         };
@@ -878,13 +882,14 @@ impl Claude {
                         continue;
                     }
                     let id = tool.id;
-                    let mut data = obj(json!({ "tool_call_id": id, "reason": "interrupted" }));
-                    copy(&mut data, "tool_name", tool.name.map(Value::from).as_ref());
-                    copy(&mut data, "tool_input", tool.input.as_ref());
+                    let name = tool.name.map_or(Value::Null, Value::from);
+                    let input = tool.input.unwrap_or(Value::Null);
+                    let data = cancelled_data(&id, &name, &input, EventType::RunCancelled);
+                    let data = obj(data);
                     let kind = EventType::ToolCallCancelled;
                     emit(out, run, kind, data, tool.lane.as_deref(), Some(&id));
                 }
-                let mut data = obj(json!({ "reason": "interrupted" }));
+                let mut data = obj(json!({ "reason": CancelReason::Interrupted.as_str() }));
                 for key in ["duration_ms", "num_turns"] {
                     copy(&mut data, key, rec.get(key));
                 }
@@ -892,8 +897,10 @@ impl Claude {
                 emit(out, run, EventType::RunCancelled, data, None, None);
             }
             End::Failed(kind, message) => {
-                let mut data = ProviderError::new(self.provider, kind, message).to_data();
-                data.insert("details".into(), details(rec).into());
+                let status = status_code(rec.get("api_error_status"));
+                let error = ProviderError::from_provider(self.provider, &kind, status, message);
+                let mut data = error.to_data();
+                add_details(&mut data, details(rec).into());
                 emit(out, run, EventType::RunFailed, data, None, None);
             }
         }
@@ -1071,7 +1078,9 @@ impl Claude {
     }
 
     fn report_api_error(&self, e: ApiError, out: &mut Out<'_>) {
-        let mut data = ProviderError::new(self.provider, e.kind, e.message).to_data();
+        let status = status_code(e.status.as_ref());
+        let mut data =
+            ProviderError::from_provider(self.provider, &e.kind, status, e.message).to_data();
         data.insert("severity".into(), "error".into());
         copy(&mut data, "api_error_status", e.status.as_ref());
         emit(
@@ -1197,13 +1206,17 @@ fn api_error_line(rec: &Map<String, Value>, message: &Map<String, Value>) -> Opt
     })
 }
 
-/// A provider-error kind from an HTTP status.
-fn status_kind(status: Option<&Value>) -> String {
-    let code = status.and_then(|s| {
+/// An HTTP status given as a number or a string.
+fn status_code(status: Option<&Value>) -> Option<u64> {
+    status.and_then(|s| {
         s.as_u64()
             .or_else(|| s.as_str().and_then(|s| s.parse().ok()))
-    });
-    match code {
+    })
+}
+
+/// A provider-error kind from an HTTP status.
+fn status_kind(status: Option<&Value>) -> String {
+    match status_code(status) {
         Some(401 | 403) => "authentication_failed",
         Some(402) => "billing_error",
         Some(429) => "rate_limit",
@@ -1717,16 +1730,16 @@ pub(super) mod tests {
                 2 t1 run_started
                 3 t1 tool_call_started tool_name="Bash" tool_call_id="tu_1" tool_input={"command":"sleep 100"}
                 4 t1 tool_call_started tool_name="Bash" tool_call_id="tu_2" tool_input={"command":"sleep 200"}
-                5 t1 tool_call_cancelled tool_name="Bash" tool_call_id="tu_2" tool_input={"command":"sleep 200"} reason="interrupted"
+                5 t1 tool_call_cancelled tool_name="Bash" tool_call_id="tu_2" tool_input={"command":"sleep 200"} reason="run_cancelled"
                 6 t1 token_usage_updated input_tokens=5 output_tokens=7 cost_usd=0.01
-                7 t1 tool_call_cancelled tool_name="Bash" tool_call_id="tu_1" tool_input={"command":"sleep 100"} reason="interrupted"
+                7 t1 tool_call_cancelled tool_name="Bash" tool_call_id="tu_1" tool_input={"command":"sleep 100"} reason="run_cancelled"
                 8 t1 run_cancelled reason="interrupted"
                 9 t2 run_started
                 10 t2 message_streamed delta="Once upon"
                 11 t2 message_received role="assistant" content="" discarded=true
                 12 t2 run_cancelled reason="interrupted"
                 13 t3 run_started
-                14 t3 run_failed error_message="Permission denied: cannot write to /root/secret.txt; second" provider_error.kind="error_during_execution"
+                14 t3 run_failed error_message="Permission denied: cannot write to /root/secret.txt; second" provider_error.kind="agent_error"
                 15 t4 run_started
                 16 t4 run_failed error_message="reached the maximum number of turns" provider_error.kind="max_turns"
             "#]],

@@ -40,9 +40,10 @@
 
 use serde_json::{json, Map, Value};
 
+use super::turn::OpenTools;
 use super::{Decoder, Out};
 use crate::core::event::EventType;
-use crate::core::provider_error::ProviderError;
+use crate::core::provider_error::{add_details, ProviderError};
 
 /// Decoder state for `codex exec --json`.
 #[derive(Default)]
@@ -76,18 +77,18 @@ impl Decoder for Codex {
                 if let Some(usage) = record.get("usage").and_then(usage_data) {
                     out.emit(EventType::TokenUsageUpdated, Some(&run), usage);
                 }
-                self.turn
-                    .end_run(out, EventType::RunCompleted, Map::new(), "turn completed");
+                self.turn.end_run(out, EventType::RunCompleted, Map::new());
             }
             "turn.failed" => {
                 let message = record
                     .get("error")
                     .and_then(|e| str_field(e, "message"))
                     .unwrap_or("turn failed");
-                let data = ProviderError::new(out.provider(), "turn_failed", message).to_data();
+                let data =
+                    ProviderError::from_provider(out.provider(), "turn_failed", None, message)
+                        .to_data();
                 self.turn.ensure_run(out);
-                self.turn
-                    .end_run(out, EventType::RunFailed, data, "turn failed");
+                self.turn.end_run(out, EventType::RunFailed, data);
             }
             "item.started" => self.item(Phase::Started, record, out),
             "item.updated" => self.item(Phase::Updated, record, out),
@@ -126,7 +127,14 @@ impl Decoder for Codex {
             "error" => {
                 let message = str_field(record, "message").unwrap_or("error");
                 let run = self.turn.run.clone();
-                emit_error(out, run.as_deref(), "stream_error", message, "error", None);
+                emit_error(
+                    out,
+                    run.as_deref(),
+                    ("stream_error", None),
+                    message,
+                    "error",
+                    None,
+                );
             }
             other => out.unknown(format_args!("type {other:?}")),
         }
@@ -214,7 +222,14 @@ impl Codex {
             ("error", _) => {
                 let run = self.turn.ensure_run(out);
                 let message = str_field(item, "message").unwrap_or("error");
-                emit_error(out, Some(&run), "item_error", message, "warning", None);
+                emit_error(
+                    out,
+                    Some(&run),
+                    ("item_error", None),
+                    message,
+                    "warning",
+                    None,
+                );
             }
             (other, _) => out.unknown(format_args!("item type {other:?}")),
         }
@@ -238,19 +253,20 @@ pub(super) fn field<'a>(v: &'a Value, snake: &str, camel: &str) -> Option<&'a Va
         .or_else(|| v.get(camel).filter(|x| !x.is_null()))
 }
 
-/// Emits `error_occurred {error_message, severity, provider_error{kind}}`, with `details`.
+/// Emits `error_occurred {error_message, severity, provider_error{kind}}`, with `details`;
+/// `kind` is Codex's own name for the cause and the HTTP status, when known.
 pub(super) fn emit_error(
     out: &mut Out<'_>,
     run: Option<&str>,
-    kind: &str,
+    (kind, status): (&str, Option<u64>),
     message: &str,
     severity: &str,
     details: Option<Value>,
 ) {
-    let mut data = ProviderError::new(out.provider(), kind, message).to_data();
+    let mut data = ProviderError::from_provider(out.provider(), kind, status, message).to_data();
     data.insert("severity".into(), json!(severity));
     if let Some(d) = details {
-        data.insert("details".into(), d);
+        add_details(&mut data, d);
     }
     out.emit(EventType::ErrorOccurred, run, Value::Object(data));
 }
@@ -568,21 +584,14 @@ impl Stream {
     }
 }
 
-/// A tool call that started and has not ended.
-struct OpenTool {
-    id: String,
-    name: String,
-    input: Value,
-    /// Bytes of aggregated output already reported (`item.updated`), for `output_delta`.
-    output_len: usize,
-}
-
 /// The open turn, its open tool calls and its half-streamed texts. Small, keyed by id,
 /// cleared when the turn ends.
 #[derive(Default)]
 pub(super) struct TurnState {
     pub(super) run: Option<String>,
-    tools: Vec<OpenTool>,
+    /// The open tool calls, with the bytes of aggregated output already reported
+    /// (`item.updated`), for `output_delta`.
+    tools: OpenTools<usize>,
     streams: Vec<(Stream, String)>,
 }
 
@@ -611,33 +620,13 @@ impl TurnState {
     }
 
     /// Ends the open run with `kind` (a run terminal) after closing what is still open:
-    /// streamed texts as discarded, tool calls as cancelled with `reason`.
-    pub(super) fn end_run(
-        &mut self,
-        out: &mut Out<'_>,
-        kind: EventType,
-        data: Map<String, Value>,
-        reason: &str,
-    ) {
+    /// streamed texts as discarded, tool calls as cancelled ([`OpenTools::cancel_all`]).
+    pub(super) fn end_run(&mut self, out: &mut Out<'_>, kind: EventType, data: Map<String, Value>) {
         let Some(run) = self.run.clone() else {
             return;
         };
         self.close_streams(out);
-        for tool in std::mem::take(&mut self.tools) {
-            let data = json!({
-                "tool_call_id": tool.id,
-                "tool_name": tool.name,
-                "tool_input": tool.input,
-                "reason": reason,
-            });
-            out.emit_full(
-                EventType::ToolCallCancelled,
-                Some(&run),
-                data,
-                Some(&tool.id),
-                Map::new(),
-            );
-        }
+        self.tools.cancel_all(out, &run, kind);
         out.emit(kind, Some(&run), Value::Object(data));
         self.run = None;
     }
@@ -715,18 +704,13 @@ impl TurnState {
         item: &Value,
     ) {
         let (name, input) = tool_call(kind, item);
-        if let Some(open) = self.tools.iter_mut().find(|t| t.id == id) {
-            open.name = name;
+        if let Some(open) = self.tools.get_mut(id) {
+            open.name = json!(name);
             open.input = input;
             return out.ignore();
         }
         Self::emit_started(out, run, id, &name, &input);
-        self.tools.push(OpenTool {
-            id: id.to_owned(),
-            name,
-            input,
-            output_len: 0,
-        });
+        self.tools.open(id, json!(name), input, 0);
     }
 
     /// The item of a tool call was updated: `tool_call_updated {status, output_delta}`.
@@ -738,10 +722,10 @@ impl TurnState {
         kind: ToolKind,
         item: &Value,
     ) {
-        if !self.tools.iter().any(|t| t.id == id) {
+        if !self.tools.is_open(id) {
             self.tool_started(out, run, id, kind, item);
         }
-        let Some(open) = self.tools.iter_mut().find(|t| t.id == id) else {
+        let Some(open) = self.tools.get_mut(id) else {
             return;
         };
         let mut data = Map::new();
@@ -750,10 +734,10 @@ impl TurnState {
         if let Some(output) =
             field(item, "aggregated_output", "aggregatedOutput").and_then(Value::as_str)
         {
-            if let Some(delta) = output.get(open.output_len..).filter(|d| !d.is_empty()) {
+            if let Some(delta) = output.get(open.extra..).filter(|d| !d.is_empty()) {
                 data.insert("output_delta".into(), json!(delta));
             }
-            open.output_len = output.len();
+            open.extra = output.len();
         }
         out.emit_full(
             EventType::ToolCallUpdated,
@@ -773,11 +757,11 @@ impl TurnState {
         id: &str,
         mut data: Map<String, Value>,
     ) {
-        let Some(open) = self.tools.iter_mut().find(|t| t.id == id) else {
+        let Some(open) = self.tools.get_mut(id) else {
             return out.ignore();
         };
         if let Some(delta) = data.get("output_delta").and_then(Value::as_str) {
-            open.output_len += delta.len();
+            open.extra += delta.len();
         }
         data.insert("tool_call_id".into(), json!(id));
         out.emit_full(
@@ -791,12 +775,12 @@ impl TurnState {
 
     /// The input of an open tool call.
     pub(super) fn tool_input(&self, id: &str) -> Option<&Value> {
-        self.tools.iter().find(|t| t.id == id).map(|t| &t.input)
+        self.tools.get(id).map(|t| &t.input)
     }
 
     /// Replaces the input of an open tool call.
     pub(super) fn set_tool_input(&mut self, id: &str, input: Value) {
-        if let Some(open) = self.tools.iter_mut().find(|t| t.id == id) {
+        if let Some(open) = self.tools.get_mut(id) {
             open.input = input;
         }
     }
@@ -812,11 +796,8 @@ impl TurnState {
         item: &Value,
     ) {
         let (name, input) = tool_call(kind, item);
-        match self.tools.iter().position(|t| t.id == id) {
-            Some(i) => {
-                self.tools.remove(i);
-            }
-            None => Self::emit_started(out, run, id, &name, &input),
+        if self.tools.close(id).is_none() {
+            Self::emit_started(out, run, id, &name, &input);
         }
         let (result, extra) = tool_result(kind, item);
         let mut data = Map::new();
@@ -1008,7 +989,7 @@ mod tests {
                 1 t1 run_started
                 2 t1 todo_updated items=[2 items]
                 3 t1 todo_updated items=[2 items]
-                4 t1 error_occurred error_message="command output truncated" provider_error.kind="item_error"
+                4 t1 error_occurred error_message="command output truncated" provider_error.kind="agent_error"
                 ! line 5: unknown_type: unknown item type "future_item"
                 ! line 6: missing_field: missing field `item.id`
                 ! line 8: unknown_type: unknown type "mystery"
@@ -1036,14 +1017,14 @@ mod tests {
 {"type":"turn.completed","usage":{}}
 "#,
             expect![[r#"
-                  1 t1 run_started
-                  2 t1 error_occurred error_message="Reconnecting... 1/1 (stream disconnected)" provider_error.kind="stream_error"
-                  3 t1 run_failed error_message="stream disconnected before completion" provider_error.kind="turn_failed"
-                  4 -- error_occurred error_message="exited non-zero" provider_error.kind="stream_error"
-                  5 t2 run_started
-                  6 t2 run_failed error_message="turn failed" provider_error.kind="turn_failed"
-                  7 t3 run_started
-                  8 t3 run_completed
+                1 t1 run_started
+                2 t1 error_occurred error_message="Reconnecting... 1/1 (stream disconnected)" provider_error.kind="connection_error"
+                3 t1 run_failed error_message="stream disconnected before completion" provider_error.kind="connection_error"
+                4 -- error_occurred error_message="exited non-zero" provider_error.kind="agent_error"
+                5 t2 run_started
+                6 t2 run_failed error_message="turn failed" provider_error.kind="agent_error"
+                7 t3 run_started
+                8 t3 run_completed
             "#]],
         );
     }
@@ -1070,8 +1051,8 @@ mod tests {
                 5 t1 message_received role="assistant" content="1. Do it"
                 6 t1 message_streamed role="assistant" delta="half"
                 7 t1 message_received role="assistant" content="" discarded=true
-                8 t1 tool_call_cancelled tool_name="shell" tool_call_id="item_1" tool_input={"command":"sleep 99"} reason="turn failed"
-                9 t1 run_failed error_message="aborted" provider_error.kind="turn_failed"
+                8 t1 tool_call_cancelled tool_name="shell" tool_call_id="item_1" tool_input={"command":"sleep 99"} reason="run_failed"
+                9 t1 run_failed error_message="aborted" provider_error.kind="agent_error"
                 10 t2 run_started
                 11 t2 message_streamed role="assistant" delta="cut off"
                 12 t2 message_received role="assistant" content="" discarded=true

@@ -62,8 +62,8 @@ use serde_json::{json, Map, Value};
 
 use super::codex::{emit_error, str_field, tool_kind, usage_data, Stream, TurnState};
 use super::{Decoder, Out};
-use crate::core::event::EventType;
-use crate::core::provider_error::ProviderError;
+use crate::core::event::{CancelReason, EventType};
+use crate::core::provider_error::{add_details, ProviderError};
 
 /// Notifications known to carry nothing for the canonical model.
 const IGNORED: &[&str] = &[
@@ -169,27 +169,11 @@ fn put(map: &mut Map<String, Value>, key: &str, value: Option<&Value>) {
     }
 }
 
-/// `fooBarBaz` → `foo_bar_baz`.
-fn snake_case(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 4);
-    for c in s.chars() {
-        if c.is_ascii_uppercase() {
-            if !out.is_empty() {
-                out.push('_');
-            }
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// The ProviderError kind of a `codexErrorInfo` (`"unauthorized"` or
-/// `{"httpConnectionFailed": {"httpStatusCode": 401}}`), or `default`. An HTTP status that
-/// says whose fault it is (401/403, 402, 429) wins over the variant name: Codex 0.171.0
-/// reports a 401 from the model API as `httpConnectionFailed {httpStatusCode: 401}`.
-fn error_kind(info: Option<&Value>, default: &str) -> String {
+/// Codex's own name and the HTTP status of a `codexErrorInfo` (`"unauthorized"` or
+/// `{"httpConnectionFailed": {"httpStatusCode": 401}}`), or `default`, for
+/// [`ProviderError::from_provider`] (where a 401 wins over the variant name: Codex 0.171.0
+/// reports a 401 from the model API as `httpConnectionFailed {httpStatusCode: 401}`).
+fn error_kind(info: Option<&Value>, default: &str) -> (String, Option<u64>) {
     let (name, status) = match info {
         Some(Value::String(s)) => (Some(s.as_str()), None),
         Some(Value::Object(m)) => match m.iter().next() {
@@ -201,17 +185,8 @@ fn error_kind(info: Option<&Value>, default: &str) -> String {
         },
         _ => (None, None),
     };
-    match status {
-        Some(401 | 403) => return "authentication_failed".to_owned(),
-        Some(402) => return "billing_error".to_owned(),
-        Some(429) => return "rate_limit".to_owned(),
-        _ => {}
-    }
-    match name {
-        Some("unauthorized") => "authentication_failed".to_owned(),
-        Some(n) if !n.is_empty() => snake_case(n),
-        _ => default.to_owned(),
-    }
+    let name = name.filter(|n| !n.is_empty()).unwrap_or(default);
+    (name.to_owned(), status)
 }
 
 /// `{codex_error_info, additional_details}` of a `TurnError`, when it has any.
@@ -310,12 +285,7 @@ impl CodexAppServer {
         if let Some(t) = &self.turn_id {
             data.insert("provider_turn_id".into(), json!(t));
         }
-        let reason = match kind {
-            EventType::RunCancelled => "turn interrupted",
-            EventType::RunFailed => "turn failed",
-            _ => "turn completed",
-        };
-        self.turn.end_run(out, kind, data, reason);
+        self.turn.end_run(out, kind, data);
         self.ended_turn = self.turn_id.take();
         self.approvals.clear();
     }
@@ -410,17 +380,19 @@ impl CodexAppServer {
                 let status = str_field(turn, "status").unwrap_or("completed");
                 match status {
                     "interrupted" => {
-                        let data = json!({ "reason": "interrupted" });
+                        let data = json!({ "reason": CancelReason::Interrupted.as_str() });
                         let Value::Object(data) = data else { return };
                         self.end_turn(out, EventType::RunCancelled, data);
                     }
                     "failed" => {
                         let error = turn.get("error").unwrap_or(&Value::Null);
                         let message = str_field(error, "message").unwrap_or("turn failed");
-                        let kind = error_kind(error.get("codexErrorInfo"), "turn_failed");
-                        let mut data = ProviderError::new(out.provider(), kind, message).to_data();
+                        let (kind, status) = error_kind(error.get("codexErrorInfo"), "turn_failed");
+                        let mut data =
+                            ProviderError::from_provider(out.provider(), &kind, status, message)
+                                .to_data();
                         if let Some(d) = error_details(error) {
-                            data.insert("details".into(), d);
+                            add_details(&mut data, d);
                         }
                         self.end_turn(out, EventType::RunFailed, data);
                     }
@@ -547,7 +519,7 @@ impl CodexAppServer {
                 let retry = params.get("willRetry").and_then(Value::as_bool) == Some(true);
                 let message = str_field(error, "message").unwrap_or("error");
                 let default = if retry { "stream_error" } else { "turn_error" };
-                let kind = error_kind(error.get("codexErrorInfo"), default);
+                let (kind, status) = error_kind(error.get("codexErrorInfo"), default);
                 let mut details = error_details(error)
                     .and_then(|d| d.as_object().cloned())
                     .unwrap_or_default();
@@ -557,7 +529,7 @@ impl CodexAppServer {
                 emit_error(
                     out,
                     run.as_deref(),
-                    &kind,
+                    (&kind, status),
                     message,
                     severity,
                     Some(Value::Object(details)),
@@ -568,12 +540,19 @@ impl CodexAppServer {
                     .or_else(|| str_field(params, "summary"))
                     .unwrap_or("warning");
                 let run = self.turn.run.clone();
-                let kind = snake_case(method);
+                let kind = method;
                 let details = params
                     .get("details")
                     .filter(|d| !d.is_null())
                     .map(|d| json!({ "details": d }));
-                emit_error(out, run.as_deref(), &kind, message, "warning", details);
+                emit_error(
+                    out,
+                    run.as_deref(),
+                    (kind, None),
+                    message,
+                    "warning",
+                    details,
+                );
             }
             "model/rerouted" => {
                 let mut data = Map::new();
@@ -839,15 +818,17 @@ impl CodexAppServer {
                 details.insert("method".into(), json!(m));
             }
             if method.as_deref() == Some("turn/start") && self.turn.run.is_some() {
-                let mut data = ProviderError::new(out.provider(), "rpc_error", message).to_data();
-                data.insert("details".into(), Value::Object(details));
+                let mut data =
+                    ProviderError::from_provider(out.provider(), "rpc_error", None, message)
+                        .to_data();
+                add_details(&mut data, Value::Object(details));
                 return self.end_turn(out, EventType::RunFailed, data);
             }
             let run = self.turn.run.clone();
             return emit_error(
                 out,
                 run.as_deref(),
-                "rpc_error",
+                ("rpc_error", None),
                 message,
                 "error",
                 Some(Value::Object(details)),
@@ -1053,7 +1034,7 @@ mod tests {
                 16 t1 tool_call_started tool_name="lookup" tool_call_id="call_4" tool_input={"id":"A-1"}
                 17 t1 tool_call_failed tool_name="lookup" tool_call_id="call_4" tool_input={"id":"A-1"} error="not found" status="failed"
                 18 t1 tool_call_started tool_name="shell" tool_call_id="call_5" tool_input={"command":"sleep 60","cwd":"/w"}
-                19 t1 tool_call_cancelled tool_name="shell" tool_call_id="call_5" tool_input={"command":"sleep 60","cwd":"/w"} reason="turn interrupted"
+                19 t1 tool_call_cancelled tool_name="shell" tool_call_id="call_5" tool_input={"command":"sleep 60","cwd":"/w"} reason="run_cancelled"
                 20 t1 run_cancelled reason="interrupted"
             "#]],
         );
@@ -1092,14 +1073,14 @@ mod tests {
 "#,
             expect![[r#"
                 1 t1 run_started
-                2 t1 error_occurred error_message="Reconnecting... 1/5" provider_error.kind="response_stream_disconnected"
-                3 t1 error_occurred error_message="You've hit your usage limit." provider_error.kind="usage_limit_exceeded"
-                4 t1 run_failed error_message="You've hit your usage limit." provider_error.kind="usage_limit_exceeded"
-                5 -- error_occurred error_message="Under-development features enabled" provider_error.kind="warning"
+                2 t1 error_occurred error_message="Reconnecting... 1/5" provider_error.kind="connection_error"
+                3 t1 error_occurred error_message="You've hit your usage limit." provider_error.kind="rate_limit"
+                4 t1 run_failed error_message="You've hit your usage limit." provider_error.kind="rate_limit"
+                5 -- error_occurred error_message="Under-development features enabled" provider_error.kind="agent_error"
                 6 t2 run_started
                 7 t2 run_failed error_message="401" provider_error.kind="authentication_failed"
                 8 t3 run_started
-                9 t3 run_failed error_message="boom" provider_error.kind="http_connection_failed"
+                9 t3 run_failed error_message="boom" provider_error.kind="connection_error"
                 10 -- model_changed reason="highRiskCyberActivity" model="b"
                 11 t4 run_started
                 12 t4 run_failed error_message="unexpected status 401 Unauthorized: invalid x-api-key" provider_error.kind="authentication_failed"
@@ -1110,7 +1091,8 @@ mod tests {
         );
         let d = out.events[1].data();
         assert_eq!(d["severity"], "warning");
-        assert_eq!(d["provider_error"]["kind"], "stream_error");
+        assert_eq!(d["provider_error"]["kind"], "connection_error");
+        assert_eq!(d["details"]["kind"], "stream_error");
         assert_eq!(d["details"]["will_retry"], true);
         assert_eq!(d["details"]["additional_details"], "idle timeout");
     }
@@ -1180,9 +1162,9 @@ mod tests {
 "#,
             expect![[r#"
                 1 -- session_started
-                2 -- error_occurred error_message="Not initialized" provider_error.kind="rpc_error"
+                2 -- error_occurred error_message="Not initialized" provider_error.kind="protocol_error"
                 3 t1 run_started
-                4 t1 run_failed error_message="turn failed to start" provider_error.kind="rpc_error"
+                4 t1 run_failed error_message="turn failed to start" provider_error.kind="protocol_error"
                 ! line 11: unknown_type: unknown request method "item/unheardOf/request"
                 ! line 12: missing_field: missing field `method`
             "#]],

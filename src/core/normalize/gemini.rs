@@ -19,26 +19,26 @@
 //!   a call never announced gets its `tool_call_started` first, the tool name taken from the
 //!   id's `<name>__…` prefix.
 //! * `error {severity, message}` → `error_occurred {severity, error_message, provider_error}`;
-//!   the kind is the error's own type when it carries one (`error.type`, newer `reason` /
-//!   `category`), else `max_turns` for the max-session-turns message, else `warning` or `error`
-//!   after the severity. It does not end the turn: the `result` that follows does.
+//!   the kind is mapped from the error's own type when it carries one (`error.type`, newer
+//!   `reason` / `category`, kept as `details.kind`), else from what the status or the message
+//!   says (`max_turns` for the max-session-turns message; `agent_error` by default). It does
+//!   not end the turn: the `result` that follows does.
 //! * `result {status, error, stats}` → `token_usage_updated` from `stats` (`input_tokens`,
 //!   `output_tokens`, `cached` → `cache_read_input_tokens`; `total_tokens`, `duration_ms`,
 //!   `tool_calls` and the per-model `models` map kept under `details`), then `run_completed`
-//!   (`status: success`) or `run_failed` (`error.type`, snake_cased, as the kind). A call
+//!   (`status: success`) or `run_failed` (the kind mapped from `error.type`). A call
 //!   still without its `tool_result` ends with the turn: `tool_call_cancelled` first.
 //!
 //! Thoughts are dropped by the CLI in this format, so no reasoning events appear. Lines whose
 //! placeholders (`<DURATION>`) make them invalid JSON are diagnostics of the framing; a turn
 //! whose `result` line was lost stays open (no terminal is invented at the end of input).
 
-use std::collections::HashMap;
-
 use serde_json::{json, Map, Value};
 
+use super::turn::OpenTools;
 use super::{Decoder, Out};
 use crate::core::event::EventType;
-use crate::core::provider_error::ProviderError;
+use crate::core::provider_error::{add_details, ProviderError};
 
 /// State of one Gemini CLI process's output: the open run, the assistant message being
 /// assembled, and the tool calls announced in the current run.
@@ -50,20 +50,13 @@ pub(crate) struct Gemini {
     text: Option<Assembling>,
     /// Ordinal for synthesized message ids.
     messages: u64,
-    /// Tool calls started in the current run, by `tool_id`.
-    tools: HashMap<String, Tool>,
+    /// Tool calls started in the current run and not yet answered.
+    tools: OpenTools,
 }
 
 struct Assembling {
     id: String,
     text: String,
-}
-
-struct Tool {
-    name: String,
-    input: Value,
-    /// Order of announcement, to cancel unfinished calls in order.
-    order: usize,
 }
 
 impl Decoder for Gemini {
@@ -173,9 +166,8 @@ impl Gemini {
             Some(id),
             Map::new(),
         );
-        let order = self.tools.len();
-        self.tools
-            .insert(id.to_owned(), Tool { name, input, order });
+        self.tools.close(id);
+        self.tools.open(id, json!(name), input, ());
     }
 
     fn tool_result(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
@@ -184,16 +176,11 @@ impl Gemini {
         };
         self.flush(out);
         let run = self.ensure_run(out);
-        let tool = match self.tools.remove(id) {
-            Some(tool) => tool,
+        let (name, input) = match self.tools.close(id) {
+            Some(tool) => (tool.name, tool.input),
             None => {
-                let tool = Tool {
-                    name: name_from_id(id),
-                    input: json!({}),
-                    order: 0,
-                };
-                let data =
-                    json!({"tool_call_id": id, "tool_name": tool.name, "tool_input": tool.input});
+                let (name, input) = (json!(name_from_id(id)), json!({}));
+                let data = json!({"tool_call_id": id, "tool_name": name, "tool_input": input});
                 out.emit_full(
                     EventType::ToolCallStarted,
                     Some(&run),
@@ -201,13 +188,13 @@ impl Gemini {
                     Some(id),
                     Map::new(),
                 );
-                tool
+                (name, input)
             }
         };
         let mut data = Map::new();
         data.insert("tool_call_id".into(), json!(id));
-        data.insert("tool_name".into(), json!(tool.name));
-        data.insert("tool_input".into(), tool.input);
+        data.insert("tool_name".into(), name);
+        data.insert("tool_input".into(), input);
         let status = obj.get("status").and_then(Value::as_str);
         let error = obj.get("error");
         let failed = status == Some("error") || (status.is_none() && error.is_some());
@@ -245,26 +232,18 @@ impl Gemini {
             .and_then(|e| e.get("type"))
             .or_else(|| obj.get("reason"))
             .or_else(|| obj.get("category"))
-            .and_then(Value::as_str)
-            .map(snake_case);
-        let kind = own_kind.unwrap_or_else(|| {
-            let lower = message.to_ascii_lowercase();
-            if lower.contains("max") && lower.contains("turns") {
-                "max_turns".to_owned()
-            } else if severity == "warning" {
-                "warning".to_owned()
-            } else {
-                "error".to_owned()
-            }
-        });
-        let mut data = ProviderError::new(out.provider(), kind, message).to_data();
+            .and_then(Value::as_str);
+        let status = obj.get("status").and_then(Value::as_u64);
+        let own_kind = own_kind.unwrap_or("");
+        let mut data =
+            ProviderError::from_provider(out.provider(), own_kind, status, message).to_data();
         data.insert("severity".into(), json!(severity));
         let details: Map<String, Value> = ["status", "category", "reason", "error"]
             .iter()
             .filter_map(|k| obj.get(*k).map(|v| ((*k).to_owned(), v.clone())))
             .collect();
         if !details.is_empty() {
-            data.insert("details".into(), Value::Object(details));
+            add_details(&mut data, Value::Object(details));
         }
         out.emit(
             EventType::ErrorOccurred,
@@ -276,38 +255,35 @@ impl Gemini {
     fn result(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
         self.flush(out);
         let run = self.ensure_run(out);
+        let status = obj.get("status").and_then(Value::as_str);
+        let error = obj.get("error");
+        let failed = status == Some("error") || (status.is_none() && error.is_some());
+        let terminal = if failed {
+            EventType::RunFailed
+        } else {
+            EventType::RunCompleted
+        };
         // Calls that never got a result ended with the turn.
-        let mut open: Vec<(String, Tool)> = self.tools.drain().collect();
-        open.sort_by_key(|(_, t)| t.order);
-        for (id, tool) in open {
-            let data = json!({"tool_call_id": id, "tool_name": tool.name});
-            out.emit_full(
-                EventType::ToolCallCancelled,
-                Some(&run),
-                data,
-                Some(&id),
-                Map::new(),
-            );
-        }
+        self.tools.cancel_all(out, &run, terminal);
         let stats = obj.get("stats").and_then(Value::as_object);
         if let Some(stats) = stats {
             out.emit(EventType::TokenUsageUpdated, Some(&run), usage(stats));
         }
         let duration = stats.and_then(|s| s.get("duration_ms")).cloned();
-        let status = obj.get("status").and_then(Value::as_str);
-        let error = obj.get("error");
-        if status == Some("error") || (status.is_none() && error.is_some()) {
+        if failed {
             let kind = error
                 .and_then(|e| e.get("type"))
                 .and_then(Value::as_str)
-                .map_or_else(|| "error".to_owned(), snake_case);
+                .unwrap_or("");
             let message = error
                 .and_then(|e| e.get("message"))
                 .and_then(Value::as_str)
                 .unwrap_or("gemini run failed");
-            let mut data = ProviderError::new(out.provider(), kind, message).to_data();
+            let status = error.and_then(|e| e.get("code")).and_then(Value::as_u64);
+            let mut data =
+                ProviderError::from_provider(out.provider(), kind, status, message).to_data();
             if let Some(error) = error {
-                data.insert("details".into(), json!({"error": error}));
+                add_details(&mut data, json!({"error": error}));
             }
             if let Some(d) = duration {
                 data.insert("duration_ms".into(), d);
@@ -390,44 +366,12 @@ fn name_from_id(id: &str) -> String {
     }
 }
 
-/// `APIError` → `api_error`, `FatalTurnLimitedError` → `fatal_turn_limited_error`,
-/// `RESOURCE_EXHAUSTED` → `resource_exhausted`, `rate limit` → `rate_limit`.
-pub(super) fn snake_case(name: &str) -> String {
-    let chars: Vec<char> = name.chars().collect();
-    let mut out = String::with_capacity(name.len() + 4);
-    for (i, &c) in chars.iter().enumerate() {
-        if c.is_ascii_alphanumeric() {
-            if c.is_ascii_uppercase() && i > 0 {
-                let prev = chars[i - 1];
-                let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
-                let boundary = prev.is_ascii_lowercase()
-                    || prev.is_ascii_digit()
-                    || (prev.is_ascii_uppercase() && next_lower);
-                if boundary && !out.ends_with('_') {
-                    out.push('_');
-                }
-            }
-            out.push(c.to_ascii_lowercase());
-        } else if !out.is_empty() && !out.ends_with('_') {
-            out.push('_');
-        }
-    }
-    while out.ends_with('_') {
-        out.pop();
-    }
-    if out.is_empty() {
-        out.push_str("error");
-    }
-    out
-}
-
 #[cfg(test)]
 pub(super) mod tests {
     use wasm_bindgen_test::wasm_bindgen_test;
 
     use expect_test::expect;
 
-    use super::snake_case;
     use crate::core::normalize::tests::{check, check_invariants};
     use crate::core::normalize::Format;
 
@@ -523,15 +467,15 @@ pub(super) mod tests {
 {"type":"result","timestamp":"2026-01-01T00:00:03Z","status":"success","stats":{"input_tokens":0,"output_tokens":0,"cached":0}}
 "#,
             expect![[r#"
-                  1 -- session_started model="m"
-                  2 t1 run_started
-                  3 t1 message_streamed role="assistant" delta="loop"
-                  4 t1 message_received role="assistant" content="loop"
-                  5 t1 error_occurred error_message="Loop detected, stopping execution" provider_error.kind="warning"
-                  6 t1 error_occurred error_message="Maximum session turns exceeded" provider_error.kind="max_turns"
-                  7 t1 error_occurred error_message="Quota exceeded" provider_error.kind="rate_limit_exceeded"
-                  8 t1 token_usage_updated input_tokens=0 output_tokens=0
-                  9 t1 run_completed
+                1 -- session_started model="m"
+                2 t1 run_started
+                3 t1 message_streamed role="assistant" delta="loop"
+                4 t1 message_received role="assistant" content="loop"
+                5 t1 error_occurred error_message="Loop detected, stopping execution" provider_error.kind="agent_error"
+                6 t1 error_occurred error_message="Maximum session turns exceeded" provider_error.kind="max_turns"
+                7 t1 error_occurred error_message="Quota exceeded" provider_error.kind="rate_limit"
+                8 t1 token_usage_updated input_tokens=0 output_tokens=0
+                9 t1 run_completed
             "#]],
         );
     }
@@ -546,13 +490,13 @@ pub(super) mod tests {
 {"type":"result","timestamp":"2026-01-01T00:00:03Z","status":"error","error":{"type":"ApiError","message":"[API Error: 400 Bad Request]"},"stats":{"input_tokens":0,"output_tokens":0,"cached":0,"duration_ms":12}}
 "#,
             expect![[r#"
-                  1 -- session_started model="m"
-                  2 t1 run_started
-                  3 t1 message_sent role="user" content="hi"
-                  4 t1 tool_call_started tool_name="web_fetch" tool_call_id="web_fetch__9" tool_input={"url":"https://example.com"}
-                  5 t1 tool_call_cancelled tool_name="web_fetch" tool_call_id="web_fetch__9"
-                  6 t1 token_usage_updated input_tokens=0 output_tokens=0
-                  7 t1 run_failed error_message="[API Error: 400 Bad Request]" provider_error.kind="api_error"
+                1 -- session_started model="m"
+                2 t1 run_started
+                3 t1 message_sent role="user" content="hi"
+                4 t1 tool_call_started tool_name="web_fetch" tool_call_id="web_fetch__9" tool_input={"url":"https://example.com"}
+                5 t1 tool_call_cancelled tool_name="web_fetch" tool_call_id="web_fetch__9" tool_input={"url":"https://example.com"} reason="run_failed"
+                6 t1 token_usage_updated input_tokens=0 output_tokens=0
+                7 t1 run_failed error_message="[API Error: 400 Bad Request]" provider_error.kind="server_error"
             "#]],
         );
     }
@@ -612,22 +556,6 @@ pub(super) mod tests {
         ];
         for input in fixtures {
             check_invariants(Format::Gemini, input);
-        }
-    }
-
-    #[wasm_bindgen_test(unsupported = test)]
-    fn snake_case_names() {
-        for (raw, want) in [
-            ("APIError", "api_error"),
-            ("ApiError", "api_error"),
-            ("FatalTurnLimitedError", "fatal_turn_limited_error"),
-            ("RESOURCE_EXHAUSTED", "resource_exhausted"),
-            ("rate limit", "rate_limit"),
-            ("already_snake", "already_snake"),
-            ("", "error"),
-            ("HTTP2Error", "http2_error"),
-        ] {
-            assert_eq!(snake_case(raw), want, "{raw}");
         }
     }
 }

@@ -27,6 +27,7 @@ mod codex;
 mod codex_app_server;
 mod gemini;
 mod opencode;
+mod turn;
 
 use std::collections::VecDeque;
 use std::fmt;

@@ -72,10 +72,10 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde_json::{json, Map, Value};
 
-use super::gemini::snake_case;
+use super::turn::cancel_tool_call;
 use super::{Decoder, Out};
-use crate::core::event::EventType;
-use crate::core::provider_error::ProviderError;
+use crate::core::event::{CancelReason, EventType};
+use crate::core::provider_error::{add_details, ProviderError};
 
 /// How many user message ids are remembered to tell user parts from assistant ones.
 const USER_MESSAGES: usize = 32;
@@ -136,6 +136,7 @@ struct ToolSeen {
     status: String,
     done: bool,
     name: Value,
+    input: Value,
     /// Order of first sight, to cancel unfinished calls in order.
     order: usize,
 }
@@ -274,7 +275,8 @@ impl Opencode {
                             .and_then(Value::as_str)
                             .unwrap_or("retrying");
                         let mut data =
-                            ProviderError::new(out.provider(), "retry", message).to_data();
+                            ProviderError::from_provider(out.provider(), "retry", None, message)
+                                .to_data();
                         data.insert("severity".into(), json!("warning"));
                         if let Some(a) = status.and_then(|s| s.get("attempt")) {
                             data.insert("attempt".into(), a.clone());
@@ -779,6 +781,7 @@ impl Opencode {
                 status: status.to_owned(),
                 done,
                 name: name.clone(),
+                input: input.clone(),
                 order,
             },
         );
@@ -877,19 +880,17 @@ impl Opencode {
             .and_then(Value::as_u64);
         if name == "MessageAbortedError" {
             if self.run.is_some() {
-                let data = json!({"reason": "aborted", "error_message": message});
+                let data = json!({
+                    "reason": CancelReason::Interrupted.as_str(),
+                    "error_message": message,
+                    "details": {"error_name": name},
+                });
                 return self.end_run(EventType::RunCancelled, data, out);
             }
             return out.ignore();
         }
-        let kind = match (name, status) {
-            ("APIError", Some(429)) => "rate_limit".to_owned(),
-            ("APIError", Some(401 | 403)) | ("ProviderAuthError", _) => {
-                "authentication_failed".to_owned()
-            }
-            _ => snake_case(name),
-        };
-        let mut payload = ProviderError::new(out.provider(), kind, message).to_data();
+        let error = ProviderError::from_provider(out.provider(), name, status, message);
+        let mut payload = error.to_data();
         let mut details = json!({"error_name": name});
         if let Some(s) = status {
             details["status_code"] = json!(s);
@@ -897,7 +898,7 @@ impl Opencode {
         if let Some(d) = data {
             details["data"] = d.clone();
         }
-        payload.insert("details".into(), details);
+        add_details(&mut payload, details);
         if self.run.is_some() {
             self.end_run(EventType::RunFailed, Value::Object(payload), out);
         } else {
@@ -929,14 +930,7 @@ impl Opencode {
             run.tools.iter().filter(|(_, t)| !t.done).collect();
         open.sort_by_key(|(_, t)| t.order);
         for (call, tool) in open {
-            let data = json!({"tool_call_id": call, "tool_name": tool.name});
-            out.emit_full(
-                EventType::ToolCallCancelled,
-                Some(&run.id),
-                data,
-                Some(call),
-                Map::new(),
-            );
+            cancel_tool_call(out, &run.id, call, &tool.name, &tool.input, kind);
         }
         out.emit(kind, Some(&run.id), data);
     }
@@ -1130,14 +1124,14 @@ mod tests {
 {"type":"error","timestamp":9,"sessionID":"s","error":{"name":"UnknownError","data":{"message":"boom"}}}
 "#,
             expect![[r#"
-                  1 -- session_started
-                  2 -- error_occurred error_message="bad key" provider_error.kind="authentication_failed"
-                  3 t1 run_started
-                  4 t1 run_cancelled error_message="Aborted" reason="aborted"
-                  5 t2 run_started
-                  6 t2 run_failed error_message="Unauthorized" provider_error.kind="authentication_failed"
-                  7 t3 run_started
-                  8 t3 run_failed error_message="boom" provider_error.kind="unknown_error"
+                1 -- session_started
+                2 -- error_occurred error_message="bad key" provider_error.kind="authentication_failed"
+                3 t1 run_started
+                4 t1 run_cancelled error_message="Aborted" reason="interrupted"
+                5 t2 run_started
+                6 t2 run_failed error_message="Unauthorized" provider_error.kind="authentication_failed"
+                7 t3 run_started
+                8 t3 run_failed error_message="boom" provider_error.kind="unknown"
             "#]],
         );
     }
@@ -1243,19 +1237,19 @@ data: {"type":"session.next.thing","properties":{"sessionID":"ses_1"}}
 "#,
             expect![[r#"
                 1 -- session_started
-                2 -- error_occurred error_message="overloaded" provider_error.kind="api_error"
+                2 -- error_occurred error_message="overloaded" provider_error.kind="overloaded"
                 3 t1 run_started
-                4 t1 error_occurred error_message="Rate limited" provider_error.kind="retry"
+                4 t1 error_occurred error_message="Rate limited" provider_error.kind="rate_limit"
                 5 t1 message_streamed role="assistant" delta="Half"
                 6 t1 tool_call_started tool_name="read" tool_call_id="t1" tool_input={"filePath":"a"}
                 7 t1 context_compacted
                 8 t1 message_received role="assistant" content="" discarded=true
-                9 t1 tool_call_cancelled tool_name="read" tool_call_id="t1"
+                9 t1 tool_call_cancelled tool_name="read" tool_call_id="t1" tool_input={"filePath":"a"} reason="run_failed"
                 10 t1 run_failed error_message="Too many requests" provider_error.kind="rate_limit"
                 11 t2 run_started
                 12 t2 reasoning_streamed delta="Cut"
                 13 t2 reasoning_received content="" discarded=true
-                14 t2 run_cancelled error_message="The operation was aborted." reason="aborted"
+                14 t2 run_cancelled error_message="The operation was aborted." reason="interrupted"
                 15 t3 run_started
                 16 t3 message_streamed role="assistant" delta="Never"
                 17 t3 message_received role="assistant" content="" discarded=true
@@ -1295,7 +1289,7 @@ data: {"type":"session.status","properties":{"sessionID":"ses_1","status":{"type
                 2 t1 message_sent role="user" content="slow"
                 3 t1 message_streamed role="assistant" delta="1 "
                 4 t1 message_received role="assistant" content="" discarded=true
-                5 t1 run_cancelled error_message="Aborted" reason="aborted"
+                5 t1 run_cancelled error_message="Aborted" reason="interrupted"
             "#]],
         );
     }
@@ -1350,9 +1344,9 @@ data: {"id":"evt_4","type":"integration.updated","properties":{}}
                 6 t1 tool_call_completed tool_name="edit" tool_call_id="c" tool_input={"filePath":"a"} tool_output="ok"
                 7 t1 token_usage_updated input_tokens=1 output_tokens=2 cost_usd=0.01
                 8 t1 message_received role="assistant" content="partial"
-                9 t1 run_cancelled error_message="aborted" reason="aborted"
+                9 t1 run_cancelled error_message="aborted" reason="interrupted"
                 10 t2 run_started
-                11 t2 run_failed error_message="bad request" provider_error.kind="api_error"
+                11 t2 run_failed error_message="bad request" provider_error.kind="invalid_request"
                 ! line 6: missing_field: missing field `info.role`
             "#]],
         );

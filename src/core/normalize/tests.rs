@@ -59,6 +59,32 @@ pub(crate) fn check_invariants(format: Format, input: &[u8]) {
                 "turn-scoped event without a run: {what}"
             );
         }
+        // The closed vocabularies (docs/events.md) and the one tool-cancel payload.
+        if e.kind() == T::RunCancelled {
+            let reason = e.data_str("reason").unwrap_or("");
+            assert!(
+                crate::core::event::CancelReason::parse(reason).is_some(),
+                "reason {reason:?}: {what}"
+            );
+        }
+        if let Some(kind) = e.data().get("provider_error").and_then(|p| p.get("kind")) {
+            let kind = kind.as_str().unwrap_or("");
+            assert!(
+                crate::core::provider_error::ErrorKind::parse(kind).is_some(),
+                "kind {kind:?}: {what}"
+            );
+        }
+        if e.kind() == T::ToolCallCancelled {
+            let d = e.data();
+            let reason = e.data_str("reason").unwrap_or("");
+            assert!(
+                ["run_completed", "run_failed", "run_cancelled"].contains(&reason)
+                    && d.contains_key("tool_name")
+                    && d.contains_key("tool_input"),
+                "tool_call_cancelled payload: {what} {}",
+                e.to_json()
+            );
+        }
         let message = e.data_str("message_id").unwrap_or("");
         match e.kind() {
             T::MessageStreamed | T::ReasoningStreamed => {

@@ -7,6 +7,7 @@ use serde_json::Value;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 use super::*;
+use crate::core::event::{EventInit, EventType};
 use crate::core::normalize::normalize;
 use crate::core::wire::{encode_events, StoreState};
 
@@ -88,6 +89,9 @@ fn render(batch: &Batch) -> String {
             out.push_str(&format!(" lifecycle={}", l.state));
             if let Some(t) = &l.active_turn {
                 out.push_str(&format!(" turn={t}"));
+            }
+            if let Some(st) = &l.stalled {
+                out.push_str(&format!(" stalled={}ms", st.silent_ms));
             }
         }
         out.push('\n');
@@ -238,6 +242,49 @@ fn the_store_status_becomes_a_note_when_it_changes() {
     assert_eq!((held.state, held.unstored), (StoreState::Unavailable, 7));
     p.handle_frame(up, 0).unwrap();
     assert!(p.store("s1").unwrap().is_available());
+}
+
+#[wasm_bindgen_test(unsupported = test)]
+fn a_stall_in_the_log_shows_in_the_lifecycle_until_the_turn_speaks() {
+    let event = |seq: u64, kind: EventType, data: Value| {
+        let init = EventInit {
+            run_id: Some("t1".into()),
+            sequence: seq,
+            data: data.as_object().cloned().unwrap_or_default(),
+            ..EventInit::new(kind, "s1", Provider::Generic, Timestamp::EPOCH)
+        };
+        Event::new(init).unwrap()
+    };
+    let log = [
+        event(1, EventType::RunStarted, Value::Null),
+        event(
+            2,
+            EventType::RunStalled,
+            serde_json::json!({"silent_ms": 90_000, "synthetic": true}),
+        ),
+        event(
+            3,
+            EventType::MessageStreamed,
+            serde_json::json!({"delta": "hi"}),
+        ),
+    ];
+    check(
+        &[
+            &events_frame(&log[..1]),
+            "---",
+            &events_frame(&log[1..2]),
+            "---",
+            &events_frame(&log[2..]),
+        ],
+        expect![[r#"
+            s1 after=1 lifecycle=running turn=t1
+            ---
+            s1 after=2 lifecycle=running turn=t1 stalled=90000ms
+            ---
+            s1 after=3 lifecycle=running turn=t1
+              +0 assistant_message
+        "#]],
+    );
 }
 
 #[wasm_bindgen_test(unsupported = test)]

@@ -357,7 +357,7 @@ async function demoRun() {
   const shot = recorder("demo");
   const dir = mkdtempSync(join(tmpdir(), "agentwire-e2e-"));
   cleanups.push(() => rmSync(dir, { recursive: true, force: true, maxRetries: 5 }));
-  const server = await serve(dir, ["--demo-delay-ms", "20"]);
+  const server = await serve(dir, ["--demo-delay-ms", "20", "--stall-ms", "1500"]);
   const context = await browser(dir);
   const page = await open(context, server.url);
   assert.equal(await page.locator("#sessions li").count(), 0, "a fresh store");
@@ -524,6 +524,18 @@ async function demoRun() {
   await row(page, error).locator("button.toggle").click();
   assert.match(await row(page, error).locator(".stderr").innerText(), /crashed on purpose/);
   await shot(page, "provider-crash");
+
+  // A turn that goes silent is shown stalled (`--stall-ms 1500`), not as work; the interrupt
+  // ends it.
+  await createSession(page, "demo");
+  await send(page, "hang, please");
+  await until(page, "the stall is shown", () =>
+    /^stalled: no output for \d+ s$/.test(document.querySelector("#lifecycle .lifecycle-stalled")?.textContent ?? ""));
+  await lifecycle(page, "running");
+  await shot(page, "stalled");
+  await page.click("#interrupt");
+  await lifecycle(page, "idle");
+  assert.equal(await page.locator("#lifecycle .lifecycle-stalled").count(), 0, "the stall ends with the turn");
 
   // Open a saved transcript: projected in the browser, no request to the server.
   const before = page.seen.length;

@@ -111,6 +111,20 @@ try {
     assert.equal(refused.websocket, "error");
     const sessions = await (await fetch(`${apiBase}/api/sessions`, { headers: { Authorization: `Bearer ${TOKEN}` } })).json();
     assert.equal(sessions.sessions.length, 1, "the refused page's POST created nothing (its preflight failed)");
+    // The other page guesses tokens with images (no Origin, no preflight): the server refuses
+    // them by their Sec-Fetch-Site before looking at the token, so the real user is not
+    // locked out by the wrong-token limit.
+    await page.evaluate(async (api) => {
+      const loads = [];
+      for (let i = 0; i < 60; i++) {
+        const img = new Image();
+        loads.push(new Promise((r) => { img.onload = img.onerror = r; }));
+        img.src = `${api}/api/info?token=guess-${i}-0123456789abcdef`;
+      }
+      await Promise.all(loads);
+    }, apiBase);
+    const after = await fetch(`${apiBase}/api/info`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+    assert.equal(after.status, 200, "60 guesses from another page left the real token working");
 
     // The demo page: token in the fragment, out of the address bar, kept across a reload.
     const problems: string[] = [];

@@ -6,7 +6,7 @@
 
 import type {
   ApprovalItem, ApprovalStatus, AssistantMessageItem, Batch, Change, ClientBatch, ConnectionState, DiagnosticKind, ErrorCode, Event,
-  ErrorItem, EventType, Item, Json, Lifecycle, LifecycleState, Note, Provider, ReasoningItem, SessionBatch, TodoItem,
+  ErrorItem, EventType, Item, Json, Lifecycle, LifecycleState, Note, Provider, ReasoningItem, SessionBatch, Stall, TodoItem,
   ToolCallItem, ToolStatus, Usage, UserMessageItem, ViolationKind, StoreState, StoreStatus,
 } from "../../../pkg-web/agentwire.js";
 
@@ -119,7 +119,7 @@ export const eventType = oneOf<EventType>({
   tool_approval_granted: true, tool_approval_denied: true, reasoning_streamed: true,
   reasoning_received: true, tool_call_updated: true, tool_call_cancelled: true,
   todo_updated: true, mode_changed: true, model_changed: true, thinking_option_changed: true,
-  attention_required: true, context_compacted: true,
+  attention_required: true, context_compacted: true, run_stalled: true,
 });
 const provider = oneOf<Provider>({
   claude: true, codex: true, gemini: true, opencode: true, amp: true, acp: true, demo: true,
@@ -171,7 +171,8 @@ export const change = tagged<Change, "op">("op", {
 export const lifecycle = oneOf<Lifecycle>({
   initializing: true, idle: true, running: true, error: true, closed: true,
 });
-const lifecycleState = object<LifecycleState>({ state: lifecycle }, { active_turn: str });
+const stall = object<Stall>({ run_id: str, silent_ms: nat, at_ms: num }, {});
+const lifecycleState = object<LifecycleState>({ state: lifecycle }, { active_turn: str, stalled: stall });
 export const errorCode = oneOf<ErrorCode>({
   bad_options: true, bad_decision: true, unknown_provider: true, not_a_transcript: true,
   not_connected: true, connection_lost: true, closed: true, malformed_event: true,
