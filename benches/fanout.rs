@@ -94,6 +94,7 @@ async fn main() {
                 protocols: vec![1],
                 max_frame: None,
                 client: None,
+                features: Vec::new(),
             };
             ws.send(Message::Text(hello.encode().into())).await.unwrap();
             let sub = ClientMsg::Subscribe {

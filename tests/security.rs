@@ -410,6 +410,7 @@ async fn bogus_subscriptions_hold_no_memory_and_frames_stay_bounded() {
             protocols: vec![1],
             max_frame: Some(4096),
             client: None,
+            features: Vec::new(),
         },
     )
     .await;

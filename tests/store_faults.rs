@@ -1,7 +1,8 @@
 //! Real store faults in the middle of a turn: the SQLite log on a filesystem that fills and
 //! frees, one that stays full, a database made read-only, and PostgreSQL killed and started
 //! again. In each, the stored log ends with every event the agent wrote, once, in order, one
-//! terminal per turn, and `GET /api/sessions/{id}` showed the store unavailable meanwhile;
+//! terminal per turn, and `GET /api/sessions/{id}` showed the store unavailable meanwhile (a
+//! WebSocket subscriber was told so live, by `session_status`, and again when it was back);
 //! when the store never comes back, the session still ends, and shutdown says how many
 //! events could not be stored.
 //!
@@ -19,7 +20,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agentwire::core::event::{Event, EventType};
-use common::{assert_contiguous, ended, Server, DEADLINE};
+use agentwire::core::wire::{
+    ClientMsg, ServerMsg, StoreState, StoreStatus, FEATURE_SESSION_STATUS,
+};
+use common::{assert_contiguous, ended, Collector, Server, DEADLINE};
 use serde_json::Value;
 
 /// A filesystem mounted for one test, unmounted when dropped.
@@ -226,12 +230,42 @@ fn sqlite_on_a_filesystem_that_fills_mid_turn_and_frees_loses_nothing() {
     // A small queue: the session stops reading the agent while the disk is full.
     let server = Server::start_with_delay(&db, 0, 10, &["--store-queue-events", "40"]);
     let (session, turn) = slow_turn_under_way(&server);
+    let watcher = Watcher::start(&server, &session, &turn);
     let filler = fill(fs.path());
     outage(&server, &session, 40, || {
         std::fs::remove_file(&filler).unwrap()
     });
     let events = server.wait_events(&session, "the turn to end", |e| ended(e, &turn));
     assert_whole_slow_turn(&events, &turn);
+    // The subscriber was told, in order: available (on subscribe), unavailable (and again
+    // as events piled up), available; and it got the whole log.
+    let (told, seen) = watcher.finish();
+    let states: Vec<StoreState> = told.iter().map(|s| s.state).collect();
+    let mut runs = states.clone();
+    runs.dedup();
+    assert_eq!(
+        runs,
+        [
+            StoreState::Available,
+            StoreState::Unavailable,
+            StoreState::Available
+        ],
+        "{told:?}"
+    );
+    let down = told.iter().filter(|s| !s.is_available());
+    assert!(
+        down.clone()
+            .all(|s| s.error.as_deref().is_some_and(|e| !e.is_empty()) && s.since.is_some()),
+        "{told:?}"
+    );
+    // Told again after each failed retry: more events wait, none leaves while it fails.
+    let waiting: Vec<u64> = down.map(|s| s.unstored).collect();
+    assert!(
+        waiting.len() > 1 && waiting.windows(2).all(|w| w[0] <= w[1]) && waiting[0] > 0,
+        "{told:?}"
+    );
+    assert_eq!(told.last(), Some(&StoreStatus::available(0)), "{told:?}");
+    assert_eq!(seen, events, "the subscriber got the log, whole");
     let body = wait_describe(&server, &session, "the store to be available", |b| {
         b["store"]["state"] == "available" && unstored(b) == 0
     });
@@ -338,6 +372,90 @@ async fn postgres_killed_and_restarted_mid_turn_loses_nothing() {
         let events = server.wait_events(&session, "the turn to end", |e| ended(e, &turn));
         assert_whole_slow_turn(&events, &turn);
     });
+}
+
+/// A WebSocket subscriber that asked for `session_status`, on a thread of its own: it follows
+/// the session until its turn `turn` has ended and the store was unavailable and is available
+/// again, and returns the statuses it was told, in order, and the events it got.
+struct Watcher {
+    thread: std::thread::JoinHandle<(Vec<StoreStatus>, Vec<Event>)>,
+}
+
+impl Watcher {
+    /// Returns once the subscription started (its first `session_status` arrived).
+    fn start(server: &Server, session: &str, turn: &str) -> Watcher {
+        let (url, session, turn) = (server.ws_url(), session.to_owned(), turn.to_owned());
+        let (subscribed_tx, subscribed) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let mut socket = common::ws_connect(&url, &[]).await.expect("connects");
+                let hello = ClientMsg::Hello {
+                    protocols: vec![1],
+                    max_frame: None,
+                    client: None,
+                    features: vec![FEATURE_SESSION_STATUS.to_owned()],
+                };
+                common::send(&mut socket, &hello).await;
+                let subscribe = ClientMsg::Subscribe {
+                    session: session.clone(),
+                    after: 0,
+                    epoch: None,
+                };
+                common::send(&mut socket, &subscribe).await;
+                // A client that did not ask (one older than `session_status`) is never told.
+                let (mut plain, _) = common::hello(&url).await;
+                common::send(&mut plain, &subscribe).await;
+                let start = Instant::now();
+                let mut told: Vec<StoreStatus> = Vec::new();
+                let mut log = Collector::new();
+                loop {
+                    let recovered = told.iter().any(|s| !s.is_available())
+                        && told.last().is_some_and(StoreStatus::is_available);
+                    if recovered && ended(&log.events, &turn) {
+                        let mut plain_log = Collector::new();
+                        while !ended(&plain_log.events, &turn) {
+                            match common::recv(&mut plain).await.expect("open") {
+                                ServerMsg::SessionStatus { .. } => {
+                                    panic!("session_status sent to a client that did not ask")
+                                }
+                                msg => plain_log.apply(msg),
+                            }
+                        }
+                        return (told, log.events);
+                    }
+                    assert!(
+                        start.elapsed() < DEADLINE,
+                        "the subscriber timed out; told {told:?}"
+                    );
+                    match common::recv(&mut socket)
+                        .await
+                        .expect("the socket stays open")
+                    {
+                        ServerMsg::SessionStatus { session: s, store } => {
+                            assert_eq!(s, session);
+                            if told.is_empty() {
+                                let _ = subscribed_tx.send(());
+                            }
+                            told.push(store);
+                        }
+                        msg => log.apply(msg),
+                    }
+                }
+            })
+        });
+        subscribed
+            .recv_timeout(DEADLINE)
+            .expect("the subscription starts with the store's status");
+        Watcher { thread }
+    }
+
+    fn finish(self) -> (Vec<StoreStatus>, Vec<Event>) {
+        self.thread.join().expect("the subscriber saw it all")
+    }
 }
 
 /// Runs `f` when dropped (also when the test fails first).

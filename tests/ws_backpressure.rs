@@ -81,6 +81,7 @@ async fn a_slow_subscriber_is_resynced_from_the_store_not_skipped() {
         protocols: vec![1],
         max_frame: Some(MIN_MAX_FRAME),
         client: None,
+        features: Vec::new(),
     };
     in_tx.send(Incoming::Text(hello.encode())).await.unwrap();
     assert!(matches!(next(&mut out_rx).await, ServerMsg::Welcome { .. }));

@@ -51,6 +51,7 @@ function fail(error) {
 const state = {
   sessions: [], // from the API
   lifecycles: new Map(), // session -> lifecycle (from the Client)
+  stores: new Map(), // session -> its store status, while the server says it is unavailable
   stalls: new Map(), // session -> its active turn's stall ({silent_ms, at_ms}), while stalled
   models: new Map(), // session -> SessionModel, from the Client's batches
   current: null, // the session shown, or {transcript: name}
@@ -108,6 +109,7 @@ function renderHead() {
   if (current === null) {
     $("session-title").textContent = "No session selected";
     $("lifecycle").replaceChildren();
+    $("store").replaceChildren();
     $("usage").textContent = "";
     return;
   }
@@ -122,6 +124,7 @@ function renderHead() {
     const lifecycle = state.lifecycles.get(current) ?? "initializing";
     $("lifecycle").replaceChildren(badge(lifecycle, `lifecycle-${lifecycle}`), ...stallBadge(current));
   }
+  renderStore(typeof current === "string" ? state.stores.get(current) : undefined);
   const u = view.usage;
   $("usage").textContent = u
     ? `${u.input_tokens} in · ${u.output_tokens} out` + (u.cost_usd ? ` · $${u.cost_usd.toFixed(4)}` : "")
@@ -131,6 +134,20 @@ function renderHead() {
   $("send").disabled = !live;
   $("interrupt").disabled = !live;
   $("send").title = elsewhere ? `Node ${elsewhere} runs this session: send prompts from its page` : "";
+}
+
+// While the session's store fails (`session_status`), its events wait on the server: say how
+// many, and why (nothing is lost; they arrive once it is back).
+function renderStore(store) {
+  const shown = $("store");
+  if (!store || store.state !== "unavailable") {
+    shown.replaceChildren();
+    return;
+  }
+  const b = badge(`store unavailable: ${store.unstored} events waiting`, "store-unavailable");
+  b.title = `${store.error ?? "the store fails"}` +
+    (store.since ? ` (since ${store.since}, ${store.attempts ?? 0} attempts)` : "");
+  shown.replaceChildren(b);
 }
 
 function hostedElsewhere(s) {
@@ -199,6 +216,11 @@ function onChange(batch) {
       state.resets += 1;
     }
     m.apply(b.changes);
+    for (const n of b.notes ?? []) {
+      if (n.note !== "store") continue;
+      if (n.state === "unavailable") state.stores.set(b.session, n);
+      else state.stores.delete(b.session);
+    }
     if (b.session !== state.current) continue;
     if (b.reset) {
       view.show(m);

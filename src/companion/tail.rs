@@ -189,6 +189,12 @@ fn report(options: &TailOptions, client: &Client, batch: ClientBatch) -> Result<
             Note::Gap { after, .. } => {
                 eprintln!("agentwire tail: a gap in the stream; resubscribing after {after}");
             }
+            Note::Store(store) if !store.is_available() => eprintln!(
+                "agentwire tail: the server's store is unavailable ({}); {} event(s) wait there",
+                store.error.as_deref().unwrap_or("no reason given"),
+                store.unstored
+            ),
+            Note::Store(_) => eprintln!("agentwire tail: the server's store is available again"),
             _ => {}
         }
     }

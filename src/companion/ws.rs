@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures_util::{SinkExt, Stream, StreamExt};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::host::CommandError;
@@ -24,7 +24,7 @@ use super::now;
 use super::store::{Committed, EventQuery, Store, StoreError};
 use crate::core::error::ErrorCode;
 use crate::core::event::Event;
-use crate::core::wire::{self, ClientMsg, ServerMsg, WireError};
+use crate::core::wire::{self, ClientMsg, ServerMsg, StoreStatus, WireError};
 
 /// Frames a connection may have queued for sending before its subscriptions wait.
 const OUTGOING_FRAMES: usize = 32;
@@ -253,12 +253,14 @@ pub async fn run_connection<I>(
 
     // Hello and version negotiation.
     let hello = tokio::time::timeout(Duration::from_secs(30), incoming.next()).await;
-    let max_frame = match hello {
+    // With whether the client asked for `session_status` (older clients do not know it).
+    let (max_frame, wants_status) = match hello {
         Ok(Some(Incoming::Text(frame))) => {
             match ClientMsg::decode(&frame, limits.client_frame_limit) {
                 Ok(ClientMsg::Hello {
                     protocols,
                     max_frame,
+                    features,
                     ..
                 }) => {
                     let Some(protocol) = wire::negotiate(&protocols) else {
@@ -283,7 +285,8 @@ pub async fn run_connection<I>(
                     if !send(welcome).await {
                         return;
                     }
-                    max_frame
+                    let wants_status = features.iter().any(|f| f == wire::FEATURE_SESSION_STATUS);
+                    (max_frame, wants_status)
                 }
                 Ok(_) => {
                     send(error(
@@ -380,6 +383,7 @@ pub async fn run_connection<I>(
                     send(refusal).await;
                     continue;
                 }
+                let status = wants_status.then(|| hub.watch_store(&session));
                 let task = tokio::spawn(follow(
                     store.clone(),
                     session.clone(),
@@ -387,6 +391,7 @@ pub async fn run_connection<I>(
                     epoch,
                     max_frame,
                     out.clone(),
+                    status,
                 ));
                 subscriptions.insert(session, task);
             }
@@ -467,7 +472,9 @@ fn reply(id: String, result: Result<serde_json::Value, CommandError>) -> ServerM
     }
 }
 
-/// One subscription: replay from `after`, then tail, in `max_frame`-bounded frames.
+/// One subscription: replay from `after`, then tail, in `max_frame`-bounded frames. With
+/// `status` (the client asked for `session_status`), the store's status of the session
+/// first, then whenever it changes.
 async fn follow(
     store: Arc<dyn Store>,
     session: String,
@@ -475,6 +482,7 @@ async fn follow(
     epoch: Option<String>,
     max_frame: usize,
     out: mpsc::Sender<String>,
+    mut status: Option<watch::Receiver<StoreStatus>>,
 ) {
     let current = store.epoch().to_owned();
     let fail = |code: ErrorCode, message: String| {
@@ -517,11 +525,37 @@ async fn follow(
             return;
         }
     }
+    let status_frame = |store: StoreStatus| {
+        let session = session.clone();
+        ServerMsg::SessionStatus { session, store }.encode()
+    };
+    // Whether the client was last told the store is available.
+    let mut told_available = true;
+    if let Some(rx) = &mut status {
+        let now = rx.borrow_and_update().clone();
+        told_available = now.is_available();
+        if out.send(status_frame(now)).await.is_err() {
+            return;
+        }
+    }
     let mut follower = Follower::new(store, &session, after);
     let mut live = false;
     let mut sent = after;
     loop {
-        let frames = match follower.next_page(PAGE).await {
+        let page = tokio::select! {
+            page = follower.next_page(PAGE) => page,
+            now = next_status(&mut status) => {
+                // "Available" twice is no news; every word while unavailable is.
+                if !(now.is_available() && told_available) {
+                    told_available = now.is_available();
+                    if out.send(status_frame(now)).await.is_err() {
+                        return;
+                    }
+                }
+                continue;
+            }
+        };
+        let frames = match page {
             Ok(Page::Events(events)) => wire::encode_events(&session, &current, &events, max_frame),
             Ok(Page::CaughtUp(latest)) => {
                 live = true;
@@ -574,4 +608,14 @@ async fn follow(
             sent = sent.max(frame.last_sequence);
         }
     }
+}
+
+/// The store status when it next changes; never, for a client that did not ask for it.
+async fn next_status(status: &mut Option<watch::Receiver<StoreStatus>>) -> StoreStatus {
+    if let Some(rx) = status {
+        if rx.changed().await.is_ok() {
+            return rx.borrow_and_update().clone();
+        }
+    }
+    std::future::pending().await
 }

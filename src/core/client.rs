@@ -25,7 +25,10 @@ use serde_json::Value;
 
 use super::error::ErrorCode;
 use super::projector::{Batch, Projector, Signal};
-use super::wire::{ClientMsg, Decision, Thinking, WireError, DEFAULT_MAX_FRAME, PROTOCOL_VERSIONS};
+use super::wire::{
+    ClientMsg, Decision, Thinking, WireError, DEFAULT_MAX_FRAME, FEATURE_SESSION_STATUS,
+    PROTOCOL_VERSIONS,
+};
 
 /// How a [`Client`] connects and retries.
 #[derive(Clone, Debug)]
@@ -321,6 +324,7 @@ impl Client {
             protocols: PROTOCOL_VERSIONS.to_vec(),
             max_frame: Some(DEFAULT_MAX_FRAME),
             client: Some(self.config.client_name.clone()),
+            features: vec![FEATURE_SESSION_STATUS.to_owned()],
         });
     }
 

@@ -34,7 +34,7 @@ use super::lifecycle::{Lifecycle, LifecycleConfig, Stall, TurnProjector, Violati
 use super::normalize::{Config, DiagnosticKind, Format, Normalizer};
 use super::time::Timestamp;
 use super::timeline::{Change, Item, Timeline};
-use super::wire::{Cursor, DecodeError, ServerMsg, WireError};
+use super::wire::{Cursor, DecodeError, ServerMsg, StoreStatus, WireError};
 
 /// What the transport should know about a frame it just handed over.
 #[derive(Clone, Debug, PartialEq)]
@@ -92,6 +92,9 @@ pub enum Note {
     },
     /// A protocol error, or a frame this client could not read.
     Error { code: String, message: String },
+    /// The session's store changed state (`session_status`): `unavailable` while its events
+    /// wait on the companion (`unstored` of them), `available` again once they are stored.
+    Store(StoreStatus),
 }
 
 /// A session's lifecycle as a page shows it.
@@ -159,6 +162,8 @@ struct Session {
     reported_lifecycle: Option<LifecycleState>,
     reported_after: u64,
     duplicates: u64,
+    /// The store's state from the last `session_status` (none yet: available).
+    store: StoreStatus,
 }
 
 impl Session {
@@ -175,6 +180,7 @@ impl Session {
             reported_lifecycle: None,
             reported_after: 0,
             duplicates: 0,
+            store: StoreStatus::available(0),
         }
     }
 
@@ -412,6 +418,17 @@ impl Projector {
                 self.note(i, Note::Resync { after });
                 Signal::Resync { session }
             }
+            ServerMsg::SessionStatus { session, store } => {
+                let i = self.session_index(&session);
+                // Noted when it changes, and each time it is said again while unavailable
+                // (more events wait, more attempts failed); every subscription starts with
+                // the status, which is "available" again and again.
+                let held = mem::replace(&mut self.sessions[i].store, store.clone());
+                if held != store && !(held.is_available() && store.is_available()) {
+                    self.note(i, Note::Store(store));
+                }
+                Signal::None
+            }
             ServerMsg::Heartbeat { .. } | ServerMsg::Pong { .. } => Signal::None,
             ServerMsg::Reply {
                 id,
@@ -528,6 +545,12 @@ impl Projector {
     /// The session's items now (for a page that mounts late).
     pub fn items(&self, session: &str) -> &[Item] {
         self.timeline(session).map_or(&[], Timeline::items)
+    }
+
+    /// The session's store as the last `session_status` said (available until one says
+    /// otherwise).
+    pub fn store(&self, session: &str) -> Option<&StoreStatus> {
+        self.session(session).map(|s| &s.store)
     }
 
     /// Events dropped by the dedup after the cursor admitted them (same id, other sequence).

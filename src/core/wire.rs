@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::error::ErrorCode;
 use super::event::Event;
+use super::time::Timestamp;
 
 /// The protocol versions this build speaks, newest last.
 pub const PROTOCOL_VERSIONS: &[u32] = &[1];
@@ -22,6 +23,13 @@ pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
 
 /// The smallest frame size a peer may ask for; below it, events could not be chunked sanely.
 pub const MIN_MAX_FRAME: usize = 4 << 10;
+
+/// The optional server messages a client may ask for in `hello`'s `features`: only
+/// `session_status` ([`ServerMsg::SessionStatus`]).
+pub const FEATURES: &[&str] = &[FEATURE_SESSION_STATUS];
+
+/// The feature that asks for [`ServerMsg::SessionStatus`].
+pub const FEATURE_SESSION_STATUS: &str = "session_status";
 
 /// How a session id is spelled: `ses_` and 1 to 64 lowercase hex digits.
 pub const SESSION_ID_RULE: &str = "a session id is ses_ followed by 1 to 64 lowercase hex digits";
@@ -53,6 +61,10 @@ pub enum ClientMsg {
         max_frame: Option<usize>,
         #[serde(default)]
         client: Option<String>,
+        /// Optional server messages the client reads (see [`FEATURES`]); a server sends
+        /// none it was not asked for, so clients that predate one never meet it.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        features: Vec<String>,
     },
     /// Follow a session from a cursor: `after` = the last sequence seen (0 for all), `epoch`
     /// = the epoch those sequences belong to (absent the first time).
@@ -175,6 +187,13 @@ pub enum ServerMsg {
         session: String,
         after: u64,
     },
+    /// Whether the session's events reach the store: sent once when a subscription starts,
+    /// then whenever it changes, to clients that asked for it ([`FEATURE_SESSION_STATUS`]).
+    /// Not an event (a store that is down cannot log it): it carries no sequence.
+    SessionStatus {
+        session: String,
+        store: StoreStatus,
+    },
     Heartbeat {
         now_ms: i64,
     },
@@ -198,6 +217,50 @@ pub enum ServerMsg {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         session: Option<String>,
     },
+}
+
+/// Whether a session's events reach the store, as the companion found it last: what
+/// `GET /api/sessions/{id}` answers as `store`, and what `session_status` carries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreStatus {
+    pub state: StoreState,
+    /// The last failure (while unavailable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The first failure of this outage (while unavailable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Timestamp>,
+    /// Failed writes in this outage (while unavailable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+    /// Events waiting, in order, to be stored.
+    #[serde(default)]
+    pub unstored: u64,
+}
+
+impl StoreStatus {
+    /// The store takes the session's writes; `unstored` events wait for the one in flight.
+    pub fn available(unstored: u64) -> StoreStatus {
+        StoreStatus {
+            state: StoreState::Available,
+            error: None,
+            since: None,
+            attempts: None,
+            unstored,
+        }
+    }
+
+    pub fn is_available(&self) -> bool {
+        self.state == StoreState::Available
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreState {
+    Available,
+    /// The last write failed; the session's events wait and are retried.
+    Unavailable,
 }
 
 /// A machine-readable error code with a human message.
@@ -650,6 +713,46 @@ mod tests {
         assert_eq!(
             (start.command_id(), start.session()),
             (Some("c1"), Some("ses_1"))
+        );
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn session_status_is_asked_for_in_hello_and_round_trips() {
+        let old = ClientMsg::decode(r#"{"t":"hello","protocols":[1]}"#, 1 << 20).unwrap();
+        assert!(matches!(old, ClientMsg::Hello { features, .. } if features.is_empty()));
+        let asked = ClientMsg::Hello {
+            protocols: vec![1],
+            max_frame: None,
+            client: None,
+            features: vec![FEATURE_SESSION_STATUS.to_owned()],
+        };
+        assert_eq!(
+            asked.encode(),
+            r#"{"t":"hello","protocols":[1],"max_frame":null,"client":null,"features":["session_status"]}"#
+        );
+        let down = ServerMsg::SessionStatus {
+            session: "ses_1".into(),
+            store: StoreStatus {
+                state: StoreState::Unavailable,
+                error: Some("disk full".into()),
+                since: Some(Timestamp::from_unix_millis(1_000)),
+                attempts: Some(3),
+                unstored: 40,
+            },
+        };
+        let text = down.encode();
+        assert_eq!(
+            text,
+            r#"{"t":"session_status","session":"ses_1","store":{"state":"unavailable","error":"disk full","since":"1970-01-01T00:00:01.000Z","attempts":3,"unstored":40}}"#
+        );
+        assert_eq!(ServerMsg::decode(&text, 1 << 20).unwrap(), down);
+        let up = ServerMsg::SessionStatus {
+            session: "ses_1".into(),
+            store: StoreStatus::available(0),
+        };
+        assert_eq!(
+            up.encode(),
+            r#"{"t":"session_status","session":"ses_1","store":{"state":"available","unstored":0}}"#
         );
     }
 

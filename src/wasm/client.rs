@@ -361,6 +361,17 @@ impl Client {
             .and_then(|l| l.active_turn)
     }
 
+    /// Whether the session's events reach the server's store, as its last `session_status`
+    /// said (`undefined` for a session not followed).
+    #[wasm_bindgen(unchecked_return_type = "StoreStatus | undefined")]
+    pub fn store(&self, session: &str) -> JsValue {
+        let inner = self.inner.borrow();
+        let store = inner.core.projector().store(session);
+        store.map_or(JsValue::UNDEFINED, |s| {
+            from_json(&serde_json::to_string(s).expect("a store status serializes"))
+        })
+    }
+
     /// Closes for good; pending commands reject with code `closed`.
     pub fn close(&self) {
         self.inner.borrow_mut().core.close();

@@ -78,6 +78,15 @@ impl Projector {
             .map_or(JsValue::UNDEFINED, |l| JsValue::from_str(l.state.as_str()))
     }
 
+    /// Whether the session's events reach the server's store, as its last `session_status`
+    /// said (`undefined` for a session not seen).
+    #[wasm_bindgen(unchecked_return_type = "StoreStatus | undefined")]
+    pub fn store(&self, session: &str) -> JsValue {
+        self.0.store(session).map_or(JsValue::UNDEFINED, |s| {
+            from_json(&serde_json::to_string(s).expect("a store status serializes"))
+        })
+    }
+
     /// The turn in progress, if any.
     #[wasm_bindgen(js_name = activeTurn)]
     pub fn active_turn(&self, session: &str) -> Option<String> {

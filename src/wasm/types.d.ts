@@ -187,7 +187,28 @@ export type Note =
   | { note: "violation"; kind: ViolationKind; sequence: number; applied: boolean }
   /** A line of a raw transcript that could not be read. */
   | { note: "diagnostic"; line: number; kind: DiagnosticKind; message: string }
-  | { note: "error"; code: ErrorCode; message: string };
+  | { note: "error"; code: ErrorCode; message: string }
+  /** The session's store changed state (`session_status`); the same fields as `StoreStatus`. */
+  | {
+      note: "store"; state: StoreState; error?: string; since?: string; attempts?: number;
+      unstored: number;
+    };
+
+export type StoreState = "available" | "unavailable";
+
+/** Whether a session's events reach the server's store (`Client.store(session)`, a
+ * description's `store`). While `unavailable`, `unstored` events wait on the server, in order;
+ * nothing is lost. */
+export interface StoreStatus {
+  state: StoreState;
+  /** The last failure (while unavailable). */
+  error?: string;
+  /** RFC 3339: the first failure of this outage (while unavailable). */
+  since?: string;
+  /** Failed writes in this outage (while unavailable). */
+  attempts?: number;
+  unstored: number;
+}
 
 /** What changed in one session since the previous batch. */
 export interface SessionBatch {
@@ -254,6 +275,7 @@ export interface SessionDescription {
   capabilities: Capabilities;
   /** The `tool_approval_requested` data still waiting for an answer. */
   pending_approvals: Json[];
+  store: StoreStatus;
   /** While the agent runs on the companion asked: */
   modes?: Mode[];
   current_mode?: string | null;

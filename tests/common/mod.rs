@@ -446,6 +446,7 @@ pub async fn hello(url: &str) -> (Socket, String) {
             protocols: vec![1],
             max_frame: None,
             client: None,
+            features: Vec::new(),
         },
     )
     .await;

@@ -57,7 +57,7 @@ use crate::core::error::ErrorCode;
 use crate::core::event::{Event, EventInit, EventType, Provider};
 use crate::core::provider_error::{ErrorKind, ProviderError, StderrLimits};
 use crate::core::time::Timestamp;
-use crate::core::wire::Decision;
+use crate::core::wire::{Decision, StoreStatus};
 use task::SessionTask;
 
 pub use super::session::CommandError;
@@ -170,6 +170,9 @@ pub struct Hub {
     tasks: Arc<Semaphore>,
     /// Events no session could store (given up at shutdown, refused, or taken over).
     lost: AtomicU64,
+    /// Each session's store status, for `session_status` ([`Hub::watch_store`]): set by its
+    /// task when it changes, kept while the session runs here or someone watches it.
+    store_status: Mutex<HashMap<String, watch::Sender<StoreStatus>>>,
 }
 
 /// Permits of [`Hub::tasks`]: more than sessions ever run at once.
@@ -186,6 +189,7 @@ impl Hub {
             shutdown: watch::channel(false).0,
             tasks: Arc::new(Semaphore::new(TASK_PERMITS as usize)),
             lost: AtomicU64::new(0),
+            store_status: Mutex::new(HashMap::new()),
         })
     }
 
@@ -627,6 +631,36 @@ impl Hub {
 
     fn forget(&self, id: &str) {
         self.sessions.lock().expect("sessions lock").remove(id);
+        // No queue here any more: described as available, as a stopped session is.
+        self.set_store_status(id, StoreStatus::available(0));
+        self.prune_store_status();
+    }
+
+    /// The store status of session `id`, as its task last said (available for a session
+    /// that does not run here); `changed` wakes on every update.
+    pub fn watch_store(&self, id: &str) -> watch::Receiver<StoreStatus> {
+        self.prune_store_status();
+        let mut all = self.store_status.lock().expect("store status lock");
+        let tx = all
+            .entry(id.to_owned())
+            .or_insert_with(|| watch::channel(StoreStatus::available(0)).0);
+        tx.subscribe()
+    }
+
+    pub(super) fn set_store_status(&self, id: &str, status: StoreStatus) {
+        let mut all = self.store_status.lock().expect("store status lock");
+        match all.get(id) {
+            Some(tx) => drop(tx.send_replace(status)),
+            None => drop(all.insert(id.to_owned(), watch::channel(status).0)),
+        }
+    }
+
+    /// Drops the statuses of sessions that neither run here nor are watched.
+    fn prune_store_status(&self) {
+        // Lock order: `sessions`, then `store_status`.
+        let running = self.sessions.lock().expect("sessions lock");
+        let mut all = self.store_status.lock().expect("store status lock");
+        all.retain(|id, tx| tx.receiver_count() > 0 || running.contains_key(id));
     }
 }
 

@@ -31,6 +31,8 @@ pub(super) struct SessionTask {
     /// Requests waiting for the session's answer.
     waiting: HashMap<ReplyId, Reply>,
     next_reply: ReplyId,
+    /// The store status last published to the hub was `unavailable`.
+    told_unavailable: bool,
 }
 
 /// Where a request's answer goes.
@@ -69,6 +71,7 @@ impl SessionTask {
             recorder,
             waiting: HashMap::new(),
             next_reply: 0,
+            told_unavailable: false,
         }
     }
 
@@ -108,6 +111,7 @@ impl SessionTask {
                 written = next_written(&mut writing) => {
                     writing = None;
                     self.session.handle_written(written, now_ms());
+                    self.publish_store_status();
                 }
                 read = stdout.read(&mut out_buf), if stdout_open && (reading || stdout_is_log) => match read {
                     Ok(0) | Err(_) => {
@@ -176,6 +180,18 @@ impl SessionTask {
             self.request(cmd);
         }
         self.drain(&mut stdin, &mut writing, &mut child);
+    }
+
+    /// Tells the session's subscribers (`session_status`, through the hub) about the store:
+    /// after each failed write (how many events wait, how many attempts failed), and once
+    /// when it is available again.
+    fn publish_store_status(&mut self) {
+        let status = self.session.store_status();
+        if status.is_available() && !self.told_unavailable {
+            return;
+        }
+        self.told_unavailable = !status.is_available();
+        self.hub.set_store_status(self.session.id(), status);
     }
 
     /// The agent's output: recorded, then to the session.

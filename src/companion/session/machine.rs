@@ -31,7 +31,7 @@ use crate::core::lifecycle::{Disposition, LifecycleConfig, Policy, TurnProjector
 use crate::core::normalize::{Config, Normalizer};
 use crate::core::provider_error::{ErrorKind, ProviderError, StderrLimits};
 use crate::core::time::Timestamp;
-use crate::core::wire::Decision;
+use crate::core::wire::{Decision, StoreStatus};
 
 /// A refused command, with a stable code for the wire and the HTTP API.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -519,6 +519,11 @@ impl Session {
     /// Events waiting for the store.
     pub fn unstored(&self) -> usize {
         self.queue.unstored()
+    }
+
+    /// Whether the session's events reach the store (`describe`'s `store`).
+    pub fn store_status(&self) -> StoreStatus {
+        self.queue.status()
     }
 
     // -----------------------------------------------------------------------------------------

@@ -22,14 +22,13 @@ mod machine;
 
 use std::collections::VecDeque;
 
-use serde_json::{json, Value};
-
 pub(crate) use machine::update_runtime;
 pub use machine::{Action, CommandError, Note, ReplyId, Request, Response, Session, SessionConfig};
 
 use super::store::SessionState;
 use crate::core::event::Event;
 use crate::core::time::Timestamp;
+use crate::core::wire::{StoreState, StoreStatus};
 
 /// One write to the store, in session order.
 #[derive(Clone, Debug, PartialEq)]
@@ -271,22 +270,23 @@ impl StoreQueue {
         events
     }
 
-    /// The store's state for `describe`: `{"state": "available"|"unavailable", "unstored": N}`,
-    /// with `error`, `since` and `attempts` while unavailable.
-    pub fn status(&self) -> Value {
+    /// The store's state for `describe` and `session_status`: `{"state": "available"|
+    /// "unavailable", "unstored": N}`, with `error`, `since` and `attempts` while unavailable.
+    pub fn status(&self) -> StoreStatus {
+        let unstored = self.unstored as u64;
         match &self.health {
-            Health::Available => json!({"state": "available", "unstored": self.unstored}),
+            Health::Available => StoreStatus::available(unstored),
             Health::Unavailable {
                 error,
                 since_ms,
                 attempts,
-            } => json!({
-                "state": "unavailable",
-                "error": error,
-                "since": Timestamp::from_unix_millis(*since_ms),
-                "attempts": attempts,
-                "unstored": self.unstored,
-            }),
+            } => StoreStatus {
+                state: StoreState::Unavailable,
+                error: Some(error.clone()),
+                since: Some(Timestamp::from_unix_millis(*since_ms)),
+                attempts: Some(*attempts),
+                unstored,
+            },
         }
     }
 }

@@ -93,7 +93,7 @@ fn check(config: StoreQueueConfig, script: &str, expect: Expect) {
         if q.lost() > 0 {
             state.push_str(&format!(" lost {}", q.lost()));
         }
-        let status = q.status();
+        let status = serde_json::to_value(q.status()).unwrap();
         if status["state"] == "unavailable" {
             state.push_str(&format!(
                 " unavailable({}, since {}, attempts {})",

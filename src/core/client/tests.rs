@@ -55,7 +55,8 @@ fn handshake(c: &mut Client, conn: u64, now: i64) -> u64 {
     c.handle_open(conn, now);
     let (_, sent) = outbox(c);
     assert!(
-        sent[0].starts_with(r#"{"t":"hello","protocols":[1]"#),
+        sent[0].starts_with(r#"{"t":"hello","protocols":[1]"#)
+            && sent[0].ends_with(r#","features":["session_status"]}"#),
         "{sent:?}"
     );
     c.handle_frame(conn, &welcome(500), now);

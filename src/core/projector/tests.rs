@@ -9,7 +9,7 @@ use wasm_bindgen_test::wasm_bindgen_test;
 use super::*;
 use crate::core::event::{EventInit, EventType};
 use crate::core::normalize::normalize;
-use crate::core::wire::encode_events;
+use crate::core::wire::{encode_events, StoreState};
 
 const DEBUSSY: &[u8] =
     include_bytes!("../../../tests/data/claude/Claude-Debussy__task_tool_output.jsonl");
@@ -195,6 +195,53 @@ fn replays_gaps_resets_and_errors_become_notes_and_signals() {
             ! {"note":"error","code":"malformed_frame","message":"malformed frame: key must be a string at line 1 column 2"}
         "#]],
     );
+}
+
+#[wasm_bindgen_test(unsupported = test)]
+fn the_store_status_becomes_a_note_when_it_changes() {
+    let up = r#"{"t":"session_status","session":"s1","store":{"state":"available","unstored":0}}"#;
+    let down = |n: u32, unstored: u32| {
+        format!(
+            r#"{{"t":"session_status","session":"s1","store":{{"state":"unavailable","error":"disk full","since":"2026-12-01T12:00:00.000Z","attempts":{n},"unstored":{unstored}}}}}"#
+        )
+    };
+    check(
+        &[
+            // A subscription starts with the status: "available" is no news.
+            up,
+            "---",
+            &down(1, 3),
+            "---",
+            // Said again while unavailable: more events wait.
+            &down(4, 40),
+            &down(4, 40),
+            r#"{"t":"reset","session":"s1","epoch":"e2","reason":"stale_epoch"}"#,
+            "---",
+            up,
+            up,
+        ],
+        expect![[r#"
+            ---
+            s1 after=0 lifecycle=initializing
+              ! {"note":"store","state":"unavailable","error":"disk full","since":"2026-12-01T12:00:00.000Z","attempts":1,"unstored":3}
+            ---
+            s1 after=0 reset lifecycle=initializing
+              ! {"note":"store","state":"unavailable","error":"disk full","since":"2026-12-01T12:00:00.000Z","attempts":4,"unstored":40}
+              ! {"note":"reset","epoch":"e2","reason":"stale_epoch"}
+            ---
+            s1 after=0
+              ! {"note":"store","state":"available","unstored":0}
+        "#]],
+    );
+    let mut p = Projector::new();
+    assert_eq!(p.store("s1"), None);
+    p.track("s1");
+    assert!(p.store("s1").unwrap().is_available());
+    p.handle_frame(&down(2, 7), 0).unwrap();
+    let held = p.store("s1").unwrap();
+    assert_eq!((held.state, held.unstored), (StoreState::Unavailable, 7));
+    p.handle_frame(up, 0).unwrap();
+    assert!(p.store("s1").unwrap().is_available());
 }
 
 #[wasm_bindgen_test(unsupported = test)]

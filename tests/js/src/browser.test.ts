@@ -66,7 +66,11 @@ try {
     // Four server-side drops, all mid-turn, each resumed with no gap.
     assert.ok(r.drops >= 4, `drops: ${r.drops}`);
     assert.deepEqual(r.lifecycleAtDrops, ["running", "running", "running", "running"]);
-    assert.ok(!r.notes.includes("gap") && !r.notes.includes("reset"), `notes: ${r.notes}`);
+    assert.ok(!r.notes.includes("gap") && !r.notes.includes("reset") && !r.notes.includes("store"), `notes: ${r.notes}`);
+    // The store never failed: the client was told so on every subscription (no note), and
+    // the description says the same.
+    assert.deepEqual(r.store, { state: "available", unstored: 0 });
+    assert.equal(r.describedStore.state, "available");
     // States are coalesced per animation frame: on a fast machine the socket may be open (or
     // the log caught up) before the first frame, so the first state seen is any of these.
     assert.ok(["connecting", "live", "caught_up"].includes(r.states[0]), `first state ${r.states[0]}`);

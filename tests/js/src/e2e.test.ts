@@ -10,13 +10,15 @@
 // with the real Claude Code CLI against `agentwire-testkit fake-model`. Run 3, two companions on one
 // throwaway PostgreSQL: the page served by node B follows a session hosted on node A, through
 // node B's kill -9 and restart mid-turn, while B appends a session of its own. Every wait is a
-// condition with a deadline. Each step saves a screenshot under target/e2e/<run>/ (UPDATE_SCREENSHOTS=1 copies
+// condition with a deadline. Run 4, the store fails mid-turn (a tmpfs the test mounts, fills,
+// then frees): the session head says how many events wait, and the answer ends whole. Each step saves a screenshot under target/e2e/<run>/ (UPDATE_SCREENSHOTS=1 copies
 // the README's three to docs/screenshots/).
 
 import { strict as assert } from "node:assert";
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import {
-  copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync,
+  closeSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync,
+  writeFileSync, writeSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -559,6 +561,72 @@ async function demoRun() {
 }
 
 /** What the page shows for a transcript: the same projection, in Node. */
+/** Fills the filesystem of `path` with that one file until no byte more fits. */
+function fill(path: string) {
+  const fd = openSync(path, "w");
+  const zeros = Buffer.alloc(1 << 20);
+  for (let size = zeros.length; size > 0;) {
+    try {
+      if (writeSync(fd, zeros, 0, size) === 0) size >>= 1;
+    } catch {
+      size >>= 1;
+    }
+  }
+  closeSync(fd);
+}
+
+/** Run 4: the SQLite log on a tmpfs that fills mid-turn and then frees. While it is full the
+ * session head says the store is unavailable and how many events wait; once it is back the
+ * badge goes and the answer is whole, as stored. */
+async function storeRun() {
+  const shot = recorder("store");
+  const dir = mkdtempSync(join(tmpdir(), "agentwire-e2e-store-"));
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true, maxRetries: 5 }));
+  const disk = join(dir, "disk");
+  mkdirSync(disk);
+  try {
+    execFileSync("mount", ["-t", "tmpfs", "-o", "size=16m", "tmpfs", disk], { stdio: "pipe" });
+  } catch (e) {
+    console.log(`e2e: store run SKIPPED: cannot mount a tmpfs (root only): ${(e as Error).message.split("\n")[0]}`);
+    return;
+  }
+  cleanups.push(() => execFileSync("umount", ["-l", disk]));
+  // A small queue: the session stops reading the agent while the disk is full.
+  const server = await serve(disk, ["--demo-delay-ms", "10", "--store-queue-events", "40"]);
+  const context = await browser(dir);
+  const page = await open(context, server.url);
+  const session = await createSession(page, "demo");
+  await send(page, "a slow answer, please");
+  // Conditions as functions, not `lastItem`'s strings: the page's CSP allows no eval.
+  const streaming = await until(page, "the slow answer streams", () => {
+    const items = window.agentwirePage.view.items as any[];
+    for (let i = items.length - 1; i >= 0; i--) {
+      const item = items[i];
+      if (item.kind === "assistant_message" && item.streaming && item.text.length > 200) return i + 1;
+    }
+    return 0;
+  });
+  const slow = ((await streaming.jsonValue()) as number) - 1;
+  const filler = join(disk, "filler");
+  fill(filler);
+  await until(page, "the head says events wait for the store", () =>
+    /^store unavailable: [1-9]\d* events waiting$/.test(document.querySelector("#store .badge")?.textContent ?? ""));
+  assert.match(await page.locator("#store .badge").getAttribute("title") ?? "", /full/);
+  await shot(page, "store-unavailable");
+  rmSync(filler);
+  await until(page, "the store is back", () => document.querySelector("#store")!.childElementCount === 0);
+  await until(page, "the slow answer ends whole", ([i, n]) => {
+    const item = window.agentwirePage.view.items[i];
+    return item && !item.streaming && item.text.length === n;
+  }, [slow, SLOW.length]);
+  await lifecycle(page, "idle");
+  const answer = (await items(page))[slow] as Extract<Item, { kind: "assistant_message" }>;
+  assert.equal(answer.text, SLOW, "the answer is whole, in order");
+  await shot(page, "store-back");
+  await assertSameTimeline(context, page, server, session, "after the store came back");
+  assert.deepEqual(page.problems, [], "the page had problems");
+}
+
 function projectTranscript(text: string): Item[] {
   const p = TranscriptProjector.transcript(null, "transcript");
   p.ingest(text, Date.now());
@@ -880,6 +948,7 @@ try {
   await demoRun();
   await claudeRun();
   await multiNodeRun();
+  await storeRun();
   updateScreenshots();
 } catch (e) {
   const problems = allProblems.flat();
@@ -888,5 +957,5 @@ try {
 } finally {
   await cleanup();
 }
-console.log(`e2e: demo, claude and multi-node runs passed in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in target/e2e/`);
+console.log(`e2e: demo, claude, multi-node and store runs passed in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in target/e2e/`);
 for (const t of timings) console.log(`  ${t}`);

@@ -135,6 +135,8 @@ async function scenario(): Promise<Record<string, unknown>> {
     currentMode: described.current_mode,
     describedLikeTheApi: JSON.stringify(contract(described)) === JSON.stringify(contract(viaApi)),
     describedNode: described.session.node,
+    describedStore: described.store,
+    store: client.store(session),
     states: seen.states,
     notes: seen.notes,
     callbacks: seen.frameTimes.length,

@@ -7,7 +7,7 @@
 import type {
   ApprovalItem, ApprovalStatus, AssistantMessageItem, Batch, Change, ClientBatch, ConnectionState, DiagnosticKind, ErrorCode, Event,
   ErrorItem, EventType, Item, Json, Lifecycle, LifecycleState, Note, Provider, ReasoningItem, SessionBatch, Stall, TodoItem,
-  ToolCallItem, ToolStatus, Usage, UserMessageItem, ViolationKind,
+  ToolCallItem, ToolStatus, Usage, UserMessageItem, ViolationKind, StoreState, StoreStatus,
 } from "../../../pkg-web/agentwire.js";
 
 export type Check = (v: unknown, path: string) => void;
@@ -188,6 +188,11 @@ export const errorCode = oneOf<ErrorCode>({
   body_too_large: true, unsupported_media_type: true, method_not_allowed: true,
   not_found: true, bad_since: true, bad_type: true, internal_error: true, agent_busy: true,
 });
+const storeState = oneOf<StoreState>({ available: true, unavailable: true });
+export const storeStatus = object<StoreStatus>(
+  { state: storeState, unstored: nat },
+  { error: str, since: str, attempts: nat },
+);
 export const note = tagged<Note, "note">("note", {
   caught_up: object<Variant<Note, "note", "caught_up">>({ note: lit("caught_up"), latest: nat }, {}),
   reset: object<Variant<Note, "note", "reset">>({ note: lit("reset"), epoch: str, reason: str }, {}),
@@ -218,6 +223,10 @@ export const note = tagged<Note, "note">("note", {
     {},
   ),
   error: object<Variant<Note, "note", "error">>({ note: lit("error"), code: errorCode, message: str }, {}),
+  store: object<Variant<Note, "note", "store">>(
+    { note: lit("store"), state: storeState, unstored: nat },
+    { error: str, since: str, attempts: nat },
+  ),
 });
 const sessionBatch = object<SessionBatch>(
   { session: str, changes: arrayOf(change.check), after: nat },

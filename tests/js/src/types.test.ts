@@ -13,7 +13,7 @@ import type {
   AgentwireError, Batch, ClientOptions, Event, Format, Item, Lifecycle,
 } from "../../../pkg-web/agentwire.js";
 import { loadPackage, root, transcripts } from "./fixtures.js";
-import { apply, arrayOf, assertShape, batch, errorCode, event, item, lifecycle } from "./shapes.js";
+import { apply, arrayOf, assertShape, batch, errorCode, event, item, lifecycle, storeStatus } from "./shapes.js";
 
 loadPackage();
 const seen = { kinds: new Set<string>(), ops: new Set<string>(), notes: new Set<string>() };
@@ -98,6 +98,10 @@ const frames = [
   { t: "reply", id: "c1", ok: true, result: { turnId: "t" } },
   { t: "heartbeat", now_ms: 1 },
   { t: "pong" },
+  {
+    t: "session_status", session: "s1",
+    store: { state: "unavailable", error: "disk full", since: "2026-12-01T12:00:00.000Z", attempts: 2, unstored: 40 },
+  },
 ];
 for (const f of frames) p.ingest(JSON.stringify(f), 0);
 const gap = JSON.parse(offline.normalize("claude", readFileSync(join(root, "examples", "claude-session.jsonl"), "utf8"), 0).split("\n")[2]!) as Event;
@@ -105,6 +109,9 @@ p.ingest(JSON.stringify({ t: "events", session: "s1", epoch: "e2", events: [{ ..
 expectError(() => p.ingest("{not json", 0), "malformed_frame");
 expectError(() => p.ingest(JSON.stringify({ t: "teleport" }), 0), "unknown_type");
 const last = checkBatch(p.drain(), "frames");
+assertShape(storeStatus, p.store("s1"), "store");
+assert.equal(p.store("s1")?.unstored, 40);
+assert.equal(p.store("nobody"), undefined);
 assert.ok(last.notes?.some((n) => n.note === "error" && n.code === "malformed_frame"));
 assert.equal(typeof p.drainJson(), "string");
 const framesOnly = new offline.Projector();
@@ -121,7 +128,7 @@ for (const kind of ["user_message", "assistant_message", "reasoning", "tool_call
   assert.ok(seen.kinds.has(kind), `no ${kind} item was produced`);
 }
 for (const op of ["insert", "append", "update", "usage", "approvals"]) assert.ok(seen.ops.has(op), `no ${op} change`);
-for (const n of ["caught_up", "reset", "resync", "gap", "error", "diagnostic"]) assert.ok(seen.notes.has(n), `no ${n} note`);
+for (const n of ["caught_up", "reset", "resync", "gap", "error", "diagnostic", "store"]) assert.ok(seen.notes.has(n), `no ${n} note`);
 
 // The public declarations name no `any` (the raw wasm exports of the web build aside).
 const anyType = /([:<|,(]\s*any\b)|(\bany\s*[[|>,)])/;
