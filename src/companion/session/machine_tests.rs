@@ -814,7 +814,7 @@ impl crate::companion::adapter::Adapter for LogReader {
     fn interrupt(&mut self, _request_id: &str) -> Vec<u8> {
         Vec::new()
     }
-    fn answer(&mut self, _id: &str, _decision: Decision, _request: &Value) -> Vec<u8> {
+    fn answer(&mut self, _id: &str, _decision: Decision, _request: &serde_json::Value) -> Vec<u8> {
         Vec::new()
     }
     fn observe_log(&mut self, line: &[u8]) {

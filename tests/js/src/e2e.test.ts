@@ -271,17 +271,19 @@ async function send(page: Page, prompt: string) {
 }
 
 /** The index of the last item of `kind`, once there is one for which `test` (a JavaScript
- * expression over `item`) holds. */
+ * expression over `item`) holds. The test runs here in Node, not in the page: the page's
+ * Content-Security-Policy allows no eval there. */
 async function lastItem(page: Page, kind: string, test = "true"): Promise<number> {
-  const handle = await until(page, `a ${kind} item (${test})`, ([kind, test]) => {
-    const items = window.agentwirePage.view.items as any[];
-    for (let i = items.length - 1; i >= 0; i--) {
-      const item = items[i];
-      if (item.kind === kind && new Function("item", `return ${test}`)(item)) return i + 1;
+  const holds = new Function("item", `return ${test}`) as (item: unknown) => boolean;
+  const deadline = Date.now() + DEADLINE_MS;
+  for (;;) {
+    const all = (await items(page)) as any[];
+    for (let i = all.length - 1; i >= 0; i--) {
+      if (all[i].kind === kind && holds(all[i])) return i;
     }
-    return 0;
-  }, [kind, test] as const);
-  return ((await handle.jsonValue()) as number) - 1;
+    if (Date.now() > deadline) throw new Error(`timed out: a ${kind} item (${test})`);
+    await new Promise((r) => setTimeout(r, 30));
+  }
 }
 
 /** The row of item `index`. The list renders only the rows in view; the steps look at rows
