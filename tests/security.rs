@@ -360,12 +360,7 @@ fn idle_and_slow_sockets_starve_nobody() {
     .unwrap();
     stream.set_read_timeout(Some(DEADLINE)).unwrap();
     let mut seen = String::new();
-    let mut buf = [0u8; 8192];
-    while !seen.contains("caught_up") {
-        let n = stream.read(&mut buf).unwrap();
-        assert!(n > 0, "the stream ended: {seen}");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
+    read_until(&mut stream, &mut seen, &["caught_up"]);
     let held: Vec<_> = (0..40)
         .map(|_| TcpStream::connect(capped.addr).unwrap())
         .collect();
@@ -378,11 +373,7 @@ fn idle_and_slow_sockets_starve_nobody() {
         started.elapsed()
     );
     capped.start_turn(&session, "hello");
-    while !seen.contains("run_completed") {
-        let n = stream.read(&mut buf).unwrap();
-        assert!(n > 0, "the SSE stream was cut to make room: {seen}");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
+    read_until(&mut stream, &mut seen, &["run_completed"]);
     drop(held);
 }
 
@@ -541,12 +532,7 @@ fn sse_streams_end_with_their_clients() {
     s.set_read_timeout(Some(DEADLINE)).unwrap();
     server.start_turn(&session, "hello there");
     let mut seen = String::new();
-    let mut buf = [0u8; 8192];
-    while !seen.contains("run_completed") {
-        let n = s.read(&mut buf).unwrap();
-        assert!(n > 0, "the stream ended: {seen}");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
+    read_until(&mut s, &mut seen, &["run_completed"]);
     assert_eq!(seen.matches("event: caught_up").count(), 1, "{seen}");
     assert!(seen.matches("event: event").count() > 3);
 }
@@ -750,12 +736,7 @@ fn huge_cursors_break_nothing() {
     .unwrap();
     sse.set_read_timeout(Some(DEADLINE)).unwrap();
     let mut seen = String::new();
-    let mut buf = [0u8; 4096];
-    while !seen.contains("caught_up") && !seen.contains("error") {
-        let n = sse.read(&mut buf).unwrap();
-        assert!(n > 0, "{seen}");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
+    read_until(&mut sse, &mut seen, &["caught_up", "error"]);
     // Everything still works: a new session, a new turn, stored and read back.
     let other = server.create_demo_session();
     let turn = server.start_turn(&other, "hello again");
@@ -931,4 +912,14 @@ fn a_cli_planted_by_another_user_is_not_run() {
         "{body}"
     );
     assert!(!marker.exists(), "the planted CLI ran");
+}
+
+/// Reads `stream` into `seen` until it holds one of `needles`; fails if the stream ends first.
+fn read_until(stream: &mut TcpStream, seen: &mut String, needles: &[&str]) {
+    let mut buf = [0u8; 8192];
+    while !needles.iter().any(|n| seen.contains(n)) {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended before {needles:?}: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
 }

@@ -276,15 +276,13 @@ async fn host_and_origin(State(state): State<AppState>, request: Request, next: 
         Err(refusal) => refused(refusal),
     };
     let headers = response.headers_mut();
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    for (name, value) in [
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
     if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
         headers.insert(
             header::CONTENT_SECURITY_POLICY,
@@ -322,18 +320,16 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if let Some(origin) = cors {
         headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-        headers.insert(
-            header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static("authorization, content-type, last-event-id"),
-        );
-        headers.insert(
-            header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("GET, POST, DELETE"),
-        );
-        headers.insert(
-            header::ACCESS_CONTROL_MAX_AGE,
-            HeaderValue::from_static("600"),
-        );
+        for (name, value) in [
+            (
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                "authorization, content-type, last-event-id",
+            ),
+            (header::ACCESS_CONTROL_ALLOW_METHODS, "GET, POST, DELETE"),
+            (header::ACCESS_CONTROL_MAX_AGE, "600"),
+        ] {
+            headers.insert(name, HeaderValue::from_static(value));
+        }
         headers.append(header::VARY, HeaderValue::from_static("origin"));
     }
     response
