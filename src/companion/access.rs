@@ -221,39 +221,42 @@ pub fn loopback_hosts(addr: std::net::SocketAddr) -> Vec<String> {
     hosts
 }
 
+/// A value of `--allow-origin` or `--allow-host` that is not one.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FlagError {
+    #[error("{0:?} is not an origin: http://HOST[:PORT] or https://HOST[:PORT], with no path")]
+    NotAnOrigin(String),
+    #[error("{0:?} is not a host: a name or address with an optional :port, as in a Host header")]
+    NotAHost(String),
+}
+
 /// Checks an `--allow-origin` value: `scheme://host[:port]` exactly as a browser sends it
 /// (no path, no trailing slash); `null` and `*` are refused.
-pub fn parse_origin(s: &str) -> Result<String, String> {
+pub fn parse_origin(s: &str) -> Result<String, FlagError> {
     let rest = s
         .strip_prefix("http://")
         .or_else(|| s.strip_prefix("https://"))
-        .ok_or_else(|| {
-            format!("{s:?} is not an origin: expected http://HOST[:PORT] or https://…")
-        })?;
+        .unwrap_or("");
     let valid = !rest.is_empty()
         && rest
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b));
     if !valid {
-        return Err(format!(
-            "{s:?} is not an origin: scheme://host[:port], with no path"
-        ));
+        return Err(FlagError::NotAnOrigin(s.to_owned()));
     }
     Ok(s.to_ascii_lowercase())
 }
 
 /// Checks an `--allow-host` value: a host name or address, with or without a port, as a
 /// `Host` header carries it.
-pub fn parse_host(s: &str) -> Result<String, String> {
+pub fn parse_host(s: &str) -> Result<String, FlagError> {
     let valid = !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b));
     if valid {
         Ok(s.to_ascii_lowercase())
     } else {
-        Err(format!(
-            "{s:?} is not a host: a name or address with an optional :port, as the Host header carries it"
-        ))
+        Err(FlagError::NotAHost(s.to_owned()))
     }
 }
 

@@ -161,11 +161,12 @@ struct ModelChange {
     thinking: Option<Thinking>,
 }
 
-fn model_change(change: &JsValue) -> Result<ModelChange, String> {
+fn model_change(change: &JsValue) -> Result<ModelChange, JsValue> {
+    let bad = |message: &str| error(ErrorCode::BadOptions, message);
     let get = |key: &str| Reflect::get(change, &key.into()).unwrap_or(JsValue::UNDEFINED);
     let model = match get("model") {
         v if v.is_undefined() || v.is_null() => None,
-        v => Some(v.as_string().ok_or("model must be a string")?),
+        v => Some(v.as_string().ok_or_else(|| bad("model must be a string"))?),
     };
     let thinking = match get("thinking") {
         v if v.is_undefined() || v.is_null() => None,
@@ -174,11 +175,15 @@ fn model_change(change: &JsValue) -> Result<ModelChange, String> {
             Some("low") => Thinking::Low,
             Some("medium") => Thinking::Medium,
             Some("high") => Thinking::High,
-            _ => return Err("thinking must be \"off\", \"low\", \"medium\" or \"high\"".into()),
+            _ => {
+                return Err(bad(
+                    "thinking must be \"off\", \"low\", \"medium\" or \"high\"",
+                ))
+            }
         }),
     };
     if model.is_none() && thinking.is_none() {
-        return Err("setModel needs a model, a thinking level, or both".into());
+        return Err(bad("setModel needs a model, a thinking level, or both"));
     }
     Ok(ModelChange { model, thinking })
 }
@@ -298,7 +303,7 @@ impl Client {
     ) -> Promise {
         let change = match model_change(&change) {
             Ok(change) => change,
-            Err(message) => return Promise::reject(&error(ErrorCode::BadOptions, &message)),
+            Err(e) => return Promise::reject(&e),
         };
         let sent = (self.inner.borrow_mut().core).set_model(
             session,

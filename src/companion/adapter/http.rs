@@ -12,6 +12,29 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::TcpStream;
 
+/// Why a request to the agent's server failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HttpError {
+    #[error("connecting to {addr}: {source}")]
+    Connect {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("HTTP with {addr}: {source}")]
+    Http {
+        addr: SocketAddr,
+        source: hyper::Error,
+    },
+    #[error("a bad request: {0}")]
+    Request(#[from] hyper::http::Error),
+    #[error("{what}: HTTP {status}: {body}")]
+    Status {
+        what: String,
+        status: u16,
+        body: String,
+    },
+}
+
 /// Where the agent's server listens, and the `Authorization` header it wants.
 #[derive(Clone, Debug)]
 pub(crate) struct Endpoint {
@@ -20,20 +43,19 @@ pub(crate) struct Endpoint {
 }
 
 impl Endpoint {
-    async fn send(&self, request: Request<Full<Bytes>>) -> Result<Response<Incoming>, String> {
-        let stream = TcpStream::connect(self.addr)
+    async fn send(&self, request: Request<Full<Bytes>>) -> Result<Response<Incoming>, HttpError> {
+        let addr = self.addr;
+        let http = |source| HttpError::Http { addr, source };
+        let stream = TcpStream::connect(addr)
             .await
-            .map_err(|e| format!("connecting to {}: {e}", self.addr))?;
+            .map_err(|source| HttpError::Connect { addr, source })?;
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
-            .map_err(|e| format!("HTTP handshake with {}: {e}", self.addr))?;
+            .map_err(http)?;
         tokio::spawn(async move {
             let _ = connection.await;
         });
-        sender
-            .send_request(request)
-            .await
-            .map_err(|e| format!("HTTP request to {}: {e}", self.addr))
+        sender.send_request(request).await.map_err(http)
     }
 
     fn builder(&self, method: &str, path: &str) -> hyper::http::request::Builder {
@@ -53,36 +75,41 @@ impl Endpoint {
         method: &str,
         path: &str,
         body: Option<&Value>,
-    ) -> Result<(u16, Vec<u8>), String> {
+    ) -> Result<(u16, Vec<u8>), HttpError> {
         let builder = self.builder(method, path);
         let request = match body {
             Some(v) => builder
                 .header("content-type", "application/json")
                 .body(Full::new(Bytes::from(v.to_string()))),
             None => builder.body(Full::new(Bytes::new())),
-        }
-        .map_err(|e| e.to_string())?;
+        }?;
         let response = self.send(request).await?;
         let status = response.status().as_u16();
         let bytes = response
             .into_body()
             .collect()
             .await
-            .map_err(|e| format!("reading the response: {e}"))?
+            .map_err(|source| HttpError::Http {
+                addr: self.addr,
+                source,
+            })?
             .to_bytes();
         Ok((status, bytes.to_vec()))
     }
 
     /// `GET path`, expecting 200; the body, to read as it streams.
-    pub async fn stream(&self, path: &str) -> Result<Incoming, String> {
+    pub async fn stream(&self, path: &str) -> Result<Incoming, HttpError> {
         let request = self
             .builder("GET", path)
             .header("accept", "text/event-stream")
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| e.to_string())?;
+            .body(Full::new(Bytes::new()))?;
         let response = self.send(request).await?;
         if response.status() != 200 {
-            return Err(format!("GET {path}: HTTP {}", response.status()));
+            return Err(HttpError::Status {
+                what: format!("GET {path}"),
+                status: response.status().as_u16(),
+                body: String::new(),
+            });
         }
         Ok(response.into_body())
     }

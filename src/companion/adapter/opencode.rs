@@ -38,7 +38,7 @@ use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::http::{base64, next_chunk, Endpoint};
+use super::http::{base64, next_chunk, Endpoint, HttpError};
 use super::{Adapter, Capabilities, Feed, Mode, Thinking};
 use crate::core::event::Provider;
 use crate::core::normalize::Format;
@@ -77,7 +77,16 @@ enum Op {
 }
 
 /// Where the server listens, as it said: the port, or why its line is not one to trust.
-type Listening = Result<u16, String>;
+type Listening = Result<u16, NotListening>;
+
+/// Why the adapter will not talk to the server it started.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+enum NotListening {
+    #[error("opencode serve listens somewhere unexpected: {0:?}")]
+    Elsewhere(String),
+    #[error("opencode serve did not say which port it listens on within {0} s")]
+    Silent(u64),
+}
 
 /// An `opencode serve` process and the session the adapter drives in it.
 pub struct OpencodeServe {
@@ -267,17 +276,14 @@ impl Driver {
             Ok(Ok(said)) => said,
             // The adapter is gone, and the session with it.
             Ok(Err(_)) => return,
-            Err(_) => Err(format!(
-                "opencode serve did not say which port it listens on within {} s",
-                BOOT_DEADLINE.as_secs()
-            )),
+            Err(_) => Err(NotListening::Silent(BOOT_DEADLINE.as_secs())),
         };
         let port = match said {
             Ok(port) => port,
             Err(message) => {
                 let _ = feed.send(Feed::Failed {
                     kind: ErrorKind::Unreachable,
-                    message,
+                    message: message.to_string(),
                     fatal: true,
                 });
                 return;
@@ -298,16 +304,20 @@ impl Driver {
         let mut events = loop {
             // While it boots, the server may accept a connection and never answer it.
             let attempt = tokio::time::timeout(ATTEMPT, self.endpoint.stream("/event")).await;
-            match attempt.unwrap_or_else(|_| Err("no answer".to_owned())) {
-                Ok(body) => break body,
-                Err(e) if started.elapsed() > BOOT_DEADLINE => {
+            match attempt {
+                Ok(Ok(body)) => break body,
+                failed if started.elapsed() > BOOT_DEADLINE => {
+                    let why = match failed {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => "no answer".to_owned(),
+                    };
                     return self.fail(
                         ErrorKind::Unreachable,
-                        format!("opencode serve never answered: {e}"),
+                        format!("opencode serve never answered: {why}"),
                         true,
                     );
                 }
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         };
         let feed = self.feed.clone();
@@ -325,7 +335,7 @@ impl Driver {
         });
         let session = match self.session().await {
             Ok(id) => id,
-            Err(e) => return self.fail(ErrorKind::RequestFailed, e, true),
+            Err(e) => return self.fail(ErrorKind::RequestFailed, e.to_string(), true),
         };
         while let Some(op) = ops.recv().await {
             let (path, body) = match op {
@@ -355,13 +365,13 @@ impl Driver {
                     let message = format!("POST {path}: HTTP {status}: {body}");
                     self.fail(ErrorKind::RequestFailed, message, false);
                 }
-                Err(e) => self.fail(ErrorKind::RequestFailed, e, false),
+                Err(e) => self.fail(ErrorKind::RequestFailed, e.to_string(), false),
             }
         }
     }
 
     /// The session to drive: the resumed one if the server knows it, else a new one.
-    async fn session(&self) -> Result<String, String> {
+    async fn session(&self) -> Result<String, HttpError> {
         if let Some(id) = &self.resume {
             let (status, _) = self
                 .endpoint
@@ -378,10 +388,11 @@ impl Driver {
         let session: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
         match session.get("id").and_then(Value::as_str) {
             Some(id) if status == 200 => Ok(id.to_owned()),
-            _ => Err(format!(
-                "POST /session: HTTP {status}: {}",
-                String::from_utf8_lossy(&answer)
-            )),
+            _ => Err(HttpError::Status {
+                what: "POST /session".into(),
+                status,
+                body: String::from_utf8_lossy(&answer).into_owned(),
+            }),
         }
     }
 
@@ -407,7 +418,7 @@ fn listening_port(line: &[u8]) -> Option<Listening> {
         .filter(|port| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
         .and_then(|port| port.parse::<u16>().ok())
         .filter(|&port| port != 0);
-    Some(port.ok_or_else(|| format!("opencode serve listens somewhere unexpected: {line:?}")))
+    Some(port.ok_or_else(|| NotListening::Elsewhere(line.to_owned())))
 }
 
 #[cfg(test)]
@@ -506,13 +517,16 @@ mod tests {
                 "{head}"
             );
 
-            let (mut feed, _driver) = drive(Err("listens on 0.0.0.0".into()));
+            let (mut feed, _driver) = drive(Err(NotListening::Elsewhere("0.0.0.0:4096".into())));
             match feed.recv().await {
                 Some(Feed::Failed {
                     kind: ErrorKind::Unreachable,
                     message,
                     fatal: true,
-                }) => assert_eq!(message, "listens on 0.0.0.0"),
+                }) => assert_eq!(
+                    message,
+                    "opencode serve listens somewhere unexpected: \"0.0.0.0:4096\""
+                ),
                 other => panic!("{other:?}"),
             }
         });
