@@ -5,95 +5,71 @@
 
 use std::fmt;
 
-macro_rules! codes {
-    ($($(#[$doc:meta])* $variant:ident = $name:literal,)*) => {
-        /// A stable, documented error code (docs/protocol.md).
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum ErrorCode {
-            $($(#[$doc])* $variant,)*
-        }
-
-        impl ErrorCode {
-            /// Every code, in the order of the list.
-            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
-
-            pub const fn as_str(self) -> &'static str {
-                match self {
-                    $(ErrorCode::$variant => $name,)*
-                }
-            }
-
-            pub fn parse(s: &str) -> Option<ErrorCode> {
-                match s {
-                    $($name => Some(ErrorCode::$variant),)*
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-
-codes! {
-    // Frames a server cannot read.
-    /// Not JSON, or a field missing or of the wrong type.
-    MalformedFrame = "malformed_frame",
-    UnknownType = "unknown_type",
-    FrameTooLarge = "frame_too_large",
-    BinaryFrame = "binary_frame",
-    AlreadyHello = "already_hello",
-    HelloRequired = "hello_required",
-    HelloTimeout = "hello_timeout",
-    UnsupportedProtocol = "unsupported_protocol",
-    /// A command id over 128 bytes.
-    BadCommandId = "bad_command_id",
-    /// Not `ses_` and 1 to 64 lowercase hex digits.
-    BadSessionId = "bad_session_id",
-    TooManySubscriptions = "too_many_subscriptions",
-    // Access.
-    ForbiddenHost = "forbidden_host",
-    ForbiddenOrigin = "forbidden_origin",
-    TokenRequired = "token_required",
-    BadToken = "bad_token",
-    TooManyAttempts = "too_many_attempts",
-    // Commands.
-    UnknownSession = "unknown_session",
-    UnknownRequest = "unknown_request",
-    UnknownProvider = "unknown_provider",
-    UnknownMode = "unknown_mode",
-    ForegroundTurnActive = "foreground_turn_active",
-    NoActiveTurn = "no_active_turn",
-    TurnIdUsed = "turn_id_used",
-    EmptyPrompt = "empty_prompt",
-    BadCwd = "bad_cwd",
-    /// The session's process is not running.
-    NotConnected = "not_connected",
-    AlreadyRunning = "already_running",
-    HostedElsewhere = "hosted_elsewhere",
-    NoResumeHandle = "no_resume_handle",
-    Unsupported = "unsupported",
-    CliNotFound = "cli_not_found",
-    SpawnFailed = "spawn_failed",
-    StoreError = "store_error",
-    /// The agent has not read what was written to its stdin (4 MiB): it is not listening.
-    AgentBusy = "agent_busy",
-    // The HTTP API's own refusals.
-    BadRequest = "bad_request",
-    BadBody = "bad_body",
-    BodyTooLarge = "body_too_large",
-    UnsupportedMediaType = "unsupported_media_type",
-    MethodNotAllowed = "method_not_allowed",
-    NotFound = "not_found",
-    BadSince = "bad_since",
-    BadType = "bad_type",
-    InternalError = "internal_error",
-    // The client's own (the npm package, `agentwire tail`).
-    BadOptions = "bad_options",
-    BadDecision = "bad_decision",
-    NotATranscript = "not_a_transcript",
-    ConnectionLost = "connection_lost",
-    Closed = "closed",
-    MalformedEvent = "malformed_event",
-    UnknownError = "unknown_error",
+vocabulary! {
+    /// A stable, documented error code (docs/protocol.md).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum ErrorCode {
+        // Frames a server cannot read.
+        /// Not JSON, or a field missing or of the wrong type.
+        MalformedFrame = "malformed_frame",
+        UnknownType = "unknown_type",
+        FrameTooLarge = "frame_too_large",
+        BinaryFrame = "binary_frame",
+        AlreadyHello = "already_hello",
+        HelloRequired = "hello_required",
+        HelloTimeout = "hello_timeout",
+        UnsupportedProtocol = "unsupported_protocol",
+        /// A command id over 128 bytes.
+        BadCommandId = "bad_command_id",
+        /// Not `ses_` and 1 to 64 lowercase hex digits.
+        BadSessionId = "bad_session_id",
+        TooManySubscriptions = "too_many_subscriptions",
+        // Access.
+        ForbiddenHost = "forbidden_host",
+        ForbiddenOrigin = "forbidden_origin",
+        TokenRequired = "token_required",
+        BadToken = "bad_token",
+        TooManyAttempts = "too_many_attempts",
+        // Commands.
+        UnknownSession = "unknown_session",
+        UnknownRequest = "unknown_request",
+        UnknownProvider = "unknown_provider",
+        UnknownMode = "unknown_mode",
+        ForegroundTurnActive = "foreground_turn_active",
+        NoActiveTurn = "no_active_turn",
+        TurnIdUsed = "turn_id_used",
+        EmptyPrompt = "empty_prompt",
+        BadCwd = "bad_cwd",
+        /// The session's process is not running.
+        NotConnected = "not_connected",
+        AlreadyRunning = "already_running",
+        HostedElsewhere = "hosted_elsewhere",
+        NoResumeHandle = "no_resume_handle",
+        Unsupported = "unsupported",
+        CliNotFound = "cli_not_found",
+        SpawnFailed = "spawn_failed",
+        StoreError = "store_error",
+        /// The agent has not read what was written to its stdin (4 MiB): it is not listening.
+        AgentBusy = "agent_busy",
+        // The HTTP API's own refusals.
+        BadRequest = "bad_request",
+        BadBody = "bad_body",
+        BodyTooLarge = "body_too_large",
+        UnsupportedMediaType = "unsupported_media_type",
+        MethodNotAllowed = "method_not_allowed",
+        NotFound = "not_found",
+        BadSince = "bad_since",
+        BadType = "bad_type",
+        InternalError = "internal_error",
+        // The client's own (the npm package, `agentwire tail`).
+        BadOptions = "bad_options",
+        BadDecision = "bad_decision",
+        NotATranscript = "not_a_transcript",
+        ConnectionLost = "connection_lost",
+        Closed = "closed",
+        MalformedEvent = "malformed_event",
+        UnknownError = "unknown_error",
+    }
 }
 
 impl fmt::Display for ErrorCode {

@@ -21,139 +21,92 @@ use super::time::Timestamp;
 /// The version of the event schema written into every event.
 pub const SCHEMA_VERSION: u32 = 1;
 
-macro_rules! event_types {
-    ($($(#[$doc:meta])* $variant:ident = $name:literal,)*) => {
-        /// What an event says happened. Serialized as its snake_case name.
-        ///
-        /// The first 28 are the AgentSessionManager vocabulary, spelled exactly as there;
-        /// the rest cover what paseo's event union needs that those lack.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        #[serde(rename_all = "snake_case")]
-        pub enum EventType {
-            $($(#[$doc])* $variant,)*
-        }
-
-        impl EventType {
-            /// Every event type, in declaration order.
-            pub const ALL: &'static [EventType] = &[$(EventType::$variant,)*];
-
-            /// The snake_case name used on the wire and in the store.
-            pub const fn as_str(self) -> &'static str {
-                match self {
-                    $(EventType::$variant => $name,)*
-                }
-            }
-
-            /// Parses a snake_case name; `None` for anything else.
-            pub fn parse(name: &str) -> Option<EventType> {
-                match name {
-                    $($name => Some(EventType::$variant),)*
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-
-event_types! {
-    // Session lifecycle.
-    SessionCreated = "session_created",
-    /// The provider process is up and identified itself (model, cwd, tools, its own session id).
-    SessionStarted = "session_started",
-    SessionPaused = "session_paused",
-    SessionResumed = "session_resumed",
-    SessionCompleted = "session_completed",
-    SessionFailed = "session_failed",
-    SessionCancelled = "session_cancelled",
-    // Run (= turn) lifecycle.
-    RunStarted = "run_started",
-    RunCompleted = "run_completed",
-    RunFailed = "run_failed",
-    RunCancelled = "run_cancelled",
-    RunTimeout = "run_timeout",
-    // Messages.
-    /// The user's prompt: `data.content`.
-    MessageSent = "message_sent",
-    /// One whole assistant message: `data.content`.
-    MessageReceived = "message_received",
-    /// One chunk of assistant text: `data.delta`.
-    MessageStreamed = "message_streamed",
-    // Tool calls.
-    ToolCallStarted = "tool_call_started",
-    ToolCallCompleted = "tool_call_completed",
-    ToolCallFailed = "tool_call_failed",
-    // Errors and usage.
-    ErrorOccurred = "error_occurred",
-    ErrorRecovered = "error_recovered",
-    TokenUsageUpdated = "token_usage_updated",
-    TurnCompleted = "turn_completed",
-    // Workspace.
-    WorkspaceSnapshotTaken = "workspace_snapshot_taken",
-    WorkspaceDiffComputed = "workspace_diff_computed",
-    // Policy.
-    PolicyViolation = "policy_violation",
-    // Approvals.
-    ToolApprovalRequested = "tool_approval_requested",
-    ToolApprovalGranted = "tool_approval_granted",
-    ToolApprovalDenied = "tool_approval_denied",
-    // Beyond the seed vocabulary, for paseo's union.
-    /// One chunk of reasoning text: `data.delta`.
-    ReasoningStreamed = "reasoning_streamed",
-    /// One whole reasoning block: `data.content`.
-    ReasoningReceived = "reasoning_received",
-    /// Progress on a running tool call (partial output, a changed title): `data.tool_call_id`.
-    ToolCallUpdated = "tool_call_updated",
-    /// A tool call that ended because its turn was interrupted.
-    ToolCallCancelled = "tool_call_cancelled",
-    /// The agent's plan or todo list, whole: `data.items[{text, status}]`.
-    TodoUpdated = "todo_updated",
-    ModeChanged = "mode_changed",
-    ModelChanged = "model_changed",
-    ThinkingOptionChanged = "thinking_option_changed",
-    /// The agent wants the user: `data.reason` is `finished`, `error` or `permission`.
-    AttentionRequired = "attention_required",
-    /// The provider compacted its context.
-    ContextCompacted = "context_compacted",
-    /// A turn silent for longer than the host's threshold (synthetic, not a terminal):
-    /// `data.silent_ms`, `data.synthetic: true`. The turn's next event ends the stall.
-    RunStalled = "run_stalled",
-}
-
-/// Why a run was cancelled: the closed vocabulary of `run_cancelled.data.reason`, the same
-/// whatever the provider (which keeps its own word in `data.details`). docs/events.md lists
-/// the values; a test checks that the list and the enum agree.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CancelReason {
-    /// The provider ended the turn as cancelled: in practice, the user's interrupt
-    /// (Claude and Codex `interrupted`, Gemini `cancelled`, OpenCode `MessageAbortedError`).
-    Interrupted,
-    /// Synthetic: an interrupt the provider did not confirm within the cancel grace.
-    InterruptTimeout,
-    /// Synthetic: the session was closed while the turn ran.
-    SessionClosed,
-}
-
-impl CancelReason {
-    pub const ALL: &'static [CancelReason] = &[
-        CancelReason::Interrupted,
-        CancelReason::InterruptTimeout,
-        CancelReason::SessionClosed,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            CancelReason::Interrupted => "interrupted",
-            CancelReason::InterruptTimeout => "interrupt_timeout",
-            CancelReason::SessionClosed => "session_closed",
-        }
+vocabulary! {
+    /// What an event says happened. Serialized as its snake_case name.
+    ///
+    /// The first 28 are the AgentSessionManager vocabulary, spelled exactly as there;
+    /// the rest cover what paseo's event union needs that those lack.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum EventType {
+        // Session lifecycle.
+        SessionCreated = "session_created",
+        /// The provider process is up and identified itself (model, cwd, tools, its own session id).
+        SessionStarted = "session_started",
+        SessionPaused = "session_paused",
+        SessionResumed = "session_resumed",
+        SessionCompleted = "session_completed",
+        SessionFailed = "session_failed",
+        SessionCancelled = "session_cancelled",
+        // Run (= turn) lifecycle.
+        RunStarted = "run_started",
+        RunCompleted = "run_completed",
+        RunFailed = "run_failed",
+        RunCancelled = "run_cancelled",
+        RunTimeout = "run_timeout",
+        // Messages.
+        /// The user's prompt: `data.content`.
+        MessageSent = "message_sent",
+        /// One whole assistant message: `data.content`.
+        MessageReceived = "message_received",
+        /// One chunk of assistant text: `data.delta`.
+        MessageStreamed = "message_streamed",
+        // Tool calls.
+        ToolCallStarted = "tool_call_started",
+        ToolCallCompleted = "tool_call_completed",
+        ToolCallFailed = "tool_call_failed",
+        // Errors and usage.
+        ErrorOccurred = "error_occurred",
+        ErrorRecovered = "error_recovered",
+        TokenUsageUpdated = "token_usage_updated",
+        TurnCompleted = "turn_completed",
+        // Workspace.
+        WorkspaceSnapshotTaken = "workspace_snapshot_taken",
+        WorkspaceDiffComputed = "workspace_diff_computed",
+        // Policy.
+        PolicyViolation = "policy_violation",
+        // Approvals.
+        ToolApprovalRequested = "tool_approval_requested",
+        ToolApprovalGranted = "tool_approval_granted",
+        ToolApprovalDenied = "tool_approval_denied",
+        // Beyond the seed vocabulary, for paseo's union.
+        /// One chunk of reasoning text: `data.delta`.
+        ReasoningStreamed = "reasoning_streamed",
+        /// One whole reasoning block: `data.content`.
+        ReasoningReceived = "reasoning_received",
+        /// Progress on a running tool call (partial output, a changed title): `data.tool_call_id`.
+        ToolCallUpdated = "tool_call_updated",
+        /// A tool call that ended because its turn was interrupted.
+        ToolCallCancelled = "tool_call_cancelled",
+        /// The agent's plan or todo list, whole: `data.items[{text, status}]`.
+        TodoUpdated = "todo_updated",
+        ModeChanged = "mode_changed",
+        ModelChanged = "model_changed",
+        ThinkingOptionChanged = "thinking_option_changed",
+        /// The agent wants the user: `data.reason` is `finished`, `error` or `permission`.
+        AttentionRequired = "attention_required",
+        /// The provider compacted its context.
+        ContextCompacted = "context_compacted",
+        /// A turn silent for longer than the host's threshold (synthetic, not a terminal):
+        /// `data.silent_ms`, `data.synthetic: true`. The turn's next event ends the stall.
+        RunStalled = "run_stalled",
     }
+}
 
-    pub fn parse(name: &str) -> Option<CancelReason> {
-        CancelReason::ALL
-            .iter()
-            .copied()
-            .find(|r| r.as_str() == name)
+vocabulary! {
+    /// Why a run was cancelled: the closed vocabulary of `run_cancelled.data.reason`, the same
+    /// whatever the provider (which keeps its own word in `data.details`). docs/events.md
+    /// lists the values; a test checks that the list and the enum agree.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum CancelReason {
+        /// The provider ended the turn as cancelled: in practice, the user's interrupt
+        /// (Claude and Codex `interrupted`, Gemini `cancelled`, OpenCode `MessageAbortedError`).
+        Interrupted = "interrupted",
+        /// Synthetic: an interrupt the provider did not confirm within the cancel grace.
+        InterruptTimeout = "interrupt_timeout",
+        /// Synthetic: the session was closed while the turn ran.
+        SessionClosed = "session_closed",
     }
 }
 

@@ -16,93 +16,67 @@ use serde_json::{json, Map, Value};
 
 use super::event::Provider;
 
-macro_rules! error_kinds {
-    ($($(#[$doc:meta])* $variant:ident = $name:literal,)*) => {
-        /// What caused a failure: the closed vocabulary of `provider_error.kind`.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        #[serde(rename_all = "snake_case")]
-        pub enum ErrorKind {
-            $($(#[$doc])* $variant,)*
-        }
-
-        impl ErrorKind {
-            /// Every kind, in declaration order.
-            pub const ALL: &'static [ErrorKind] = &[$(ErrorKind::$variant,)*];
-
-            pub const fn as_str(self) -> &'static str {
-                match self {
-                    $(ErrorKind::$variant => $name,)*
-                }
-            }
-
-            /// Parses a canonical name; `None` for anything else (see
-            /// [`ErrorKind::classify`] for a provider's own names).
-            pub fn parse(name: &str) -> Option<ErrorKind> {
-                match name {
-                    $($name => Some(ErrorKind::$variant),)*
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-
-error_kinds! {
-    // The model API, as the agent reports it.
-    /// Credentials missing or refused (HTTP 401, 403).
-    AuthenticationFailed = "authentication_failed",
-    /// The account has no credit left (HTTP 402).
-    BillingError = "billing_error",
-    /// Too many requests or a quota used up (HTTP 429).
-    RateLimit = "rate_limit",
-    /// The API refused the request as invalid (HTTP 400, an unknown model…).
-    InvalidRequest = "invalid_request",
-    /// The conversation no longer fits the model's context window.
-    ContextWindowExceeded = "context_window_exceeded",
-    /// The API failed on its side (HTTP 5xx).
-    ServerError = "server_error",
-    /// The API is overloaded (HTTP 529).
-    Overloaded = "overloaded",
-    /// The API could not be reached, timed out, or its stream broke off.
-    ConnectionError = "connection_error",
-    // The agent itself.
-    /// The model refused to continue.
-    Refusal = "refusal",
-    /// The turn reached its maximum number of model turns.
-    MaxTurns = "max_turns",
-    /// The turn reached its maximum budget.
-    MaxBudget = "max_budget",
-    /// The agent's configuration or environment is incomplete (a missing sandbox tool…).
-    ConfigError = "config_error",
-    /// The agent answered a protocol request with an error (JSON-RPC), or broke the protocol.
-    ProtocolError = "protocol_error",
-    /// The agent reported a failure of no more precise kind.
-    AgentError = "agent_error",
-    // The host (the companion and its lifecycle).
-    /// The agent process exited or was killed.
-    ProcessExit = "process_exit",
-    /// The agent's CLI is not installed.
-    CliNotFound = "cli_not_found",
-    /// The agent process could not be started.
-    SpawnFailed = "spawn_failed",
-    /// The agent stopped reading its stdin.
-    StdinClosed = "stdin_closed",
-    /// The agent's server never answered (OpenCode's `serve`, at start).
-    Unreachable = "unreachable",
-    /// A request the host made to the agent's server failed (OpenCode's HTTP API).
-    RequestFailed = "request_failed",
-    /// The agent's server closed its event stream (OpenCode).
-    EventStreamClosed = "event_stream_closed",
-    /// The agent wrote output the normalizer could not read (a warning).
-    UnreadableOutput = "unreadable_output",
-    /// A turn was silent past the watchdog's limit.
-    Watchdog = "watchdog",
-    /// The companion died while the agent ran; the turn ended at its restart.
-    CompanionRestart = "companion_restart",
-    /// On a shared store, the companion hosting the session stopped renewing its lease.
-    NodeLost = "node_lost",
-    /// A cause the provider named and this vocabulary does not know (see `details.kind`).
-    Unknown = "unknown",
+vocabulary! {
+    /// What caused a failure: the closed vocabulary of `provider_error.kind`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum ErrorKind {
+        // The model API, as the agent reports it.
+        /// Credentials missing or refused (HTTP 401, 403).
+        AuthenticationFailed = "authentication_failed",
+        /// The account has no credit left (HTTP 402).
+        BillingError = "billing_error",
+        /// Too many requests or a quota used up (HTTP 429).
+        RateLimit = "rate_limit",
+        /// The API refused the request as invalid (HTTP 400, an unknown model…).
+        InvalidRequest = "invalid_request",
+        /// The conversation no longer fits the model's context window.
+        ContextWindowExceeded = "context_window_exceeded",
+        /// The API failed on its side (HTTP 5xx).
+        ServerError = "server_error",
+        /// The API is overloaded (HTTP 529).
+        Overloaded = "overloaded",
+        /// The API could not be reached, timed out, or its stream broke off.
+        ConnectionError = "connection_error",
+        // The agent itself.
+        /// The model refused to continue.
+        Refusal = "refusal",
+        /// The turn reached its maximum number of model turns.
+        MaxTurns = "max_turns",
+        /// The turn reached its maximum budget.
+        MaxBudget = "max_budget",
+        /// The agent's configuration or environment is incomplete (a missing sandbox tool…).
+        ConfigError = "config_error",
+        /// The agent answered a protocol request with an error (JSON-RPC), or broke the protocol.
+        ProtocolError = "protocol_error",
+        /// The agent reported a failure of no more precise kind.
+        AgentError = "agent_error",
+        // The host (the companion and its lifecycle).
+        /// The agent process exited or was killed.
+        ProcessExit = "process_exit",
+        /// The agent's CLI is not installed.
+        CliNotFound = "cli_not_found",
+        /// The agent process could not be started.
+        SpawnFailed = "spawn_failed",
+        /// The agent stopped reading its stdin.
+        StdinClosed = "stdin_closed",
+        /// The agent's server never answered (OpenCode's `serve`, at start).
+        Unreachable = "unreachable",
+        /// A request the host made to the agent's server failed (OpenCode's HTTP API).
+        RequestFailed = "request_failed",
+        /// The agent's server closed its event stream (OpenCode).
+        EventStreamClosed = "event_stream_closed",
+        /// The agent wrote output the normalizer could not read (a warning).
+        UnreadableOutput = "unreadable_output",
+        /// A turn was silent past the watchdog's limit.
+        Watchdog = "watchdog",
+        /// The companion died while the agent ran; the turn ended at its restart.
+        CompanionRestart = "companion_restart",
+        /// On a shared store, the companion hosting the session stopped renewing its lease.
+        NodeLost = "node_lost",
+        /// A cause the provider named and this vocabulary does not know (see `details.kind`).
+        Unknown = "unknown",
+    }
 }
 
 impl ErrorKind {
