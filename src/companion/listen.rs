@@ -193,20 +193,7 @@ pub async fn serve(
     let started = Instant::now();
     let mut next_id = 0u64;
     tokio::pin!(shutdown);
-    loop {
-        let permit = match slots.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                // At the cap: make room, and look again shortly (a connection may become
-                // evictable while we wait).
-                registry.evict_one();
-                tokio::select! {
-                    permit = slots.clone().acquire_owned() => permit.expect("never closed"),
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
-                    _ = &mut shutdown => break,
-                }
-            }
-        };
+    'accept: loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -221,6 +208,19 @@ pub async fn serve(
                 }
             },
             _ = &mut shutdown => break,
+        };
+        // At the cap, someone is waiting: make room, and look again shortly (a connection
+        // may become evictable meanwhile).
+        let permit = loop {
+            if let Ok(permit) = slots.clone().try_acquire_owned() {
+                break permit;
+            }
+            registry.evict_one();
+            tokio::select! {
+                permit = slots.clone().acquire_owned() => break permit.expect("never closed"),
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = &mut shutdown => break 'accept,
+            }
         };
         let _ = stream.set_nodelay(true);
         next_id += 1;
