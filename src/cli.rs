@@ -126,6 +126,10 @@ struct ServeArgs {
     /// Milliseconds a connection may take to send a request head, or stay idle between two.
     #[arg(long, default_value_t = 10_000, hide = true)]
     header_timeout_ms: u64,
+    /// Milliseconds a write to a client that does not read may block before the connection
+    /// is closed.
+    #[arg(long, default_value_t = 30_000, hide = true)]
+    write_timeout_ms: u64,
     /// Milliseconds between server heartbeats on the WebSocket.
     #[arg(long, default_value_t = 15_000)]
     heartbeat_ms: u64,
@@ -367,6 +371,8 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         config.listen.max_connections = args.max_connections.max(1);
         config.listen.header_timeout =
             std::time::Duration::from_millis(args.header_timeout_ms.max(10));
+        config.listen.write_timeout =
+            std::time::Duration::from_millis(args.write_timeout_ms.max(10));
         config.limits.heartbeat_ms = args.heartbeat_ms.max(100);
         let listener = tokio::net::TcpListener::bind(args.addr)
             .await
