@@ -183,6 +183,7 @@ async fn commands_answer_with_correlated_replies_and_clear_refusals() {
         id: id.into(),
         session: session.clone(),
         prompt: prompt.into(),
+        turn_id: None,
     };
     send(&mut socket, &start("c1", "slow, very slow")).await;
     send(&mut socket, &start("c2", "another one")).await;
@@ -224,6 +225,7 @@ async fn commands_answer_with_correlated_replies_and_clear_refusals() {
         &ClientMsg::Interrupt {
             id: "c3".into(),
             session: session.clone(),
+            turn_id: None,
         },
     )
     .await;
@@ -236,6 +238,7 @@ async fn commands_answer_with_correlated_replies_and_clear_refusals() {
         &ClientMsg::Interrupt {
             id: "c4".into(),
             session: "ses_0ff".into(),
+            turn_id: None,
         },
     )
     .await;
@@ -739,6 +742,7 @@ async fn a_client_flooding_commands_without_reading_does_not_starve_the_others()
                 ClientMsg::Interrupt {
                     id: i.to_string(),
                     session: "ses_0ff".into(),
+                    turn_id: None,
                 }
             };
             if flooder
@@ -1154,4 +1158,76 @@ async fn what_a_provider_cannot_do_is_refused_as_unsupported() {
         (status, body["error"]["code"].as_str()),
         (404, Some("unknown_session"))
     );
+}
+
+/// A turn id chosen by the client makes starting a turn idempotent, across a killed and
+/// restarted companion too; a prompt for a session whose agent died with the companion
+/// resumes it and runs once.
+#[tokio::test]
+async fn a_turn_with_a_client_chosen_id_starts_once_and_wakes_a_dead_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let mut server = Server::start(&db, 0, &[]);
+    let session = server.create_demo_session();
+    let path = format!("/api/sessions/{session}/turns");
+    let start = |server: &Server, turn: &str, prompt: &str| {
+        server.api(
+            "POST",
+            &path,
+            Some(json!({"prompt": prompt, "turnId": turn})),
+        )
+    };
+    let (status, body) = start(&server, "turn-a", "hello");
+    assert_eq!(
+        (status, body["turnId"].as_str()),
+        (200, Some("turn-a")),
+        "{body}"
+    );
+    let (status, body) = start(&server, "turn-a", "hello");
+    assert_eq!(
+        (status, body["turnId"].as_str()),
+        (200, Some("turn-a")),
+        "{body}"
+    );
+    let (status, body) = start(&server, "not a turn id", "hello");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("bad_turn_id"))
+    );
+    server.wait_events(&session, "turn-a to end", |e| ended(e, "turn-a"));
+    server.kill();
+
+    let server = Server::start(&db, 0, &[]);
+    let (_, body) = server.api("GET", &format!("/api/sessions/{session}"), None);
+    assert_eq!(body["session"]["state"], "failed", "{body}");
+    // The same command again finds its turn in the log; a new one wakes the session.
+    let (status, body) = start(&server, "turn-a", "hello");
+    assert_eq!(
+        (status, body["turnId"].as_str()),
+        (200, Some("turn-a")),
+        "{body}"
+    );
+    let (status, body) = start(&server, "turn-b", "hello again");
+    assert_eq!(
+        (status, body["turnId"].as_str()),
+        (200, Some("turn-b")),
+        "{body}"
+    );
+    let (status, _) = start(&server, "turn-b", "hello again");
+    assert_eq!(status, 200);
+    let log = server.wait_events(&session, "turn-b to end", |e| ended(e, "turn-b"));
+    assert_contiguous(&log);
+    let prompts: Vec<_> = log
+        .iter()
+        .filter(|e| e.kind() == EventType::MessageSent)
+        .map(|e| e.run_id().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(prompts, ["turn-a", "turn-b"], "each turn started once");
+    assert!(log.iter().any(|e| e.kind() == EventType::SessionResumed));
+    let completed = |run: &str| {
+        log.iter()
+            .filter(|e| e.kind() == EventType::RunCompleted && e.run_id() == Some(run))
+            .count()
+    };
+    assert_eq!((completed("turn-a"), completed("turn-b")), (1, 1));
 }

@@ -196,11 +196,20 @@ function select(id) {
   renderModes();
 }
 
+/** Says how many commands wait for the connection (kept by the Client while it is down). */
+function showPending() {
+  const s = $("connection");
+  const waiting = s.dataset.state === "reconnecting" || s.dataset.state === "connecting";
+  const n = state.client?.pending ?? 0;
+  $("pending").textContent = waiting && n ? `${n} waiting to be sent` : "";
+}
+
 function onChange(batch) {
   if (batch.state) {
     const s = $("connection");
     s.replaceChildren(badge(batch.state.replace("_", " "), `conn-${batch.state}`));
     s.dataset.state = batch.state;
+    showPending();
   }
   let sessionsChanged = false;
   for (const b of batch.sessions) {
@@ -278,15 +287,23 @@ async function main() {
       fail(e);
     }
   };
+  // A prompt leaves the box when sent: while disconnected the Client keeps it and sends it
+  // once the connection is back (one turn, however often the connection drops on the way);
+  // a refused prompt comes back to the box.
   const send = async () => {
     const prompt = $("prompt").value;
     if (!prompt.trim() || typeof state.current !== "string") return;
+    $("prompt").value = "";
+    const turn = state.client.startTurn(state.current, prompt);
+    showPending();
     try {
-      await state.client.startTurn(state.current, prompt);
-      $("prompt").value = "";
+      await turn;
       notice("");
     } catch (e) {
+      if (!$("prompt").value) $("prompt").value = prompt;
       fail(e);
+    } finally {
+      showPending();
     }
   };
   $("send").onclick = send;

@@ -449,8 +449,12 @@ async fn close_session(
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct StartTurn {
     prompt: String,
+    /// Chosen by the client: the request is idempotent (see `Hub::start_turn`).
+    #[serde(default)]
+    turn_id: Option<String>,
 }
 
 async fn start_turn(
@@ -458,7 +462,7 @@ async fn start_turn(
     SessionId(id): SessionId,
     Json(body): Json<StartTurn>,
 ) -> Result<Json<Value>, ApiError> {
-    let turn = state.hub.start_turn(&id, body.prompt).await?;
+    let turn = state.hub.start_turn(&id, body.prompt, body.turn_id).await?;
     Ok(Json(json!({ "turnId": turn })))
 }
 
@@ -466,7 +470,7 @@ async fn interrupt(
     State(state): State<AppState>,
     SessionId(id): SessionId,
 ) -> Result<StatusCode, ApiError> {
-    state.hub.interrupt(&id).await?;
+    state.hub.interrupt(&id, None).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -407,16 +407,21 @@ pub async fn run_connection<I>(
                 id,
                 session,
                 prompt,
+                turn_id,
             } => {
-                let result = hub.start_turn(&session, prompt).await;
+                let result = hub.start_turn(&session, prompt, turn_id).await;
                 send(reply(
                     id,
                     result.map(|turn| serde_json::json!({ "turnId": turn })),
                 ))
                 .await;
             }
-            ClientMsg::Interrupt { id, session } => {
-                let result = hub.interrupt(&session).await;
+            ClientMsg::Interrupt {
+                id,
+                session,
+                turn_id,
+            } => {
+                let result = hub.interrupt(&session, turn_id).await;
                 send(reply(id, result.map(|()| serde_json::json!({})))).await;
             }
             ClientMsg::AnswerApproval {

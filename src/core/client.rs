@@ -14,11 +14,19 @@
 //! `missed_heartbeats` heartbeat periods) the client reconnects after a backoff that doubles
 //! from `backoff_min_ms` to `backoff_max_ms`, with jitter drawn from a seeded generator (the
 //! core draws no entropy itself), says hello, and subscribes every session from its cursor,
-//! so the page sees every event once, in order. A command sent while not connected is refused
-//! at once (`not_connected`); one in flight when the connection drops fails with
-//! `connection_lost` (it may or may not have been carried out): commands are never resent.
+//! so the page sees every event once, in order.
+//!
+//! Commands: the three a user gives while reading (`start_turn`, `interrupt` of a turn seen
+//! running, `answer_approval`) are idempotent on the server (a turn id the client chose, the
+//! turn interrupted, the same answer), so they are *kept*: given while disconnected they wait
+//! (up to [`MAX_QUEUED`], then `queue_full`), and one in flight when the connection drops is
+//! sent again; both go out once the next connection is welcomed and subscribed, in the order
+//! they were given, and each is answered once. The others (`set_mode`, `set_model`,
+//! `describe_session`, `resume_session`) are refused while disconnected (`not_connected`)
+//! and fail with `connection_lost` if the connection drops before their reply (they may or
+//! may not have been carried out).
 
-use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -26,8 +34,8 @@ use serde_json::Value;
 use super::error::ErrorCode;
 use super::projector::{Batch, Projector, Signal};
 use super::wire::{
-    ClientMsg, Decision, Thinking, WireError, DEFAULT_MAX_FRAME, FEATURE_SESSION_STATUS,
-    PROTOCOL_VERSIONS,
+    is_turn_id, ClientMsg, Decision, Thinking, WireError, DEFAULT_MAX_FRAME,
+    FEATURE_SESSION_STATUS, PROTOCOL_VERSIONS,
 };
 
 /// How a [`Client`] connects and retries.
@@ -118,6 +126,16 @@ impl ClientBatch {
 /// The answer to a command: the reply's `result`, or why it failed.
 pub type Reply = (String, Result<Value, WireError>);
 
+/// Commands kept while disconnected, at most; one more is refused with `queue_full`.
+pub const MAX_QUEUED: usize = 64;
+
+/// A command not answered yet.
+struct Command {
+    msg: ClientMsg,
+    /// Safe to send again (the server makes it idempotent): kept across drops.
+    kept: bool,
+}
+
 /// The sans-IO client. See the module docs for the driving rule.
 pub struct Client {
     config: ClientConfig,
@@ -138,7 +156,8 @@ pub struct Client {
     backoff_ms: i64,
     rng: u64,
     next_command: u64,
-    pending: HashSet<String>,
+    /// Commands not answered yet, by number (the order they were given).
+    pending: BTreeMap<u64, Command>,
     transmit: VecDeque<String>,
     actions: VecDeque<Action>,
     replies: VecDeque<Reply>,
@@ -169,7 +188,7 @@ impl Client {
             awaiting_caught_up: BTreeSet::new(),
             reconnect_at: None,
             next_command: 0,
-            pending: HashSet::new(),
+            pending: BTreeMap::new(),
             transmit: VecDeque::new(),
             actions: VecDeque::new(),
             replies: VecDeque::new(),
@@ -232,19 +251,50 @@ impl Client {
     }
 
     /// Starts a foreground turn; the reply's result is `{turnId}`. Returns the command id.
-    pub fn start_turn(&mut self, session: &str, prompt: &str) -> Result<String, WireError> {
-        self.command(|id| ClientMsg::StartTurn {
+    /// The turn's id is `turn_id`, or one drawn here: either way the server starts it once,
+    /// however often the command is sent (see the module docs).
+    pub fn start_turn(
+        &mut self,
+        session: &str,
+        prompt: &str,
+        turn_id: Option<&str>,
+    ) -> Result<String, WireError> {
+        let turn_id = match turn_id {
+            Some(id) if is_turn_id(id) => id.to_owned(),
+            Some(_) => {
+                return Err(error(
+                    ErrorCode::BadTurnId,
+                    "a turn id is 1-128 ASCII letters, digits, '_', '-', '.' or ':'",
+                ))
+            }
+            None => format!("turn_{:016x}{:08x}", self.draw(), self.draw() as u32),
+        };
+        self.command(true, |id| ClientMsg::StartTurn {
             id,
             session: session.to_owned(),
             prompt: prompt.to_owned(),
+            turn_id: Some(turn_id),
         })
     }
 
+    /// Interrupts the session's turn. While a turn is known to be running, the command names
+    /// it, so it is kept across drops and never stops a later turn.
     pub fn interrupt(&mut self, session: &str) -> Result<String, WireError> {
-        self.command(|id| ClientMsg::Interrupt {
+        let turn_id = self
+            .projector
+            .lifecycle(session)
+            .and_then(|l| l.active_turn);
+        let kept = turn_id.is_some();
+        self.command(kept, |id| ClientMsg::Interrupt {
             id,
             session: session.to_owned(),
+            turn_id,
         })
+    }
+
+    /// Commands given and not answered yet (kept ones wait here while disconnected).
+    pub fn pending(&self) -> usize {
+        self.pending.len()
     }
 
     pub fn answer_approval(
@@ -253,7 +303,7 @@ impl Client {
         request_id: &str,
         decision: Decision,
     ) -> Result<String, WireError> {
-        self.command(|id| ClientMsg::AnswerApproval {
+        self.command(true, |id| ClientMsg::AnswerApproval {
             id,
             session: session.to_owned(),
             request_id: request_id.to_owned(),
@@ -263,7 +313,7 @@ impl Client {
 
     /// Switches the session's agent to one of its `modes`.
     pub fn set_mode(&mut self, session: &str, mode: &str) -> Result<String, WireError> {
-        self.command(|id| ClientMsg::SetMode {
+        self.command(false, |id| ClientMsg::SetMode {
             id,
             session: session.to_owned(),
             mode: mode.to_owned(),
@@ -277,7 +327,7 @@ impl Client {
         model: Option<&str>,
         thinking: Option<Thinking>,
     ) -> Result<String, WireError> {
-        self.command(|id| ClientMsg::SetModel {
+        self.command(false, |id| ClientMsg::SetModel {
             id,
             session: session.to_owned(),
             model: model.map(str::to_owned),
@@ -288,7 +338,7 @@ impl Client {
     /// The session's record and live state (runtime, modes, commands, pending approvals,
     /// capabilities); the reply's result is what `GET /api/sessions/{id}` answers.
     pub fn describe_session(&mut self, session: &str) -> Result<String, WireError> {
-        self.command(|id| ClientMsg::DescribeSession {
+        self.command(false, |id| ClientMsg::DescribeSession {
             id,
             session: session.to_owned(),
         })
@@ -296,7 +346,7 @@ impl Client {
 
     /// Reopens a session whose agent process is gone; the reply's result is the session.
     pub fn resume_session(&mut self, session: &str) -> Result<String, WireError> {
-        self.command(|id| ClientMsg::ResumeSession {
+        self.command(false, |id| ClientMsg::ResumeSession {
             id,
             session: session.to_owned(),
         })
@@ -347,6 +397,9 @@ impl Client {
                 for session in self.sessions.clone() {
                     self.send_subscribe(&session);
                 }
+                // Then what was given while disconnected, or lost in flight, in order.
+                let kept: Vec<String> = self.pending.values().map(|c| c.msg.encode()).collect();
+                self.transmit.extend(kept);
                 self.update_caught_up();
             }
             Signal::Resubscribe { session } => {
@@ -365,7 +418,8 @@ impl Client {
                 }
             }
             Signal::Reply { id, result } => {
-                if self.pending.remove(&id) {
+                let number = id.strip_prefix('c').and_then(|n| n.parse::<u64>().ok());
+                if number.is_some_and(|n| self.pending.remove(&n).is_some()) {
                     self.replies.push_back((id, result));
                 }
             }
@@ -485,21 +539,30 @@ impl Client {
         self.welcomed = false;
         self.transmit.clear();
         self.awaiting_caught_up.clear();
-        let mut lost: Vec<String> = self.pending.drain().collect();
-        lost.sort_unstable();
-        for id in lost {
-            self.replies.push_back((id, Err(error(code, message))));
+        let closed = code == ErrorCode::Closed;
+        let lost: Vec<u64> = (self.pending.iter())
+            .filter(|(_, c)| closed || !c.kept)
+            .map(|(&n, _)| n)
+            .collect();
+        for n in lost {
+            self.pending.remove(&n);
+            self.replies
+                .push_back((format!("c{n}"), Err(error(code, message))));
         }
     }
 
-    /// `base` scaled by a factor in [0.5, 1.0): never all clients at once, never slower.
-    fn jittered(&mut self, base: i64) -> i64 {
-        // splitmix64: deterministic for a seed, good enough to spread reconnects.
+    /// The next number of the seeded generator (splitmix64: deterministic for a seed).
+    fn draw(&mut self) -> u64 {
         self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.rng;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
+        z ^ (z >> 31)
+    }
+
+    /// `base` scaled by a factor in [0.5, 1.0): never all clients at once, never slower.
+    fn jittered(&mut self, base: i64) -> i64 {
+        let z = self.draw();
         let half = base / 2;
         half + i64::try_from(z % (base - half).max(1) as u64).unwrap_or(0)
     }
@@ -540,20 +603,33 @@ impl Client {
         }
     }
 
-    fn command(&mut self, msg: impl FnOnce(String) -> ClientMsg) -> Result<String, WireError> {
+    /// Sends a command now, or keeps it for the next connection when `kept`.
+    fn command(
+        &mut self,
+        kept: bool,
+        msg: impl FnOnce(String) -> ClientMsg,
+    ) -> Result<String, WireError> {
         if self.state == ConnectionState::Closed {
             return Err(error(ErrorCode::Closed, "the client was closed"));
         }
-        if !self.welcomed {
+        if !self.welcomed && !kept {
             return Err(error(
                 ErrorCode::NotConnected,
                 "not connected to the server (reconnecting); try again when live",
             ));
         }
+        if !self.welcomed && self.pending.len() >= MAX_QUEUED {
+            let message = format!("{MAX_QUEUED} commands already wait for the connection");
+            return Err(error(ErrorCode::QueueFull, message));
+        }
         self.next_command += 1;
         let id = format!("c{}", self.next_command);
-        self.send(&msg(id.clone()));
-        self.pending.insert(id.clone());
+        let msg = msg(id.clone());
+        if self.welcomed {
+            self.send(&msg);
+        }
+        self.pending
+            .insert(self.next_command, Command { msg, kept });
         Ok(id)
     }
 }

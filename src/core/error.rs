@@ -38,6 +38,8 @@ vocabulary! {
         ForegroundTurnActive = "foreground_turn_active",
         NoActiveTurn = "no_active_turn",
         TurnIdUsed = "turn_id_used",
+        /// A client-chosen turn id that is not 1–128 of `[A-Za-z0-9_.:-]`.
+        BadTurnId = "bad_turn_id",
         EmptyPrompt = "empty_prompt",
         BadCwd = "bad_cwd",
         /// The session's process is not running.
@@ -66,6 +68,8 @@ vocabulary! {
         BadDecision = "bad_decision",
         NotATranscript = "not_a_transcript",
         ConnectionLost = "connection_lost",
+        /// More commands waiting for the connection than the client keeps.
+        QueueFull = "queue_full",
         Closed = "closed",
         MalformedEvent = "malformed_event",
         UnknownError = "unknown_error",

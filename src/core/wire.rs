@@ -50,6 +50,15 @@ pub fn is_session_id(s: &str) -> bool {
         })
 }
 
+/// Whether `s` can name a turn a client chose (`start_turn`'s `turn_id`): 1–128 bytes of
+/// ASCII letters, digits, `_`, `-`, `.` and `:` (room for a UUID or an AG-UI run id, nothing
+/// that needs escaping anywhere).
+pub fn is_turn_id(s: &str) -> bool {
+    (1..=128).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+}
+
 /// A message from a client.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
@@ -78,15 +87,23 @@ pub enum ClientMsg {
     Unsubscribe {
         session: String,
     },
-    /// Start a foreground turn; the reply carries `{turnId}`.
+    /// Start a foreground turn; the reply carries `{turnId}`. With a `turn_id` of the
+    /// client's choosing the command is idempotent: a turn of that id that already exists is
+    /// answered, not started again (what makes a resend after a lost reply safe).
     StartTurn {
         id: String,
         session: String,
         prompt: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn_id: Option<String>,
     },
+    /// Interrupt the turn in progress; with a `turn_id`, only that turn, and succeed if it has
+    /// already ended (idempotent too).
     Interrupt {
         id: String,
         session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn_id: Option<String>,
     },
     AnswerApproval {
         id: String,
@@ -714,6 +731,32 @@ mod tests {
             (start.command_id(), start.session()),
             (Some("c1"), Some("ses_1"))
         );
+        assert!(matches!(start, ClientMsg::StartTurn { turn_id: None, .. }));
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn turn_ids_a_client_chooses_are_checked_and_round_trip() {
+        let uuid = "6f1c2a0e-3d4b-4c5d-9e8f-0a1b2c3d4e5f";
+        let max = "t".repeat(128);
+        for good in ["turn_0123abcd", uuid, "run:1.2", max.as_str()] {
+            assert!(is_turn_id(good), "{good}");
+        }
+        let long = "t".repeat(129);
+        for bad in ["", "turn 1", "turn/1", "é", "a\n", long.as_str()] {
+            assert!(!is_turn_id(bad), "{bad:?}");
+        }
+        let start = ClientMsg::StartTurn {
+            id: "c1".into(),
+            session: "ses_1".into(),
+            prompt: "hi".into(),
+            turn_id: Some("turn_1".into()),
+        };
+        let text = start.encode();
+        assert_eq!(
+            text,
+            r#"{"t":"start_turn","id":"c1","session":"ses_1","prompt":"hi","turn_id":"turn_1"}"#
+        );
+        assert_eq!(ClientMsg::decode(&text, 1 << 20).unwrap(), start);
     }
 
     #[wasm_bindgen_test(unsupported = test)]

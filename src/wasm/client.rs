@@ -132,7 +132,9 @@ impl Options {
                 .ok_or_else(|| bad("options.sessions must be an array of strings"))?,
         };
         let mut config = ClientConfig {
-            seed: (js_sys::Math::random() * 2f64.powi(53)) as u64,
+            // Also the source of turn ids: 64 random bits from two draws.
+            seed: ((js_sys::Math::random() * 2f64.powi(32)) as u64) << 32
+                | (js_sys::Math::random() * 2f64.powi(32)) as u64,
             ..ClientConfig::default()
         };
         for (key, field) in [
@@ -255,11 +257,39 @@ impl Client {
         pump(&self.inner);
     }
 
-    /// Starts a turn; resolves to `{turnId}` once the agent accepted the prompt.
+    /// Starts a turn; resolves to `{turnId}` once the agent accepted the prompt. Given while
+    /// disconnected, it waits for the connection; it starts one turn however often the
+    /// connection drops on the way (`options.turnId`, or one drawn here, names it).
     #[wasm_bindgen(js_name = startTurn, unchecked_return_type = "Promise<{ turnId: string }>")]
-    pub fn start_turn(&self, session: &str, prompt: &str) -> Promise {
-        let sent = self.inner.borrow_mut().core.start_turn(session, prompt);
+    pub fn start_turn(
+        &self,
+        session: &str,
+        prompt: &str,
+        #[wasm_bindgen(unchecked_optional_param_type = "{ turnId?: string }")] options: Option<
+            JsValue,
+        >,
+    ) -> Promise {
+        let options = options.unwrap_or(JsValue::UNDEFINED);
+        let turn_id = match Reflect::get(&options, &"turnId".into()) {
+            _ if options.is_undefined() || options.is_null() => None,
+            Ok(v) if v.is_undefined() => None,
+            Ok(v) => match v.as_string() {
+                Some(id) => Some(id),
+                None => {
+                    let message = "options.turnId must be a string";
+                    return Promise::reject(&error(ErrorCode::BadOptions, message));
+                }
+            },
+            Err(e) => return Promise::reject(&e),
+        };
+        let sent = (self.inner.borrow_mut().core).start_turn(session, prompt, turn_id.as_deref());
         self.command(sent, Resolve::Result)
+    }
+
+    /// Commands given and not answered yet, including those waiting for the connection.
+    #[wasm_bindgen(getter)]
+    pub fn pending(&self) -> f64 {
+        self.inner.borrow().core.pending() as f64
     }
 
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]

@@ -313,7 +313,8 @@ export interface ClientOptions {
 /** Codes raised by this package. */
 export type ClientErrorCode =
   | "bad_options" | "bad_decision" | "unknown_provider" | "not_a_transcript"
-  | "not_connected" | "connection_lost" | "closed" | "malformed_event" | "unknown_error";
+  | "not_connected" | "connection_lost" | "queue_full" | "closed" | "malformed_event"
+  | "unknown_error";
 
 /** Codes of the wire protocol, the server's command replies and its HTTP API
  * (docs/protocol.md); the same list as `core::error::ErrorCode`, checked by a test. */
@@ -323,7 +324,7 @@ export type ServerErrorCode =
   | "bad_session_id" | "too_many_subscriptions" | "forbidden_host" | "forbidden_origin"
   | "token_required" | "bad_token" | "too_many_attempts" | "unknown_session"
   | "unknown_request" | "unknown_provider" | "unknown_mode" | "foreground_turn_active"
-  | "no_active_turn" | "turn_id_used" | "empty_prompt" | "bad_cwd" | "not_connected"
+  | "no_active_turn" | "turn_id_used" | "bad_turn_id" | "empty_prompt" | "bad_cwd" | "not_connected"
   | "already_running" | "hosted_elsewhere" | "no_resume_handle" | "unsupported"
   | "cli_not_found" | "spawn_failed" | "store_error" | "bad_request" | "bad_body"
   | "body_too_large" | "unsupported_media_type" | "method_not_allowed" | "not_found"

@@ -51,7 +51,7 @@ use super::adapter::{
     OpencodeServe, Thinking, AGENT_CLIS,
 };
 use super::session::{update_runtime, StoreQueueConfig};
-use super::store::{SessionRecord, SessionState, Store};
+use super::store::{EventQuery, SessionRecord, SessionState, Store};
 use super::{now, random_hex, random_id};
 use crate::core::error::ErrorCode;
 use crate::core::event::{Event, EventInit, EventType, Provider};
@@ -143,8 +143,12 @@ pub fn providers(cli_dir: &std::path::Path) -> Vec<&'static str> {
 }
 
 enum Command {
-    StartTurn(String, oneshot::Sender<Result<String, CommandError>>),
-    Interrupt(oneshot::Sender<Result<(), CommandError>>),
+    StartTurn(
+        String,
+        Option<String>,
+        oneshot::Sender<Result<String, CommandError>>,
+    ),
+    Interrupt(Option<String>, oneshot::Sender<Result<(), CommandError>>),
     Answer(String, Decision, oneshot::Sender<Result<(), CommandError>>),
     SetMode(String, oneshot::Sender<Result<(), CommandError>>),
     SetModel(
@@ -478,18 +482,71 @@ impl Hub {
     }
 
     /// Starts a foreground turn; resolves with its id once the agent accepted the prompt.
-    pub async fn start_turn(&self, id: &str, prompt: String) -> Result<String, CommandError> {
+    ///
+    /// `turn_id`, chosen by the client, makes this idempotent: a turn of that id in the
+    /// session (started by this process, or in the log) is answered, not started again, so a
+    /// client may resend a command whose reply it never got. A session whose agent is not
+    /// running (after a restart, a crash or a close) is resumed for the prompt when its
+    /// provider can resume it.
+    pub async fn start_turn(
+        self: &Arc<Self>,
+        id: &str,
+        prompt: String,
+        turn_id: Option<String>,
+    ) -> Result<String, CommandError> {
         if prompt.trim().is_empty() {
             return Err(CommandError::new(
                 ErrorCode::EmptyPrompt,
                 "the prompt is empty",
             ));
         }
-        self.command(id, |r| Command::StartTurn(prompt, r)).await
+        if let Some(turn) = &turn_id {
+            if !crate::core::wire::is_turn_id(turn) {
+                return Err(CommandError::new(
+                    ErrorCode::BadTurnId,
+                    "a turn id is 1-128 ASCII letters, digits, '_', '-', '.' or ':'",
+                ));
+            }
+        }
+        if self.sender(id).is_none() {
+            if let Some(turn) = &turn_id {
+                let query = EventQuery {
+                    run_id: Some(turn.clone()),
+                    limit: Some(1),
+                    ..EventQuery::default()
+                };
+                if !self.store.get_events(id, &query).await?.is_empty() {
+                    return Ok(turn.clone());
+                }
+            }
+            self.wake(id).await?;
+        }
+        self.command(id, |r| Command::StartTurn(prompt, turn_id, r))
+            .await
     }
 
-    pub async fn interrupt(&self, id: &str) -> Result<(), CommandError> {
-        self.command(id, Command::Interrupt).await
+    /// Resumes a session whose agent is not running, for a prompt, when it can be resumed;
+    /// otherwise the command that follows says why it takes no turn (closed, hosted
+    /// elsewhere, unknown).
+    async fn wake(self: &Arc<Self>, id: &str) -> Result<(), CommandError> {
+        match self.resume_session(id).await {
+            Ok(_) => Ok(()),
+            Err(e) => match e.code {
+                // Someone resumed it meanwhile; or it cannot be resumed, which the
+                // command's own answer reports.
+                ErrorCode::AlreadyRunning
+                | ErrorCode::Unsupported
+                | ErrorCode::NoResumeHandle
+                | ErrorCode::UnknownSession
+                | ErrorCode::HostedElsewhere => Ok(()),
+                _ => Err(e),
+            },
+        }
+    }
+
+    /// Interrupts the turn in progress; with `turn_id`, only that turn (done if it has ended).
+    pub async fn interrupt(&self, id: &str, turn_id: Option<String>) -> Result<(), CommandError> {
+        self.command(id, |r| Command::Interrupt(turn_id, r)).await
     }
 
     /// Switches the agent to `mode` (one of the session's `modes`).

@@ -212,8 +212,10 @@ impl SessionTask {
     /// Hands a client's command to the session, keeping where its answer goes.
     fn request(&mut self, cmd: Command) {
         let (request, reply) = match cmd {
-            Command::StartTurn(prompt, r) => (Request::StartTurn(prompt), Reply::Turn(r)),
-            Command::Interrupt(r) => (Request::Interrupt, Reply::Unit(r)),
+            Command::StartTurn(prompt, turn_id, r) => {
+                (Request::StartTurn { prompt, turn_id }, Reply::Turn(r))
+            }
+            Command::Interrupt(turn_id, r) => (Request::Interrupt(turn_id), Reply::Unit(r)),
             Command::Answer(id, decision, r) => (Request::Answer(id, decision), Reply::Unit(r)),
             Command::SetMode(mode, r) => (Request::SetMode(mode), Reply::Unit(r)),
             Command::SetModel(model, thinking, r) => {

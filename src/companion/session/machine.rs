@@ -16,7 +16,7 @@
 //! the process and its event stream is the host's. No I/O, no clock, no randomness: ids are
 //! derived from the `seed` the host draws.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 
 use serde_json::{json, Map, Value};
@@ -80,9 +80,15 @@ impl From<StoreError> for CommandError {
 /// A user's request to the session.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Request {
-    /// Starts a foreground turn; answered with its id.
-    StartTurn(String),
-    Interrupt,
+    /// Starts a foreground turn; answered with its id. With a turn id a client chose, a turn
+    /// of that id this session already started is answered again, never started twice.
+    StartTurn {
+        prompt: String,
+        turn_id: Option<String>,
+    },
+    /// Interrupts the turn in progress; with a turn id, only that turn (and a turn of that id
+    /// that already ended counts as done).
+    Interrupt(Option<String>),
     Answer(String, Decision),
     SetMode(String),
     SetModel(Option<String>, Option<Thinking>),
@@ -184,6 +190,11 @@ pub struct Session {
     echo: UserEchoFilter,
     /// Pending approval requests: id -> the request's data.
     approvals: HashMap<String, Value>,
+    /// Approvals answered, with the decision: the same answer again is done, not an error.
+    answered: HashMap<String, Decision>,
+    /// Every turn this process started, so a repeated `StartTurn` with the same id starts
+    /// nothing (the host checks the log for turns of earlier processes).
+    turns: HashSet<String>,
     stderr: VecDeque<u8>,
     stderr_keep: usize,
     stderr_limits: StderrLimits,
@@ -246,6 +257,8 @@ impl Session {
             projector,
             echo: UserEchoFilter::default(),
             approvals: HashMap::new(),
+            answered: HashMap::new(),
+            turns: HashSet::new(),
             stderr: VecDeque::new(),
             stderr_keep: config.stderr_keep_bytes,
             stderr_limits: config.stderr_limits,
@@ -409,8 +422,10 @@ impl Session {
             }
             Request::Describe => Ok(Response::Described(self.describe())),
             _ if self.exited || self.killing => Err(CommandError::closed(&self.id)),
-            Request::StartTurn(prompt) => self.start_turn(prompt, now_ms).map(Response::Turn),
-            Request::Interrupt => self.interrupt(now_ms),
+            Request::StartTurn { prompt, turn_id } => {
+                self.start_turn(prompt, turn_id, now_ms).map(Response::Turn)
+            }
+            Request::Interrupt(turn_id) => self.interrupt(turn_id.as_deref(), now_ms),
             Request::Answer(request_id, decision) => self.answer(request_id, decision, now_ms),
             Request::SetMode(mode) => self.set_mode(mode, now_ms),
             Request::SetModel(model, thinking) => self.set_model(model, thinking, now_ms),
@@ -639,11 +654,20 @@ impl Session {
         Ok(())
     }
 
-    fn start_turn(&mut self, prompt: String, now_ms: i64) -> Result<String, CommandError> {
-        let turn_id = format!("turn_{}", &self.mint("turn")[..24]);
+    fn start_turn(
+        &mut self,
+        prompt: String,
+        turn_id: Option<String>,
+        now_ms: i64,
+    ) -> Result<String, CommandError> {
+        if let Some(id) = turn_id.as_ref().filter(|id| self.turns.contains(*id)) {
+            return Ok(id.clone());
+        }
+        let turn_id = turn_id.unwrap_or_else(|| format!("turn_{}", &self.mint("turn")[..24]));
         if let Err(e) = self.projector.start_foreground(&turn_id, now_ms) {
             return Err(CommandError::new(e.code(), e.to_string()));
         }
+        self.turns.insert(turn_id.clone());
         if !self.stdin_open {
             // The prompt cannot reach the agent: the turn ends at once.
             let message = "the agent's stdin is closed";
@@ -674,7 +698,18 @@ impl Session {
         Ok(turn_id)
     }
 
-    fn interrupt(&mut self, now_ms: i64) -> Result<Response, CommandError> {
+    fn interrupt(&mut self, turn: Option<&str>, now_ms: i64) -> Result<Response, CommandError> {
+        if let Some(turn) = turn {
+            let active = self.projector.active_turns().contains(&turn);
+            if !active && self.turns.contains(turn) {
+                // That turn has ended already: what was asked for holds.
+                return Ok(Response::Done);
+            }
+            if !active {
+                let msg = format!("turn {turn:?} is not running");
+                return Err(CommandError::new(ErrorCode::NoActiveTurn, msg));
+            }
+        }
         if !self.projector.interrupt(now_ms) {
             return Err(CommandError::new(
                 ErrorCode::NoActiveTurn,
@@ -694,6 +729,19 @@ impl Session {
         decision: Decision,
         now_ms: i64,
     ) -> Result<Response, CommandError> {
+        if !self.approvals.contains_key(&request_id) {
+            if let Some(&earlier) = self.answered.get(&request_id) {
+                if earlier == decision {
+                    return Ok(Response::Done);
+                }
+                let earlier = match earlier {
+                    Decision::Allow => "allow",
+                    Decision::Deny => "deny",
+                };
+                let msg = format!("approval {request_id:?} was already answered {earlier}");
+                return Err(CommandError::new(ErrorCode::UnknownRequest, msg));
+            }
+        }
         let Some(request) = self.approvals.remove(&request_id) else {
             let msg = format!("no pending approval {request_id:?}");
             return Err(CommandError::new(ErrorCode::UnknownRequest, msg));
@@ -703,6 +751,7 @@ impl Session {
             self.approvals.insert(request_id, request);
             return Err(e);
         }
+        self.answered.insert(request_id.clone(), decision);
         if self.adapter.reports_answers() {
             // The agent's output reports the answer.
             return Ok(Response::Done);

@@ -4,7 +4,8 @@
 //! One step per line, at the time of the last `at T` (0 at first; `at` alone polls nothing):
 //! * `out LINE`: the agent printed LINE (shorthands: `init`, `text WORDS`, `result`,
 //!   `approval ID`); `eof`; `exit CODE` (`exit signal`);
-//! * `req N REQUEST`: request N (`start PROMPT`, `interrupt`, `answer ID allow|deny`,
+//! * `req N REQUEST`: request N (`start PROMPT`, `start#TURN PROMPT` with a client's turn
+//!   id, `interrupt`, `interrupt TURN`, `answer ID allow|deny`,
 //!   `mode M`, `model M`, `describe`, `close`, `abandon`);
 //! * `timeout`; `shutdown`; `stdin failed WHY`; `stdin wrote N`; `request failed [fatal] WHY`
 //!   (a request the adapter made itself);
@@ -45,8 +46,12 @@ fn line(words: &[&str]) -> String {
 
 fn request(words: &[&str]) -> Request {
     match words {
-        ["start", prompt @ ..] => Request::StartTurn(prompt.join(" ")),
-        ["interrupt"] => Request::Interrupt,
+        [start, prompt @ ..] if start.starts_with("start") => Request::StartTurn {
+            prompt: prompt.join(" "),
+            turn_id: start.strip_prefix("start#").map(str::to_owned),
+        },
+        ["interrupt"] => Request::Interrupt(None),
+        ["interrupt", turn] => Request::Interrupt(Some(turn.to_string())),
         ["answer", id, "allow"] => Request::Answer(id.to_string(), Decision::Allow),
         ["answer", id, "deny"] => Request::Answer(id.to_string(), Decision::Deny),
         ["mode", m] => Request::SetMode(m.to_string()),
@@ -234,6 +239,84 @@ fn a_turn_is_prompted_streamed_stored_in_order_and_ended_once() {
     );
 }
 
+/// What a client resends after a lost reply does nothing twice: a turn of its id is answered
+/// again, an interrupt of a turn that ended is done, the same answer to an approval is done
+/// (another answer is refused).
+#[test]
+fn commands_sent_again_are_carried_out_once() {
+    check(
+        "req 1 start#t-a run ls
+         out init
+         req 2 start#t-a run ls
+         out approval req_1
+         req 3 answer req_1 allow
+         req 4 answer req_1 allow
+         req 5 answer req_1 deny
+         req 6 interrupt t-b
+         stdin wrote 400
+         req 7 interrupt t-a
+         out result
+         req 8 interrupt t-a
+         req 9 start#t-a run ls
+         req 10 start#t-b next",
+        expect![[r#"
+            req 1 start#t-a run ls
+              stdin {"message":{"content":[{"text":"run ls","type":"text"}],"role":"user"},"type":"user"}
+              write append
+                1 t1 message_sent role="user" content="run ls"
+              reply 1 ok t-a
+              [timeout 90000]
+            out init
+              write handle cli-1
+              write append
+                2 -- session_started model="demo-1"
+                3 t1 run_started
+              [timeout 90000]
+            req 2 start#t-a run ls
+              reply 2 ok t-a
+              [timeout 90000]
+            out approval req_1
+              write append
+                4 t1 tool_approval_requested tool_name="Bash" tool_call_id="toolu_1" tool_input={"command":"ls"} request_id="req_1"
+              [timeout 600000]
+            req 3 answer req_1 allow
+              stdin {"response":{"request_id":"req_1","response":{"behavior":"allow","updatedInput":{"command"
+              write append
+                5 t1 tool_approval_granted tool_call_id="toolu_1" request_id="req_1"
+              reply 3 ok
+              [timeout 600000]
+            req 4 answer req_1 allow
+              reply 4 ok
+              [timeout 600000]
+            req 5 answer req_1 deny
+              reply 5 error unknown_request: approval "req_1" was already answered allow
+              [timeout 600000]
+            req 6 interrupt t-b
+              reply 6 error no_active_turn: turn "t-b" is not running
+              [timeout 600000]
+            stdin wrote 400
+              [timeout 600000]
+            req 7 interrupt t-a
+              stdin {"request":{"subtype":"interrupt"},"request_id":"interrupt_1","type":"control_request"}
+              reply 7 ok
+              [timeout 500]
+            out result
+              write append
+                6 t1 run_completed
+            req 8 interrupt t-a
+              reply 8 ok
+            req 9 start#t-a run ls
+              reply 9 ok t-a
+            req 10 start#t-b next
+              stdin {"message":{"content":[{"text":"next","type":"text"}],"role":"user"},"type":"user"}
+              write append
+                7 t1 message_sent role="user" content="next"
+              reply 10 ok t-b
+              [timeout 90000]
+        "#]],
+    );
+}
+
 #[test]
 fn what_the_adapter_cannot_do_is_refused_before_anything_is_written() {
     check(
@@ -313,7 +396,7 @@ fn an_approval_waits_in_the_live_state_until_answered_and_the_answer_is_logged()
               reply 3 ok
               [timeout 600000]
             req 4 answer req_1 allow
-              reply 4 error unknown_request: no pending approval "req_1"
+              reply 4 ok
               [timeout 600000]
             req 5 describe
               reply 5 ok modes=3 current_mode="default" pending=[] store={"state":"available","unstored":0}

@@ -189,7 +189,7 @@ fn backoff_doubles_with_jitter_up_to_the_cap_and_resets_after_welcome() {
 fn commands_are_correlated_refused_when_offline_and_failed_when_the_connection_drops() {
     let mut c = Client::new(ClientConfig::default(), 0);
     outbox(&mut c);
-    assert_eq!(c.start_turn("s1", "hi").unwrap_err().code, "not_connected");
+    assert_eq!(c.interrupt("s1").unwrap_err().code, "not_connected");
     c.handle_open(1, 0);
     c.handle_frame(1, &welcome(500), 0);
     assert_eq!(
@@ -198,11 +198,11 @@ fn commands_are_correlated_refused_when_offline_and_failed_when_the_connection_d
         "no session to catch up"
     );
     outbox(&mut c);
-    let id = c.start_turn("s1", "hi").unwrap();
+    let id = c.start_turn("s1", "hi", Some("turn_1")).unwrap();
     let (_, sent) = outbox(&mut c);
     assert_eq!(
         sent,
-        [r#"{"t":"start_turn","id":"c1","session":"s1","prompt":"hi"}"#]
+        [r#"{"t":"start_turn","id":"c1","session":"s1","prompt":"hi","turn_id":"turn_1"}"#]
     );
     c.handle_frame(
         1,
@@ -218,7 +218,8 @@ fn commands_are_correlated_refused_when_offline_and_failed_when_the_connection_d
     );
     let (_, result) = c.poll_reply().unwrap();
     assert_eq!(result.unwrap_err().code, "unknown_request");
-    // A reply for nobody is ignored; a command in flight fails when the connection drops.
+    // A reply for nobody is ignored; a command in flight fails when the connection drops
+    // unless it can be sent again (an interrupt of no known turn cannot).
     c.handle_frame(1, r#"{"t":"reply","id":"c9","ok":true}"#, 0);
     let lost = c.interrupt("s1").unwrap();
     c.handle_close(1, 0);
@@ -234,6 +235,80 @@ fn commands_are_correlated_refused_when_offline_and_failed_when_the_connection_d
     assert_eq!(c.interrupt("s1").unwrap_err().code, "closed");
     c.handle_timeout(1_000_000);
     assert_eq!(outbox(&mut c).0, [], "a closed client never reconnects");
+}
+
+/// A prompt typed while disconnected, an answer lost in flight: each is sent once the next
+/// connection is welcomed and subscribed, in the order given, and answered once; the turn id
+/// drawn for a turn stays the same on every send.
+#[wasm_bindgen_test(unsupported = test)]
+fn kept_commands_wait_for_the_connection_and_are_sent_again_after_a_drop() {
+    let mut c = Client::new(ClientConfig::default(), 0);
+    c.subscribe("s1");
+    outbox(&mut c);
+    let typed = c.start_turn("s1", "typed offline", None).unwrap();
+    assert_eq!(
+        c.start_turn("s1", "x", Some("bad id")).unwrap_err().code,
+        "bad_turn_id"
+    );
+    assert_eq!(c.pending(), 1);
+    assert_eq!(
+        outbox(&mut c).1,
+        Vec::<String>::new(),
+        "nothing sent while offline"
+    );
+    c.handle_open(1, 0);
+    outbox(&mut c);
+    c.handle_frame(1, &welcome(500), 0);
+    let (_, sent) = outbox(&mut c);
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(
+        sent[0].starts_with(r#"{"t":"subscribe","session":"s1""#),
+        "{sent:?}"
+    );
+    let first: serde_json::Value = serde_json::from_str(&sent[1]).unwrap();
+    let turn = first["turn_id"].as_str().unwrap().to_owned();
+    assert!(turn.starts_with("turn_") && turn.len() == 29, "{turn}");
+    assert_eq!(first["prompt"], "typed offline");
+    // The connection drops before the reply; the answer to an approval is given meanwhile.
+    c.handle_close(1, 10);
+    assert_eq!(c.poll_reply(), None, "nothing kept has failed");
+    let answer = c.answer_approval("s1", "req_1", Decision::Allow).unwrap();
+    c.handle_timeout(10_000);
+    c.handle_open(2, 10_000);
+    outbox(&mut c);
+    c.handle_frame(2, &welcome(500), 10_000);
+    let (_, again) = outbox(&mut c);
+    assert_eq!(again[1], sent[1], "the same command, the same turn id");
+    let sent = again;
+    assert_eq!(
+        sent[2],
+        format!(
+            r#"{{"t":"answer_approval","id":"{answer}","session":"s1","request_id":"req_1","decision":"allow"}}"#
+        )
+    );
+    let ok = format!(r#"{{"t":"reply","id":"{typed}","ok":true,"result":{{"turnId":"{turn}"}}}}"#);
+    c.handle_frame(2, &ok, 10_000);
+    c.handle_frame(2, &ok, 10_000);
+    assert_eq!(c.poll_reply(), Some((typed, Ok(json!({"turnId": turn})))));
+    assert_eq!(c.poll_reply(), None, "answered once");
+    assert_eq!(c.pending(), 1);
+    // A full queue refuses the next kept command; closing fails what still waits.
+    c.handle_close(2, 10_001);
+    let mut last = Ok(String::new());
+    for i in 0..MAX_QUEUED {
+        last = c.start_turn("s1", &format!("p{i}"), None);
+    }
+    assert_eq!(last.unwrap_err().code, "queue_full");
+    c.close();
+    let failed: Vec<_> = std::iter::from_fn(|| c.poll_reply()).collect();
+    assert_eq!(failed.len(), MAX_QUEUED);
+    assert_eq!(
+        failed[0],
+        (
+            answer,
+            Err(WireError::new(ErrorCode::Closed, "the client was closed"))
+        )
+    );
 }
 
 #[wasm_bindgen_test(unsupported = test)]

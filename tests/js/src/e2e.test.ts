@@ -931,6 +931,54 @@ async function multiNodeRun() {
   await a.stop();
 }
 
+/** A prompt typed while the companion is down: it leaves the box, the page says it waits,
+ * and once the companion is back (killed with -9, restarted on the same address and log) the
+ * Client sends it and the session, whose agent died with the companion, wakes for it: one
+ * turn, with the prompt once in the log. */
+async function offlineRun() {
+  const shot = recorder("offline");
+  const dir = mkdtempSync(join(tmpdir(), "agentwire-e2e-offline-"));
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true, maxRetries: 5 }));
+  let server = await serve(dir, ["--demo-delay-ms", "5"]);
+  const context = await browser(dir);
+  const page = await open(context, server.url);
+  const session = await createSession(page, "demo");
+  await send(page, "hello before the outage");
+  await lastItem(page, "assistant_message", "!item.streaming && item.text.includes('hello before the outage')");
+  await lifecycle(page, "idle");
+  const exited = new Promise((r) => server.child.once("exit", r));
+  server.child.kill("SIGKILL");
+  await exited;
+  await until(page, "the page lost the server", () =>
+    document.querySelector("#connection")!.getAttribute("data-state") === "reconnecting");
+  const prompt = "typed while the server was down";
+  await page.fill("#prompt", prompt);
+  await page.click("#send");
+  await until(page, "the prompt waits for the connection", () =>
+    (document.querySelector("#prompt") as HTMLTextAreaElement).value === "" &&
+    document.querySelector("#pending")!.textContent === "1 waiting to be sent");
+  await shot(page, "prompt-waiting");
+  server = await serve(dir, ["--demo-delay-ms", "5"], undefined, { addr: server.addr });
+  await connected(page);
+  await lastItem(page, "assistant_message", `!item.streaming && item.text.includes(${JSON.stringify(prompt)})`);
+  await lifecycle(page, "idle");
+  await until(page, "nothing waits any more", () => document.querySelector("#pending")!.textContent === "");
+  await shot(page, "prompt-sent-after-restart");
+  const log = await logOf(server, session);
+  const sent = log.filter((e) => e.type === "message_sent" && e.data.content === prompt);
+  assert.equal(sent.length, 1, "the prompt reached the log once");
+  const runs = log.filter((e) => e.type === "run_started" && e.run_id === sent[0].run_id);
+  assert.equal(runs.length, 1, "one turn for it");
+  assert.ok(log.some((e) => e.type === "run_completed" && e.run_id === sent[0].run_id), "and it completed");
+  assert.ok(log.some((e) => e.type === "session_resumed"), "the session woke for it");
+  assertContiguous(log, "the session");
+  await assertSameTimeline(context, page, server, session, "after the offline prompt");
+  const down = /net::ERR_CONNECTION_REFUSED/;
+  assert.deepEqual(page.problems.filter((p) => !down.test(p)), [], "the page had problems");
+  await context.close();
+  await server.stop();
+}
+
 /** With UPDATE_SCREENSHOTS=1, the README's screenshots are refreshed from this run's. */
 function updateScreenshots() {
   if (!process.env.UPDATE_SCREENSHOTS) return;
@@ -946,12 +994,14 @@ function updateScreenshots() {
   }
 }
 
+// E2E_RUNS=offline,store runs only those (while working on one); scripts/test runs all.
+const runs = { demo: demoRun, claude: claudeRun, "multi-node": multiNodeRun, store: storeRun, offline: offlineRun };
+const only = process.env.E2E_RUNS?.split(",");
 try {
-  await demoRun();
-  await claudeRun();
-  await multiNodeRun();
-  await storeRun();
-  updateScreenshots();
+  for (const [name, run] of Object.entries(runs)) {
+    if (!only || only.includes(name)) await run();
+  }
+  if (!only) updateScreenshots();
 } catch (e) {
   const problems = allProblems.flat();
   if (problems.length > 0) console.error(`the pages reported:\n  ${problems.join("\n  ")}`);
@@ -959,5 +1009,5 @@ try {
 } finally {
   await cleanup();
 }
-console.log(`e2e: demo, claude, multi-node and store runs passed in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in target/e2e/`);
+console.log(`e2e: ${only ?? Object.keys(runs).join(", ")} runs passed in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in target/e2e/`);
 for (const t of timings) console.log(`  ${t}`);

@@ -175,11 +175,11 @@ const stall = object<Stall>({ run_id: str, silent_ms: nat, at_ms: num }, {});
 const lifecycleState = object<LifecycleState>({ state: lifecycle }, { active_turn: str, stalled: stall });
 export const errorCode = oneOf<ErrorCode>({
   bad_options: true, bad_decision: true, unknown_provider: true, not_a_transcript: true,
-  not_connected: true, connection_lost: true, closed: true, malformed_event: true,
+  not_connected: true, connection_lost: true, queue_full: true, closed: true, malformed_event: true,
   unknown_error: true, malformed_frame: true, unknown_type: true, frame_too_large: true,
   binary_frame: true, already_hello: true, hello_required: true, hello_timeout: true,
   unsupported_protocol: true, unknown_session: true, foreground_turn_active: true,
-  empty_prompt: true, no_active_turn: true, unknown_request: true, turn_id_used: true,
+  empty_prompt: true, no_active_turn: true, unknown_request: true, turn_id_used: true, bad_turn_id: true,
   store_error: true, bad_cwd: true, cli_not_found: true, spawn_failed: true, unsupported: true,
   unknown_mode: true, bad_request: true, already_running: true, no_resume_handle: true,
   hosted_elsewhere: true, bad_command_id: true, bad_session_id: true,
