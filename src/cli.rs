@@ -107,9 +107,9 @@ struct ServeArgs {
     /// by group or others).
     #[arg(long, value_name = "FILE", conflicts_with = "token")]
     token_file: Option<PathBuf>,
-    /// The demo page's directory.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/www"))]
-    www: PathBuf,
+    /// Serve the page in this directory instead of the demo page built into the binary.
+    #[arg(long, value_name = "DIR")]
+    www: Option<PathBuf>,
     /// Another origin allowed to use the API (with CORS) and the WebSocket (repeatable), e.g.
     /// a dev server: http://localhost:5173. `null` is refused.
     #[arg(long, value_name = "ORIGIN", value_parser = crate::companion::access::parse_origin)]
@@ -365,7 +365,15 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             .await
             .context("renewing this node's lease")?;
         tokio::spawn(hub.clone().keep_lease());
-        let mut config = server::ServerConfig::new(token.clone(), args.www);
+        if args.www.is_none() && !crate::companion::embedded::PACKAGE {
+            eprintln!(
+                "agentwire: this binary was built without the npm package, so the demo page \
+                 cannot run: build it with scripts/build-wasm, then build agentwire again \
+                 (or serve a page with --www DIR)"
+            );
+        }
+        let mut config = server::ServerConfig::new(token.clone(), PathBuf::new());
+        config.www = args.www;
         config.allowed_origins = args.allow_origin;
         config.allowed_hosts = args.allow_host;
         config.listen.max_connections = args.max_connections.max(1);
