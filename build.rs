@@ -35,7 +35,6 @@ fn main() {
     // (URL path, file on disk)
     let mut files: Vec<(String, PathBuf)> = Vec::new();
     let www = root.join("www");
-    println!("cargo:rerun-if-changed={}", www.display());
     let mut page: Vec<PathBuf> = std::fs::read_dir(&www)
         .expect("reading www/")
         .map(|entry| entry.expect("reading www/").path())
@@ -49,6 +48,9 @@ fn main() {
         .collect();
     page.sort();
     for path in page {
+        // Each file, not the directory (whose node_modules npm rewrites): a file added to the
+        // page is named by one already there, whose change runs this script again.
+        println!("cargo:rerun-if-changed={}", path.display());
         let name = path.file_name().unwrap().to_str().expect("UTF-8 names");
         files.push((name.to_owned(), path.clone()));
     }
