@@ -44,18 +44,23 @@ enum Command {
     },
     /// Host agent sessions and serve them to browsers (HTTP API, WebSocket, SSE, demo page).
     Serve(Box<ServeArgs>),
-    /// Follow a session's events as JSON Lines, resuming by itself after disconnects.
+    /// Follow a session's events, resuming by itself after disconnects: `agentwire tail [URL]
+    /// SESSION`, with the URL `serve` printed (http://127.0.0.1:7777/#token=…).
     Tail {
-        /// The session to follow.
-        session: String,
+        /// The session to follow (ses_…) and, optionally, the server's URL: the one `serve`
+        /// printed, the page's address (its `#SESSION` names the session), a base
+        /// http(s)://HOST:PORT or ws://HOST:PORT/ws. Default: ws://127.0.0.1:7777/ws.
+        #[arg(value_name = "URL|SESSION", num_args = 1..=2, required = true)]
+        targets: Vec<String>,
         /// Print events after this sequence.
         #[arg(long, default_value_t = 0)]
         after: u64,
-        /// The server's WebSocket URL.
-        #[arg(long, default_value = "ws://127.0.0.1:7777/ws")]
-        url: String,
-        /// The server's token (or AGENTWIRE_TOKEN). On a shared machine prefer --token-file
-        /// or the variable: every local user can read a command line.
+        /// The server's URL (the same as giving it before the session).
+        #[arg(long)]
+        url: Option<String>,
+        /// The server's token (or AGENTWIRE_TOKEN), when the URL carries none. On a shared
+        /// machine prefer --token-file or the variable: every local user can read a command
+        /// line.
         #[arg(long, env = "AGENTWIRE_TOKEN", hide_env_values = true)]
         token: Option<String>,
         /// Read the token from this file (its first line).
@@ -64,6 +69,10 @@ enum Command {
         /// Exit once caught up instead of following.
         #[arg(long)]
         no_follow: bool,
+        /// `text`: a line per event for people (streamed text joined); `json`: JSON Lines.
+        /// Default: text on a terminal, json otherwise.
+        #[arg(long, value_parser = ["text", "json"])]
+        format: Option<String>,
         /// The first reconnect delay in ms (doubles up to 5 s, with jitter).
         #[arg(long, default_value_t = 100, hide = true)]
         backoff_ms: u64,
@@ -107,9 +116,9 @@ struct ServeArgs {
     /// by group or others).
     #[arg(long, value_name = "FILE", conflicts_with = "token")]
     token_file: Option<PathBuf>,
-    /// The demo page's directory.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/www"))]
-    www: PathBuf,
+    /// Serve the page in this directory instead of the demo page built into the binary.
+    #[arg(long, value_name = "DIR")]
+    www: Option<PathBuf>,
     /// Another origin allowed to use the API (with CORS) and the WebSocket (repeatable), e.g.
     /// a dev server: http://localhost:5173. `null` is refused.
     #[arg(long, value_name = "ORIGIN", value_parser = crate::companion::access::parse_origin)]
@@ -231,30 +240,33 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Serve(args) => serve(*args),
         Command::Tail {
-            session,
+            targets,
             after,
             url,
             token,
             token_file,
             no_follow,
+            format,
             backoff_ms,
         } => {
-            let token = match (token, token_file) {
-                (_, Some(file)) => read_token_file(&file)?,
-                (Some(token), None) => token,
-                (None, None) => bail!("a token is required: --token-file FILE or AGENTWIRE_TOKEN"),
-            };
-            let options = crate::companion::tail::TailOptions {
+            let follow = Follow {
+                targets,
                 url,
                 token,
-                session,
+                token_file,
                 after,
                 follow: !no_follow,
-                backoff_min_ms: backoff_ms,
+                format,
+                backoff_ms,
             };
-            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            runtime.block_on(crate::companion::tail::run(options))?;
-            Ok(ExitCode::SUCCESS)
+            match tail(follow) {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                Err(e) if e.is::<crate::companion::tail::Refused>() => {
+                    eprintln!("agentwire tail: {e:#}");
+                    Ok(ExitCode::from(3))
+                }
+                Err(e) => Err(e),
+            }
         }
         Command::Project { input } => {
             let out = read_and_normalize(&input)?;
@@ -267,6 +279,67 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(crate::companion::demo_agent::run(delay_ms, resume))
         }
     }
+}
+
+/// `agentwire tail`'s arguments, before they are understood.
+struct Follow {
+    targets: Vec<String>,
+    url: Option<String>,
+    token: Option<String>,
+    token_file: Option<PathBuf>,
+    after: u64,
+    follow: bool,
+    format: Option<String>,
+    backoff_ms: u64,
+}
+
+/// Finds the server, the token and the session in what `tail` was given, then follows.
+fn tail(args: Follow) -> Result<()> {
+    use crate::companion::tail::{self, OutputFormat};
+    use crate::core::wire::is_session_id;
+    let (sessions, mut urls): (Vec<String>, Vec<String>) =
+        args.targets.into_iter().partition(|t| is_session_id(t));
+    urls.extend(args.url);
+    let (session, url) = match (sessions.as_slice(), urls.as_slice()) {
+        ([_, _, ..], _) => bail!("one session at a time (given: {})", sessions.join(", ")),
+        (_, [_, _, ..]) => bail!("one server URL at a time (given: {})", urls.join(", ")),
+        (session, url) => (session.first(), url.first()),
+    };
+    let target = tail::target::parse(url.map_or("ws://127.0.0.1:7777/ws", String::as_str))?;
+    let session = match (session, &target.session) {
+        (Some(given), Some(named)) if given != named => {
+            bail!("two sessions: {given} and the URL's {named}")
+        }
+        (Some(session), _) | (None, Some(session)) => session.clone(),
+        (None, None) => bail!(
+            "which session? give its id (ses_…) after the URL (the page's address names it: …/#ses_…)"
+        ),
+    };
+    let token = match (target.token, args.token_file, args.token) {
+        (Some(token), _, _) => token,
+        (None, Some(file), _) => read_token_file(&file)?,
+        (None, None, Some(token)) => token,
+        (None, None, None) => bail!(
+            "a token is required: the URL serve printed (#token=…), --token-file FILE or AGENTWIRE_TOKEN"
+        ),
+    };
+    let format = match args.format.as_deref() {
+        Some("json") => OutputFormat::Json,
+        Some(_) => OutputFormat::Text,
+        None if io::IsTerminal::is_terminal(&io::stdout()) => OutputFormat::Text,
+        None => OutputFormat::Json,
+    };
+    let options = tail::TailOptions {
+        url: target.ws_url,
+        token,
+        session,
+        after: args.after,
+        follow: args.follow,
+        backoff_min_ms: args.backoff_ms,
+        format,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    runtime.block_on(tail::run(options))
 }
 
 fn serve(args: ServeArgs) -> Result<ExitCode> {
@@ -365,7 +438,15 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             .await
             .context("renewing this node's lease")?;
         tokio::spawn(hub.clone().keep_lease());
-        let mut config = server::ServerConfig::new(token.clone(), args.www);
+        if args.www.is_none() && !crate::companion::embedded::PACKAGE {
+            eprintln!(
+                "agentwire: this binary was built without the npm package, so the demo page \
+                 cannot run: build it with scripts/build-wasm, then build agentwire again \
+                 (or serve a page with --www DIR)"
+            );
+        }
+        let mut config = server::ServerConfig::new(token.clone(), PathBuf::new());
+        config.www = args.www;
         config.allowed_origins = args.allow_origin;
         config.allowed_hosts = args.allow_host;
         config.listen.max_connections = args.max_connections.max(1);

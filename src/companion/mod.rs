@@ -5,7 +5,8 @@
 //! * [`host`]: the sessions' registry, and one task per session owning its agent process;
 //!   [`session`]: the rules of a session, sans-IO, that the task carries out.
 //! * [`adapter`]: how each agent CLI is started and spoken to.
-//! * [`server`]: HTTP routes, static files; [`access`]: who may use them (host, origin,
+//! * [`server`]: HTTP routes, static files ([`embedded`]: the demo page built into the
+//!   binary); [`access`]: who may use them (host, origin,
 //!   token); [`listen`]: the accept loop (connection cap, timeouts); [`ws`]: the WebSocket
 //!   protocol.
 //! * [`tail`]: the `agentwire tail` terminal client.
@@ -24,6 +25,7 @@ pub mod adapter;
 #[cfg(feature = "testkit")]
 pub mod chaos;
 pub mod demo_agent;
+pub mod embedded;
 #[cfg(feature = "testkit")]
 pub mod fake_model;
 pub mod host;

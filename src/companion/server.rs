@@ -10,8 +10,8 @@
 //! inline scripts, such as an import map, allowed by hash); the API `Cache-Control:
 //! no-store`. Only origins given with `--allow-origin` get CORS headers. Bodies, frames and
 //! provider lines are size-limited with a clear JSON error (axum's own rejections
-//! included); static files are served only from the www directory, with no path traversal
-//! and no dotfiles. Connections are capped and timed out by [`super::listen`].
+//! included); static files are served only from the www directory (or the page embedded in
+//! the binary), with no path traversal and no dotfiles. Connections are capped and timed out by [`super::listen`].
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -52,8 +52,8 @@ pub struct ServerConfig {
     pub allowed_hosts: Vec<String>,
     /// Connection cap and timeouts.
     pub listen: ListenLimits,
-    /// The directory of the demo page.
-    pub www: PathBuf,
+    /// The directory of the demo page; `None`: the page embedded in the binary.
+    pub www: Option<PathBuf>,
     pub limits: ConnectionLimits,
     /// The largest HTTP request body accepted.
     pub body_limit: usize,
@@ -62,13 +62,14 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
+    /// Serving the page in `www` (set [`ServerConfig::www`] to `None` for the embedded one).
     pub fn new(token: String, www: PathBuf) -> ServerConfig {
         ServerConfig {
             token,
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             listen: ListenLimits::default(),
-            www,
+            www: Some(www),
             limits: ConnectionLimits {
                 max_frame: wire::DEFAULT_MAX_FRAME,
                 client_frame_limit: 1 << 20,
@@ -693,32 +694,62 @@ async fn websocket(State(state): State<AppState>, upgrade: WebSocketUpgrade) -> 
         })
 }
 
-/// Static files from the www directory; `/` is `index.html`. A page gets its
-/// `Content-Security-Policy` ([`page_policy`]).
-async fn static_file(State(state): State<AppState>, uri: Uri) -> Response {
+/// Static files: from the `--www` directory, else the page embedded in the binary
+/// ([`super::embedded`]); `/` is `index.html`. A page gets its `Content-Security-Policy`
+/// ([`page_policy`]); every file an `ETag` (content hash when embedded, modification time and
+/// length on disk), and `If-None-Match` a `304`.
+async fn static_file(State(state): State<AppState>, uri: Uri, request: HeaderMap) -> Response {
     let not_found = || {
         ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such file").into_response()
     };
-    let Some(path) = resolve_static(&state.config.www, uri.path()) else {
+    let Some(rel) = static_path(uri.path()) else {
         return not_found();
     };
-    let Ok(bytes) = tokio::fs::read(&path).await else {
-        return not_found();
+    let (bytes, etag): (std::borrow::Cow<'static, [u8]>, String) = match &state.config.www {
+        Some(root) => {
+            let Some(path) = resolve_static(root, uri.path()) else {
+                return not_found();
+            };
+            let (Ok(bytes), Ok(meta)) = (tokio::fs::read(&path).await, path.metadata()) else {
+                return not_found();
+            };
+            let modified = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            (bytes.into(), format!("\"{modified:x}-{:x}\"", meta.len()))
+        }
+        None => {
+            let Some(file) = super::embedded::file(rel) else {
+                return not_found();
+            };
+            (file.bytes.into(), file.etag.to_owned())
+        }
     };
-    let kind = content_type(&path);
+    let kind = content_type(Path::new(rel));
     let policy = kind
         .starts_with("text/html")
         .then(|| HeaderValue::from_str(&page_policy(&String::from_utf8_lossy(&bytes))).ok())
         .flatten();
-    let mut response = ([(header::CONTENT_TYPE, kind)], bytes).into_response();
+    let fresh = request
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|tag| tag.trim() == etag));
+    let mut response = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        ([(header::CONTENT_TYPE, kind)], bytes).into_response()
+    };
+    let headers = response.headers_mut();
+    // On a 304 too: the browser updates the cached page's headers with these.
     if let Some(policy) = policy {
-        response
-            .headers_mut()
-            .insert(header::CONTENT_SECURITY_POLICY, policy);
+        headers.insert(header::CONTENT_SECURITY_POLICY, policy);
     }
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Ok(etag) = HeaderValue::from_str(&etag) {
+        headers.insert(header::ETAG, etag);
+    }
     response
 }
 
@@ -763,18 +794,21 @@ fn inline_scripts(html: &str) -> Vec<&str> {
     scripts
 }
 
-/// Maps a URL path to a file under `root`, refusing anything that could leave it, and
-/// dotfiles (`.env`, `.git/…`).
-pub fn resolve_static(root: &Path, url_path: &str) -> Option<PathBuf> {
+/// The file a URL path names, relative to the root (`/` is `index.html`), or `None` for
+/// anything that could leave the root, and for dotfiles (`.env`, `.git/…`).
+pub fn static_path(url_path: &str) -> Option<&str> {
     let rel = url_path.trim_start_matches('/');
     let rel = if rel.is_empty() { "index.html" } else { rel };
     let safe = rel.split('/').all(|part| {
         !part.is_empty() && !part.starts_with('.') && !part.contains(['\\', '%', '\0', ':'])
     });
-    if !safe {
-        return None;
-    }
-    let path = root.join(rel);
+    safe.then_some(rel)
+}
+
+/// Maps a URL path to a file under `root` ([`static_path`]'s rules, and no symbolic link out
+/// of it).
+pub fn resolve_static(root: &Path, url_path: &str) -> Option<PathBuf> {
+    let path = root.join(static_path(url_path)?);
     let canonical = path.canonicalize().ok()?;
     let root = root.canonicalize().ok()?;
     (canonical.starts_with(&root) && canonical.is_file()).then_some(canonical)

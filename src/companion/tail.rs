@@ -1,5 +1,7 @@
-//! `agentwire tail`: follow a session over the WebSocket and print its canonical events as
-//! JSON Lines, like `tail -f`, resuming by itself after any disconnect.
+//! `agentwire tail`: follow a session over the WebSocket and print its canonical events, as
+//! JSON Lines or as lines for people ([`mod@format`]), like `tail -f`, resuming by itself after any
+//! disconnect. [`target`] reads the URL it is given (the one `serve` prints, the page's, a
+//! WebSocket URL).
 //!
 //! The connection is driven by the core's sans-IO [`Client`], the same policy the browser
 //! package runs: it says when to open and close the socket, what to send (hello, the
@@ -10,8 +12,14 @@
 //! admitted event is printed once ([`Client::take_events`]), so the output has no gap and no
 //! duplicate however often the connection breaks.
 //!
-//! It gives up (exit status 2) only when the server refuses the connection (HTTP status, e.g.
-//! a wrong token), does not know the session, or speaks no common protocol.
+//! It retries what can heal (a refused or dropped connection, a server restarting, a proxy's
+//! 5xx, `429` while wrong tokens are limited) and gives up at once on what cannot: the server
+//! refuses the token or the origin (`401`, `403`: [`Refused`]), there is no such endpoint or
+//! session, it speaks no common protocol, or the URL needs TLS (`wss://`), which this build
+//! does not have.
+
+pub mod format;
+pub mod target;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -25,10 +33,28 @@ use crate::core::client::{Action, Client, ClientBatch, ClientConfig, ConnectionS
 use crate::core::event::Event;
 use crate::core::projector::Note;
 
+/// How events are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// One canonical event per line, as JSON.
+    Json,
+    /// One line per event for people ([`format::TextFormat`]).
+    Text,
+}
+
+/// The server refused the connection for good: a wrong token (`401`) or a forbidden host or
+/// origin (`403`). `agentwire tail` exits with status 3.
+#[derive(Debug, thiserror::Error)]
+#[error("the server refused the connection ({status}): {message}")]
+pub struct Refused {
+    pub status: u16,
+    pub message: String,
+}
+
 /// What to follow and how.
 #[derive(Clone, Debug)]
 pub struct TailOptions {
-    /// The WebSocket URL, e.g. `ws://127.0.0.1:7777/ws`.
+    /// The WebSocket URL without the token, e.g. `ws://127.0.0.1:7777/ws` ([`target::parse`]).
     pub url: String,
     pub token: String,
     pub session: String,
@@ -38,6 +64,7 @@ pub struct TailOptions {
     pub follow: bool,
     /// The first reconnect delay; it doubles up to 5 s, with jitter.
     pub backoff_min_ms: u64,
+    pub format: OutputFormat,
 }
 
 type Socket =
@@ -58,8 +85,15 @@ pub async fn run(options: TailOptions) -> Result<()> {
         client_name: concat!("agentwire-tail/", env!("CARGO_PKG_VERSION")).into(),
         ..ClientConfig::default()
     };
-    let sep = if options.url.contains('?') { '&' } else { '?' };
-    let url = format!("{}{sep}token={}", options.url, options.token);
+    if options.url.starts_with("wss://") {
+        bail!(
+            "{}: wss:// (TLS) is not supported by this build: follow the server on its machine \
+             (ws://127.0.0.1:PORT) or through an SSH tunnel",
+            options.url
+        );
+    }
+    // The token rides in a header, not in the URL (which proxies log).
+    let request = handshake(&options.url, &options.token)?;
     let mut client = Client::new(config, now_ms());
     client.keep_events();
     client.subscribe_after(&options.session, options.after);
@@ -67,6 +101,9 @@ pub async fn run(options: TailOptions) -> Result<()> {
     let mut opening: Option<Opening> = None;
     let mut opening_conn = 0;
     let stdout = std::io::stdout();
+    let mut text = (options.format == OutputFormat::Text).then(format::TextFormat::new);
+    // The last connection failure told, to tell each one once, not at every retry.
+    let mut last_failure = String::new();
     loop {
         // Do what the client decided, then report what it admitted.
         while let Some(action) = client.poll_action() {
@@ -74,9 +111,9 @@ pub async fn run(options: TailOptions) -> Result<()> {
                 Action::Connect { conn } => {
                     socket = None;
                     opening_conn = conn;
-                    let url = url.clone();
+                    let request = request.clone();
                     opening = Some(Box::pin(async move {
-                        let opened = tokio_tungstenite::connect_async(url.as_str()).await;
+                        let opened = tokio_tungstenite::connect_async(request).await;
                         (conn, opened.map(|(socket, _)| socket))
                     }));
                 }
@@ -101,10 +138,13 @@ pub async fn run(options: TailOptions) -> Result<()> {
                 client.handle_close(conn, now_ms());
             }
         }
-        print(&stdout, &client.take_events())?;
+        print(&stdout, &client.take_events(), text.as_mut())?;
         let batch = client.drain();
         report(&options, &client, batch)?;
         if !options.follow && client.state() == ConnectionState::CaughtUp {
+            if let Some(text) = text.as_mut() {
+                print_lines(&stdout, &text.finish())?;
+            }
             return Ok(());
         }
         if client.state() == ConnectionState::Closed {
@@ -117,18 +157,43 @@ pub async fn run(options: TailOptions) -> Result<()> {
                 match opened {
                     Ok(ws) => {
                         socket = Some((conn, ws));
+                        last_failure.clear();
                         client.handle_open(conn, now_ms());
                     }
                     Err(tungstenite::Error::Http(response)) => {
-                        let body = response
-                            .body()
-                            .as_deref()
-                            .map(String::from_utf8_lossy)
-                            .unwrap_or_default();
-                        bail!("the server refused the connection: {} {body}", response.status());
+                        let status = response.status().as_u16();
+                        let body = response.body().as_deref().unwrap_or_default();
+                        let message = error_message(body);
+                        match status {
+                            401 | 403 => {
+                                let hint = if status == 401 {
+                                    "; check the token (#token= in the URL, --token-file or AGENTWIRE_TOKEN)"
+                                } else {
+                                    ""
+                                };
+                                return Err(Refused { status, message: format!("{message}{hint}") }.into());
+                            }
+                            429 | 500.. => {
+                                let failure = format!("the server answered {status} ({message})");
+                                if failure != last_failure {
+                                    eprintln!("agentwire tail: {failure}; retrying");
+                                    last_failure = failure;
+                                }
+                                client.handle_close(conn, now_ms());
+                            }
+                            404 => bail!("{}: no agentwire WebSocket there (404)", options.url),
+                            _ => bail!("{}: the server answered {status} ({message})", options.url),
+                        }
+                    }
+                    Err(e @ (tungstenite::Error::Url(_) | tungstenite::Error::HttpFormat(_))) => {
+                        bail!("{}: {e}", options.url);
                     }
                     Err(e) => {
-                        eprintln!("agentwire tail: connecting: {e}; retrying");
+                        let failure = format!("connecting to {}: {e}", options.url);
+                        if failure != last_failure {
+                            eprintln!("agentwire tail: {failure}; retrying");
+                            last_failure = failure;
+                        }
                         client.handle_close(conn, now_ms());
                     }
                 }
@@ -201,13 +266,62 @@ fn report(options: &TailOptions, client: &Client, batch: ClientBatch) -> Result<
     Ok(())
 }
 
-fn print(stdout: &std::io::Stdout, events: &[Event]) -> Result<()> {
+/// The WebSocket handshake request: the URL, the token as `Authorization: Bearer`.
+fn handshake(url: &str, token: &str) -> Result<tungstenite::handshake::client::Request> {
+    use tungstenite::client::IntoClientRequest;
+    let mut request = url
+        .into_client_request()
+        .with_context(|| format!("{url}: not a WebSocket URL"))?;
+    let bearer = format!("Bearer {token}")
+        .parse()
+        .context("the token is not a valid header value")?;
+    request.headers_mut().insert("authorization", bearer);
+    Ok(request)
+}
+
+/// The message of the API's JSON error body (`{"error":{"code","message"}}`), or the body.
+fn error_message(body: &[u8]) -> String {
+    let value: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    match (
+        value["error"]["code"].as_str(),
+        value["error"]["message"].as_str(),
+    ) {
+        (Some(code), Some(message)) => format!("{code}: {message}"),
+        _ => String::from_utf8_lossy(body)
+            .trim()
+            .chars()
+            .take(200)
+            .collect(),
+    }
+}
+
+fn print(
+    stdout: &std::io::Stdout,
+    events: &[Event],
+    text: Option<&mut format::TextFormat>,
+) -> Result<()> {
     if events.is_empty() {
         return Ok(());
     }
+    match text {
+        Some(text) => {
+            let lines: Vec<String> = events.iter().flat_map(|e| text.handle(e)).collect();
+            print_lines(stdout, &lines)
+        }
+        None => {
+            let lines: Vec<String> = events.iter().map(Event::to_json).collect();
+            print_lines(stdout, &lines)
+        }
+    }
+}
+
+fn print_lines(stdout: &std::io::Stdout, lines: &[String]) -> Result<()> {
+    if lines.is_empty() {
+        return Ok(());
+    }
     let mut out = stdout.lock();
-    for e in events {
-        writeln!(out, "{}", e.to_json()).context("writing stdout")?;
+    for line in lines {
+        writeln!(out, "{line}").context("writing stdout")?;
     }
     out.flush().context("writing stdout")
 }
