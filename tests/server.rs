@@ -336,15 +336,17 @@ async fn a_crashed_agent_fails_its_turn_with_the_exit_code_and_stderr() {
         pe["stderr"].as_str().is_some_and(|s| !s.is_empty()),
         "stderr kept: {pe}"
     );
-    let (status, body) = server.api(
-        "POST",
-        &format!("/api/sessions/{session}/turns"),
-        Some(json!({"prompt": "again"})),
-    );
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (409, Some("not_connected"))
-    );
+    // The next prompt resumes the session (the demo agent can) and runs.
+    let again = server.start_turn(&session, "again");
+    let events = server.wait_events(&session, "the next turn to end", |e| ended(e, &again));
+    let resumed = events
+        .iter()
+        .position(|e| e.kind() == EventType::SessionResumed)
+        .expect("session_resumed");
+    assert!(resumed > events.iter().position(|e| e.kind() == EventType::SessionFailed).unwrap());
+    assert!(events
+        .iter()
+        .any(|e| e.kind() == EventType::RunCompleted && e.run_id() == Some(again.as_str())));
 }
 
 #[tokio::test]

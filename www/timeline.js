@@ -3,6 +3,8 @@
 // (TimelineView). Applying a batch costs what changed, not the length of the session.
 
 import { VirtualList } from "./virtual-list.js";
+import { markdown } from "./markdown.js";
+import { fileChange } from "./diff.js";
 
 const el = (tag, cls, text) => {
   const e = document.createElement(tag);
@@ -12,6 +14,9 @@ const el = (tag, cls, text) => {
 };
 
 const json = (v) => (typeof v === "string" ? v : JSON.stringify(v, null, 2));
+
+/** Tool output longer than this many lines shows its first lines and a button for the rest. */
+const OUTPUT_LINES = 30;
 
 /**
  * One session's items, kept up to date from the batches: every followed session has one, shown
@@ -61,7 +66,8 @@ export class TimelineView {
   constructor(viewport, actions) {
     this.model = new SessionModel();
     this.actions = actions;
-    this.open = new Set(); // indexes of expanded rows
+    this.open = new Set(); // indexes of expanded rows (of edit tools: of collapsed ones)
+    this.full = new Set(); // indexes of tool calls whose whole output is shown
     this.list = new VirtualList(viewport, (item, index) => this.row(item, index));
   }
 
@@ -78,6 +84,7 @@ export class TimelineView {
   show(model) {
     this.model = model;
     this.open.clear();
+    this.full.clear();
     this.list.clear();
     model.items.forEach((item, index) => this.list.insert(index, item));
   }
@@ -101,6 +108,21 @@ export class TimelineView {
     this.list.update(index, this.model.items[index]);
   }
 
+  /** A tool's output: its first lines when long, with a button that shows the rest. */
+  output(text, index) {
+    const lines = text.split("\n");
+    if (lines.length <= OUTPUT_LINES + 5 || this.full.has(index)) return el("pre", "io tool-output", text);
+    const box = el("div", "collapsed-output");
+    box.append(el("pre", "io tool-output", lines.slice(0, OUTPUT_LINES).join("\n")));
+    const more = el("button", "more", `show all ${lines.length} lines`);
+    more.onclick = () => {
+      this.full.add(index);
+      this.list.update(index, this.model.items[index]);
+    };
+    box.append(more);
+    return box;
+  }
+
   row(item, index) {
     const row = el("div", `item item-${item.kind}`);
     row.dataset.kind = item.kind;
@@ -114,30 +136,39 @@ export class TimelineView {
           row.append(el("div", "who", "agent"), el("div", "text muted", "(a partial message was discarded)"));
           break;
         }
-        row.append(el("div", "who", "agent"), el("div", "text", item.text));
+        row.append(el("div", "who", "agent"), markdown(item.text));
         if (item.streaming) row.classList.add("streaming");
         break;
       case "reasoning": {
         const head = el("button", "toggle", `${this.open.has(index) ? "▾" : "▸"} reasoning`);
         head.onclick = () => this.toggle(index);
         row.append(head);
-        if (this.open.has(index)) row.append(el("div", "text reasoning-text", item.text));
+        if (this.open.has(index)) {
+          const text = markdown(item.text);
+          text.classList.add("reasoning-text");
+          row.append(text);
+        }
         if (item.streaming) row.classList.add("streaming");
         break;
       }
       case "tool_call": {
+        // An edit or a write shows its diff unless folded; other tools open on demand.
+        const change = fileChange(item);
+        const expanded = change ? !this.open.has(index) : this.open.has(index);
         const head = el("button", "toggle");
         head.append(
-          el("span", "", `${this.open.has(index) ? "▾" : "▸"} `),
+          el("span", "", `${expanded ? "▾" : "▸"} `),
           el("span", "tool-name", item.tool_name),
           el("span", `badge status-${item.status}`, item.status),
         );
         if (item.title) head.append(el("span", "muted", ` ${item.title}`));
+        else if (change?.path) head.append(el("span", "muted", ` ${change.path}`));
         head.onclick = () => this.toggle(index);
         row.append(head);
-        if (this.open.has(index)) {
-          row.append(el("div", "label", "input"), el("pre", "io tool-input", json(item.input)));
-          if (item.output) row.append(el("div", "label", "output"), el("pre", "io tool-output", item.output));
+        if (expanded) {
+          if (change) row.append(change.view);
+          else row.append(el("div", "label", "input"), el("pre", "io tool-input", json(item.input)));
+          if (item.output) row.append(el("div", "label", "output"), this.output(item.output, index));
           if (item.error) row.append(el("div", "label", "error"), el("pre", "io tool-error", item.error));
         }
         break;

@@ -328,7 +328,7 @@ async function recordStreaming(page: Page) {
     window.e2eSeen = [];
     window.e2eRecording = true;
     const tick = () => {
-      const text = document.querySelector("#timeline .item-assistant_message.streaming .text");
+      const text = document.querySelector("#timeline .item-assistant_message.streaming .md");
       window.e2eSeen.push(text ? text.textContent!.length : -1);
       if (window.e2eRecording) requestAnimationFrame(tick);
     };
@@ -979,6 +979,127 @@ async function offlineRun() {
   await server.stop();
 }
 
+/** A transcript whose agent writes Markdown, hostile HTML, an edit, a write and a long
+ * output: the page renders the Markdown as elements, none of the agent's markup as live HTML,
+ * the edit and the write as diffs, and the long output folded. */
+function hostileTranscript(): string {
+  const S = "render-session";
+  const lines: string[] = [];
+  const push = (o: unknown) => lines.push(JSON.stringify(o));
+  const assistant = (id: string, content: unknown[]) => push({
+    type: "assistant", session_id: S, parent_tool_use_id: null,
+    message: { id, type: "message", role: "assistant", model: "demo-1", content, usage: { input_tokens: 1, output_tokens: 1 } },
+  });
+  const result = (tool: string, content: string) => push({
+    type: "user", session_id: S, parent_tool_use_id: null,
+    message: { role: "user", content: [{ type: "tool_result", tool_use_id: tool, content, is_error: false }] },
+  });
+  push({ type: "system", subtype: "init", session_id: S, cwd: "/w", model: "demo-1", tools: ["Edit", "Write", "Bash"], permissionMode: "default" });
+  push({ type: "user", session_id: S, parent_tool_use_id: null, message: { role: "user", content: [{ type: "text", text: "render <b>this</b>" }] } });
+  assistant("msg_1", [{ type: "text", text: MARKDOWN }]);
+  assistant("msg_2", [{ type: "tool_use", id: "toolu_edit", name: "Edit", input: { file_path: "/w/src/lib.rs", old_string: "fn a() {}\nold line\nfn b() {}", new_string: "fn a() {}\nnew line\nfn b() {}" } }]);
+  result("toolu_edit", "The file /w/src/lib.rs has been updated.");
+  assistant("msg_3", [{ type: "tool_use", id: "toolu_write", name: "Write", input: { file_path: "/w/notes.md", content: "one\ntwo\nthree" } }]);
+  result("toolu_write", "File created successfully");
+  assistant("msg_4", [{ type: "tool_use", id: "toolu_bash", name: "Bash", input: { command: "seq 200" } }]);
+  result("toolu_bash", Array.from({ length: 200 }, (_, i) => `${i + 1}`).join("\n"));
+  push({ type: "result", subtype: "success", is_error: false, session_id: S, result: "done", num_turns: 1, duration_ms: 1, total_cost_usd: 0, usage: { input_tokens: 1, output_tokens: 1 } });
+  return lines.join("\n") + "\n";
+}
+
+const MARKDOWN = [
+  "## The plan",
+  "",
+  "Some **bold**, some *italic* and `inline code`; see [the docs](https://example.com/) and [this](javascript:window.pwned=1).",
+  "",
+  "- first <img src=x onerror=\"window.pwned=1\">",
+  "- second",
+  "  - nested",
+  "",
+  "```rust",
+  "fn main() { println!(\"<script>window.pwned=1</script>\"); }",
+  "```",
+  "",
+  "| file | lines |",
+  "|---|---:|",
+  "| a.rs | 10 |",
+  "",
+  "<script>window.pwned = 1</script><iframe src=\"https://example.com\"></iframe>",
+].join("\n");
+
+async function renderRun() {
+  const shot = recorder("render");
+  const dir = mkdtempSync(join(tmpdir(), "agentwire-e2e-render-"));
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true, maxRetries: 5 }));
+  const server = await serve(dir, []);
+  const context = await browser(dir);
+  const page = await open(context, server.url);
+  await connected(page);
+  const file = join(dir, "render.jsonl");
+  writeFileSync(file, hostileTranscript());
+  await page.setInputFiles("#transcript", file);
+  await until(page, "the transcript's items are shown", () =>
+    window.agentwirePage.view.items.length === 5 && document.querySelectorAll("#timeline .item-tool_call").length === 3);
+  // Edits and writes show their diffs at once; another tool opens on a click.
+  await page.click("#timeline .item-tool_call[data-index='4'] button.toggle");
+  await until(page, "the long output is folded", () =>
+    document.querySelector("#timeline .item-tool_call .collapsed-output") !== null);
+  await shot(page, "markdown-and-diffs");
+  const seen = await page.evaluate(() => {
+    const timeline = document.querySelector("#timeline")!;
+    const md = timeline.querySelector(".item-assistant_message .md")!;
+    const rows = Array.from(timeline.querySelectorAll(".item-tool_call"));
+    const texts = (row: Element, sel: string) => Array.from(row.querySelectorAll(sel)).map((e) => e.textContent);
+    return {
+      heading: md.querySelector("h2")?.textContent,
+      bold: md.querySelector("strong")?.textContent,
+      italic: md.querySelector("em")?.textContent,
+      code: md.querySelector("p code")?.textContent,
+      links: Array.from(md.querySelectorAll("a")).map((a) => [a.getAttribute("href"), a.getAttribute("rel"), a.textContent]),
+      items: texts(md, ":scope > ul > li"),
+      nested: texts(md, "ul ul > li"),
+      block: [md.querySelector("pre.code code")?.className, md.querySelector("pre.code code")?.textContent],
+      table: [texts(md, "th"), texts(md, "td"), (md.querySelector("td:last-child") as HTMLElement | null)?.style.textAlign],
+      live: timeline.querySelectorAll("script, img, iframe, b, object, embed").length,
+      pwned: (window as any).pwned,
+      shownAsText: md.textContent!.includes("<script>window.pwned = 1</script>") && md.textContent!.includes("<img src=x"),
+      user: timeline.querySelector(".item-user_message .text")?.textContent,
+      edit: [texts(rows[0]!, ".tool-name, .muted"), texts(rows[0]!, ".diff-del"), texts(rows[0]!, ".diff-add"), texts(rows[0]!, ".diff-ctx")],
+      write: texts(rows[1]!, ".diff-add"),
+      folded: [rows[2]!.querySelector(".collapsed-output pre")?.textContent!.split("\n").length, rows[2]!.querySelector("button.more")?.textContent],
+    };
+  });
+  assert.deepEqual(seen, {
+    heading: "The plan",
+    bold: "bold",
+    italic: "italic",
+    code: "inline code",
+    // The javascript: link is text; a bare https URL (the iframe's, as text) is a link.
+    links: [
+      ["https://example.com/", "noopener noreferrer nofollow", "the docs"],
+      ["https://example.com", "noopener noreferrer nofollow", "https://example.com"],
+    ],
+    items: ["first <img src=x onerror=\"window.pwned=1\">", "secondnested"],
+    nested: ["nested"],
+    block: ["language-rust", "fn main() { println!(\"<script>window.pwned=1</script>\"); }"],
+    table: [["file", "lines"], ["a.rs", "10"], "right"],
+    live: 0,
+    pwned: undefined,
+    shownAsText: true,
+    user: "render <b>this</b>",
+    edit: [["Edit", " /w/src/lib.rs"], ["- old line"], ["+ new line"], ["  fn a() {}", "  fn b() {}"]],
+    write: ["+ one", "+ two", "+ three"],
+    folded: [30, "show all 200 lines"],
+  });
+  await page.click("#timeline .item-tool_call button.more");
+  await until(page, "the whole output is shown", () =>
+    Array.from(document.querySelectorAll("#timeline .item-tool_call .tool-output"))
+      .some((p) => p.textContent!.split("\n").length === 200));
+  assert.deepEqual(page.problems, [], "the page had problems");
+  await context.close();
+  await server.stop();
+}
+
 /** With UPDATE_SCREENSHOTS=1, the README's screenshots are refreshed from this run's. */
 function updateScreenshots() {
   if (!process.env.UPDATE_SCREENSHOTS) return;
@@ -995,7 +1116,8 @@ function updateScreenshots() {
 }
 
 // E2E_RUNS=offline,store runs only those (while working on one); scripts/test runs all.
-const runs = { demo: demoRun, claude: claudeRun, "multi-node": multiNodeRun, store: storeRun, offline: offlineRun };
+const runs = { demo: demoRun, claude: claudeRun, "multi-node": multiNodeRun, store: storeRun, offline: offlineRun,
+  render: renderRun };
 const only = process.env.E2E_RUNS?.split(",");
 try {
   for (const [name, run] of Object.entries(runs)) {
