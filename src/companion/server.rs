@@ -91,6 +91,8 @@ pub struct AppState {
     pub access: Arc<Access>,
     /// Open streams, by kind (`GET /api/info` reports them).
     pub streams: Arc<StreamCounts>,
+    /// What the AG-UI endpoint remembers between runs.
+    pub agui: Arc<super::agui::Threads>,
 }
 
 impl AppState {
@@ -102,6 +104,7 @@ impl AppState {
             config,
             drops: tokio::sync::broadcast::channel(1).0,
             streams: Arc::default(),
+            agui: Arc::default(),
         }
     }
 
@@ -194,6 +197,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/sessions/{id}/stream", get(sse_stream))
         .route("/api/connections/drop", post(drop_connections))
         .route("/ws", get(websocket))
+        .route("/ag-ui/{provider}", post(super::agui::run))
         .layer(middleware::from_fn(json_rejections))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(DefaultBodyLimit::max(state.config.body_limit));
