@@ -21,9 +21,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::{Path as UrlPath, State};
+use axum::extract::{DefaultBodyLimit, Path as UrlPath, State};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{post, MethodRouter};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -161,6 +162,18 @@ struct Plan {
     answered: Vec<String>,
     /// The `MESSAGES_SNAPSHOT` sent after `RUN_STARTED`.
     snapshot: Vec<Value>,
+}
+
+/// An AG-UI client sends the whole conversation with every run: the body may be this many
+/// times the server's body limit.
+pub const BODY_LIMIT_FACTOR: usize = 8;
+
+/// The route `POST /ag-ui/{provider}`, its bodies limited to [`BODY_LIMIT_FACTOR`] times
+/// `body_limit`.
+pub fn route(body_limit: usize) -> MethodRouter<AppState> {
+    post(run).layer(DefaultBodyLimit::max(
+        body_limit.saturating_mul(BODY_LIMIT_FACTOR),
+    ))
 }
 
 /// `POST /ag-ui/{provider}`.

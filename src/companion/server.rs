@@ -197,7 +197,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/sessions/{id}/stream", get(sse_stream))
         .route("/api/connections/drop", post(drop_connections))
         .route("/ws", get(websocket))
-        .route("/ag-ui/{provider}", post(super::agui::run))
+        .route(
+            "/ag-ui/{provider}",
+            super::agui::route(state.config.body_limit),
+        )
         .layer(middleware::from_fn(json_rejections))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(DefaultBodyLimit::max(state.config.body_limit));
