@@ -53,16 +53,37 @@ const MAX_THREAD_ID: usize = 256;
 /// How many (user message → turn) pairs [`Threads`] remembers before it starts over.
 const MAX_KNOWN: usize = 10_000;
 
+/// How many locks [`Threads`] stripes its threads over.
+const SETUP_LOCKS: usize = 64;
+
 /// What the endpoint keeps between runs, besides the log: which user message started which
-/// turn (for this server's lifetime; a message from the log has a derived id instead), and a
-/// lock so that two runs on one thread do not both create its session or start a turn.
-#[derive(Default)]
+/// turn (for this server's lifetime; a message from the log has a derived id instead), and
+/// locks so that two runs on one thread do not both create its session or start a turn
+/// (striped by session: a slow start on one thread holds up few others, in bounded memory).
 pub struct Threads {
-    setup: tokio::sync::Mutex<()>,
+    setup: Vec<tokio::sync::Mutex<()>>,
     known: Mutex<HashMap<(String, String), String>>,
 }
 
+impl Default for Threads {
+    fn default() -> Threads {
+        Threads {
+            setup: (0..SETUP_LOCKS)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            known: Mutex::default(),
+        }
+    }
+}
+
 impl Threads {
+    /// The setup lock of `session` (a derived id: its last hex digits spread evenly).
+    fn setup_of(&self, session: &str) -> &tokio::sync::Mutex<()> {
+        let tail =
+            u64::from_str_radix(&session[session.len().saturating_sub(8)..], 16).unwrap_or(0);
+        &self.setup[tail as usize % SETUP_LOCKS]
+    }
+
     fn turn_of(&self, session: &str, message_id: &str) -> Option<String> {
         let known = self.known.lock().expect("known lock");
         known
@@ -192,7 +213,7 @@ pub async fn run(
     }
     let session = session_for_thread(&input.thread_id);
     let plan = {
-        let _setup = state.agui.setup.lock().await;
+        let _setup = state.agui.setup_of(&session).lock().await;
         open_session(&state, &session, &provider, &input).await?;
         plan(&state, &session, &input).await?
     };
