@@ -395,6 +395,10 @@ fn stream(state: AppState, session: String, input: RunAgentInput, plan: Plan) ->
         let snapshot = json!({"type": "MESSAGES_SNAPSHOT", "messages": plan.snapshot});
         for event in [started, snapshot] {
             if tx.send(sse(&event)).await.is_err() {
+                if plan.turn.is_some() {
+                    // Gone before the turn's first event: it stops all the same.
+                    let _ = state.hub.interrupt(&session).await;
+                }
                 return;
             }
         }
