@@ -76,8 +76,8 @@ interface Server {
 
 async function serve(dir: string, extra: string[] = [], env?: NodeJS.ProcessEnv): Promise<Server> {
   const child = start([
-    "serve", "--addr", "127.0.0.1:0", "--token", TOKEN, "--db", join(dir, "store.db"), ...extra,
-  ], env);
+    "serve", "--addr", "127.0.0.1:0", "--db", join(dir, "store.db"), ...extra,
+  ], { ...(env ?? process.env), AGENTWIRE_TOKEN: TOKEN });
   const addr = await firstLine(child, /^agentwire: serving http:\/\/([^/]+)\//, "agentwire serve");
   const base = `http://${addr}`;
   const api = async (method: string, path: string, body?: unknown) => {
@@ -321,6 +321,13 @@ async function demoRun(dir: string) {
   assert.equal(wrong.status, 400, JSON.stringify(wrong.body));
   const noToken = await post(server, "/ag-ui/demo", { threadId: "thread-demo", runId: "r", messages: [] }, "wrong-token-0123456789");
   assert.equal(noToken.status, 401);
+  const foreign = await fetch(`${server.base}/ag-ui/demo`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${TOKEN}`, "Content-Type": "application/json", Origin: "http://evil.example" },
+    body: JSON.stringify({ threadId: "thread-demo", runId: "r", messages: [] }),
+  });
+  assert.equal(foreign.status, 403, "a foreign origin");
+  assert.equal((await foreign.json()).error.code, "forbidden_origin");
   const badBody = await post(server, "/ag-ui/demo", { runId: "r" });
   assert.equal(badBody.status, 422);
   assert.equal(badBody.body.error.code, "bad_body");
