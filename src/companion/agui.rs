@@ -123,6 +123,9 @@ pub struct RunAgentInput {
     pub forwarded_props: Value,
     #[serde(default)]
     pub resume: Vec<ResumeEntry>,
+    /// The AG-UI version the client speaks (`1.0`); absent before 1.0.
+    #[serde(default)]
+    pub protocol_version: Option<String>,
 }
 
 /// An answer to one interrupt.
@@ -388,6 +391,7 @@ fn stream(state: AppState, session: String, input: RunAgentInput, plan: Plan) ->
     let open = StreamGuard::sse(&state.streams);
     let thread_id = input.thread_id;
     let run_id = input.run_id;
+    let protocol = input.protocol_version;
     tokio::spawn(async move {
         let _open = open;
         let started = json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id,
@@ -408,7 +412,8 @@ fn stream(state: AppState, session: String, input: RunAgentInput, plan: Plan) ->
             let _ = tx.send(sse(&finished)).await;
             return;
         };
-        let mut translator = Translator::new(&thread_id, &run_id, &turn);
+        let mut translator =
+            Translator::new(&thread_id, &run_id, &turn).speaking(protocol.as_deref());
         for id in &plan.answered {
             translator.handle_answered(id);
         }
@@ -558,6 +563,8 @@ pub struct Translator {
     answered: HashSet<String>,
     usage: Option<Value>,
     done: bool,
+    /// The client speaks AG-UI before 1.0, whose `RUN_FINISHED` has no `cancelled` outcome.
+    pre_1_0: bool,
 }
 
 impl Translator {
@@ -576,7 +583,20 @@ impl Translator {
             answered: HashSet::new(),
             usage: None,
             done: false,
+            pre_1_0: false,
         }
+    }
+
+    /// For a client of `protocol_version` (the input's `protocolVersion`; clients before
+    /// 1.0 send none): before 1.0, whose outcomes are only `success` and `interrupt`, a
+    /// cancelled turn ends with `RUN_ERROR {code: "cancelled"}`, as such a client reports its
+    /// own abort.
+    pub fn speaking(mut self, protocol_version: Option<&str>) -> Translator {
+        let major = protocol_version
+            .and_then(|v| v.split('.').next())
+            .and_then(|m| m.parse::<u64>().ok());
+        self.pre_1_0 = major.is_none_or(|m| m < 1);
+        self
     }
 
     /// The next AG-UI event, as JSON.
@@ -744,6 +764,14 @@ impl Translator {
                     outcome["result"] = json!(result);
                 }
                 self.finish_with(outcome);
+            }
+            EventType::RunCancelled if self.pre_1_0 => {
+                self.close_open();
+                let reason = text("reason").unwrap_or_else(|| "interrupted".into());
+                let message = format!("the turn was cancelled ({reason})");
+                self.push(json!({"type": "RUN_ERROR", "message": message, "code": "cancelled"}));
+                self.pending.clear();
+                self.done = true;
             }
             EventType::RunCancelled => {
                 self.close_open();
@@ -988,7 +1016,12 @@ mod tests {
 
     /// Feeds `script` (then caught up) to a translator of turn `t1`: one line per AG-UI event.
     fn check(script: &[(&str, &str, Value)], expect: Expect) {
-        let mut translator = Translator::new("th", "r1", "t1");
+        check_speaking(Some("1.0"), script, expect);
+    }
+
+    /// [`check`] for a client of `protocol`.
+    fn check_speaking(protocol: Option<&str>, script: &[(&str, &str, Value)], expect: Expect) {
+        let mut translator = Translator::new("th", "r1", "t1").speaking(protocol);
         let mut lines = Vec::new();
         let mut drain = |t: &mut Translator| {
             while let Some(mut e) = t.poll_event() {
@@ -1246,6 +1279,27 @@ mod tests {
             )],
             expect![[r#"
                 RUN_ERROR {"code":"run_failed","message":"the process exited"}
+            "#]],
+        );
+    }
+
+    #[test]
+    fn clients_before_1_0_get_a_cancelled_turn_as_an_error() {
+        let script = [("run_cancelled", "t1", json!({"reason": "interrupted"}))];
+        for protocol in [None, Some("0.0.47"), Some("x")] {
+            check_speaking(
+                protocol,
+                &script,
+                expect![[r#"
+                    RUN_ERROR {"code":"cancelled","message":"the turn was cancelled (interrupted)"}
+                "#]],
+            );
+        }
+        check_speaking(
+            Some("1.2"),
+            &script,
+            expect![[r#"
+                RUN_FINISHED {"outcome":{"type":"cancelled"},"runId":"r1","threadId":"th"}
             "#]],
         );
     }

@@ -267,15 +267,22 @@ async function demoRun(dir: string) {
   assert.equal(failed.terminal.code, "authentication_failed", JSON.stringify(failed.terminal));
   assert.ok(failed.terminal.message.length > 0);
 
-  // A client that aborts interrupts the turn.
+  // A client that aborts interrupts the turn; another client following it sees it cancelled.
   const aborted = agent(url, TOKEN, "thread-abort");
   let abortSession = "";
+  let watcher: Promise<Run> | undefined;
   const abortRun = await run(aborted, "slow answer please", {}, (e) => {
     if (e.type === "RUN_STARTED") abortSession = e.metadata.agentwire.sessionId;
-    if (e.type === "TEXT_MESSAGE_CONTENT") aborted.abortRun();
+    if (e.type === "TEXT_MESSAGE_CONTENT" && !watcher) {
+      watcher = run(agent(url, TOKEN, "thread-abort"), null, {}, (w) => {
+        if (w.type === "TEXT_MESSAGE_CONTENT") aborted.abortRun();
+      });
+    }
   });
   assert.ok(abortRun.events.some((e) => e.type === "TEXT_MESSAGE_CONTENT"), "it streamed before the abort");
   await logHas(server, abortSession, "the aborted turn's end", (e) => e.type === "run_cancelled");
+  const watched = check(await watcher!, "cancelled", "the follower of an aborted turn");
+  assert.equal(watched.session, abortSession);
 
   // A second client on a running thread, with no new message, reattaches from the turn's start;
   // a new message meanwhile is refused.
