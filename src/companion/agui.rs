@@ -531,6 +531,22 @@ fn summarize(events: &[Event]) -> Vec<TurnSummary> {
 struct Open {
     id: String,
     source: Option<String>,
+    /// What it streamed so far.
+    streamed: String,
+}
+
+/// Whether a whole message (`source`, `content`) is the one `closed` streamed and closed
+/// already (a tool call closed it before the provider said it was whole).
+fn shown(
+    closed: &Option<(Option<String>, String)>,
+    source: &Option<String>,
+    content: &str,
+) -> bool {
+    match closed {
+        Some((Some(a), _)) if source.is_some() => source.as_deref() == Some(a.as_str()),
+        Some((_, streamed)) => streamed == content,
+        None => false,
+    }
 }
 
 /// Translates one turn's canonical events into AG-UI events, sans-IO: feed the session's log
@@ -556,6 +572,9 @@ pub struct Translator {
     out: VecDeque<Value>,
     text: Option<Open>,
     reasoning: Option<Open>,
+    /// The last text and reasoning messages closed: their provider ids and streamed text.
+    closed_text: Option<(Option<String>, String)>,
+    closed_reasoning: Option<(Option<String>, String)>,
     minted: u64,
     tools: HashSet<String>,
     /// Approvals asked and not answered, in order: (request id, interrupt).
@@ -577,6 +596,8 @@ impl Translator {
             out: VecDeque::new(),
             text: None,
             reasoning: None,
+            closed_text: None,
+            closed_reasoning: None,
             minted: 0,
             tools: HashSet::new(),
             pending: Vec::new(),
@@ -640,6 +661,9 @@ impl Translator {
                 let delta = text("delta").unwrap_or_default();
                 let id = self.open_text(source);
                 if !delta.is_empty() {
+                    if let Some(open) = &mut self.text {
+                        open.streamed.push_str(&delta);
+                    }
                     self.push(
                         json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": delta}),
                     );
@@ -654,7 +678,7 @@ impl Translator {
                     .is_some_and(|open| same_source(&open.source, &source));
                 if !streamed {
                     self.close_text();
-                    if !content.is_empty() {
+                    if !content.is_empty() && !shown(&self.closed_text, &source, &content) {
                         let id = self.open_text(source);
                         self.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": content}));
                     }
@@ -666,6 +690,9 @@ impl Translator {
                 let delta = text("delta").unwrap_or_default();
                 let id = self.open_reasoning(source);
                 if !delta.is_empty() {
+                    if let Some(open) = &mut self.reasoning {
+                        open.streamed.push_str(&delta);
+                    }
                     self.push(json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": id, "delta": delta}));
                 }
             }
@@ -678,7 +705,7 @@ impl Translator {
                     .is_some_and(|open| same_source(&open.source, &source));
                 if !streamed {
                     self.close_reasoning();
-                    if !content.is_empty() {
+                    if !content.is_empty() && !shown(&self.closed_reasoning, &source, &content) {
                         let id = self.open_reasoning(source);
                         self.push(json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": id, "delta": content}));
                     }
@@ -820,6 +847,7 @@ impl Translator {
         self.text = Some(Open {
             id: id.clone(),
             source,
+            streamed: String::new(),
         });
         id
     }
@@ -837,6 +865,7 @@ impl Translator {
         self.reasoning = Some(Open {
             id: id.clone(),
             source,
+            streamed: String::new(),
         });
         id
     }
@@ -844,6 +873,7 @@ impl Translator {
     fn close_text(&mut self) {
         if let Some(open) = self.text.take() {
             self.push(json!({"type": "TEXT_MESSAGE_END", "messageId": open.id}));
+            self.closed_text = Some((open.source, open.streamed));
         }
     }
 
@@ -851,6 +881,7 @@ impl Translator {
         if let Some(open) = self.reasoning.take() {
             self.push(json!({"type": "REASONING_MESSAGE_END", "messageId": open.id}));
             self.push(json!({"type": "REASONING_END", "messageId": open.id}));
+            self.closed_reasoning = Some((open.source, open.streamed));
         }
     }
 
@@ -1139,6 +1170,58 @@ mod tests {
                 TEXT_MESSAGE_CONTENT {"delta":"two","messageId":"t1-text-3"}
                 TEXT_MESSAGE_END {"messageId":"t1-text-3"}
                 RUN_FINISHED {"outcome":{"type":"success"},"runId":"r1","threadId":"th"}
+            "#]],
+        );
+    }
+
+    #[test]
+    fn a_message_closed_by_a_tool_call_is_not_repeated_when_it_is_whole() {
+        check(
+            &[
+                (
+                    "message_streamed",
+                    "t1",
+                    json!({"delta": "Let me", "message_id": "m1"}),
+                ),
+                (
+                    "tool_call_started",
+                    "t1",
+                    json!({"tool_call_id": "c1", "tool_name": "Read"}),
+                ),
+                (
+                    "message_received",
+                    "t1",
+                    json!({"content": "Let me", "message_id": "m1"}),
+                ),
+                ("reasoning_streamed", "t1", json!({"delta": "hm"})),
+                (
+                    "tool_call_started",
+                    "t1",
+                    json!({"tool_call_id": "c2", "tool_name": "Read"}),
+                ),
+                ("reasoning_received", "t1", json!({"content": "hm"})),
+                (
+                    "message_received",
+                    "t1",
+                    json!({"content": "Other", "message_id": "m2"}),
+                ),
+            ],
+            expect![[r#"
+                TEXT_MESSAGE_START {"messageId":"t1-text-1","role":"assistant"}
+                TEXT_MESSAGE_CONTENT {"delta":"Let me","messageId":"t1-text-1"}
+                TEXT_MESSAGE_END {"messageId":"t1-text-1"}
+                TOOL_CALL_START {"toolCallId":"c1","toolCallName":"Read"}
+                TOOL_CALL_END {"toolCallId":"c1"}
+                REASONING_START {"messageId":"t1-reasoning-2"}
+                REASONING_MESSAGE_START {"messageId":"t1-reasoning-2","role":"reasoning"}
+                REASONING_MESSAGE_CONTENT {"delta":"hm","messageId":"t1-reasoning-2"}
+                REASONING_MESSAGE_END {"messageId":"t1-reasoning-2"}
+                REASONING_END {"messageId":"t1-reasoning-2"}
+                TOOL_CALL_START {"toolCallId":"c2","toolCallName":"Read"}
+                TOOL_CALL_END {"toolCallId":"c2"}
+                TEXT_MESSAGE_START {"messageId":"t1-text-3","role":"assistant"}
+                TEXT_MESSAGE_CONTENT {"delta":"Other","messageId":"t1-text-3"}
+                TEXT_MESSAGE_END {"messageId":"t1-text-3"}
             "#]],
         );
     }
