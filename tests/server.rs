@@ -343,7 +343,13 @@ async fn a_crashed_agent_fails_its_turn_with_the_exit_code_and_stderr() {
         .iter()
         .position(|e| e.kind() == EventType::SessionResumed)
         .expect("session_resumed");
-    assert!(resumed > events.iter().position(|e| e.kind() == EventType::SessionFailed).unwrap());
+    assert!(
+        resumed
+            > events
+                .iter()
+                .position(|e| e.kind() == EventType::SessionFailed)
+                .unwrap()
+    );
     assert!(events
         .iter()
         .any(|e| e.kind() == EventType::RunCompleted && e.run_id() == Some(again.as_str())));

@@ -9,6 +9,7 @@
 //!   binary); [`access`]: who may use them (host, origin,
 //!   token); [`listen`]: the accept loop (connection cap, timeouts); [`ws`]: the WebSocket
 //!   protocol.
+//! * [`agui`]: `POST /ag-ui/{provider}`, the AG-UI 1.0 endpoint over SSE.
 //! * [`tail`]: the `agentwire tail` terminal client.
 //! * [`demo_agent`]: `agentwire demo-agent`, a fake agent speaking Claude Code's stream-json.
 //! * Test tools, only with the `testkit` feature (which `cargo test` turns on; they are the
@@ -22,6 +23,7 @@
 
 pub mod access;
 pub mod adapter;
+pub mod agui;
 #[cfg(feature = "testkit")]
 pub mod chaos;
 pub mod demo_agent;

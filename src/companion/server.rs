@@ -92,6 +92,8 @@ pub struct AppState {
     pub access: Arc<Access>,
     /// Open streams, by kind (`GET /api/info` reports them).
     pub streams: Arc<StreamCounts>,
+    /// What the AG-UI endpoint remembers between runs.
+    pub agui: Arc<super::agui::Threads>,
 }
 
 impl AppState {
@@ -103,6 +105,7 @@ impl AppState {
             config,
             drops: tokio::sync::broadcast::channel(1).0,
             streams: Arc::default(),
+            agui: Arc::default(),
         }
     }
 
@@ -195,6 +198,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/sessions/{id}/stream", get(sse_stream))
         .route("/api/connections/drop", post(drop_connections))
         .route("/ws", get(websocket))
+        .route(
+            "/ag-ui/{provider}",
+            super::agui::route(state.config.body_limit),
+        )
         .layer(middleware::from_fn(json_rejections))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(DefaultBodyLimit::max(state.config.body_limit));

@@ -276,6 +276,18 @@ impl Hub {
         provider: &str,
         cwd: Option<PathBuf>,
     ) -> Result<SessionRecord, CommandError> {
+        let id = format!("ses_{}", random_hex(12));
+        self.create_session_as(&id, provider, cwd).await
+    }
+
+    /// [`Hub::create_session`] with the id chosen by the caller (a valid session id, e.g.
+    /// derived from an AG-UI thread): refused by the store if a session has it already.
+    pub async fn create_session_as(
+        self: &Arc<Self>,
+        id: &str,
+        provider: &str,
+        cwd: Option<PathBuf>,
+    ) -> Result<SessionRecord, CommandError> {
         let adapter = self.adapter(provider, None)?;
         let cwd = match cwd {
             Some(dir) => dir,
@@ -290,7 +302,7 @@ impl Hub {
             ));
         }
         let at = now();
-        let id = format!("ses_{}", random_hex(12));
+        let id = id.to_owned();
         let record = SessionRecord {
             id: id.clone(),
             provider: provider.to_owned(),
