@@ -1,0 +1,1 @@
+../../../../examples/react-vite/src/App.jsx
