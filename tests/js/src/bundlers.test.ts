@@ -1,7 +1,8 @@
 // Bundler test: the package as a frontend gets it. `npm pack` of pkg/, installed (`npm ci`,
 // each app's own lockfile) into fresh copies of examples/react-vite (Vite) and
 // tests/bundlers/next-app (Next.js, `next build`), neither configured for agentwire; each is
-// built, served (Vite's output by a static server, Next by `next start`) and driven in headless
+// built, served (Vite's output by a static server, Next by `next start`; and the Vite app by
+// its dev server, which pre-bundles the package on its own) and driven in headless
 // Chromium against a real `agentwire serve` (demo agent, `--allow-origin` the app's origin,
 // the token in the page's URL): a turn streams its reply, an approval is answered from the
 // page, and the rows of the first turn did not render again while the second one streamed
@@ -35,24 +36,47 @@ const servers: Server[] = [];
 
 interface App {
   name: string;
+  /** The copy in target/bundlers/ (shared by the Vite build and the Vite dev server). */
+  copy: string;
   source: string;
-  build: string[];
-  /** Serves the built app; resolves to its origin. */
+  /** The build command, if any (the dev server builds nothing). */
+  build?: string[];
+  /** Serves the app; resolves to its origin. */
   serve: (dir: string) => Promise<string>;
   /** The built files to measure. */
-  output: string;
+  output?: string;
+  /** Renders of a component per change: React's development build (StrictMode) renders twice. */
+  rendersPerChange: number;
 }
 
 const apps: App[] = [
   {
     name: "vite",
+    copy: "vite",
     source: join(root, "examples", "react-vite"),
     build: ["node_modules/vite/bin/vite.js", "build"],
     serve: (dir) => serveStatic(join(dir, "dist")),
     output: "dist",
+    rendersPerChange: 1,
+  },
+  {
+    name: "vite dev",
+    copy: "vite",
+    source: join(root, "examples", "react-vite"),
+    serve: async (dir) => {
+      const port = await freePort();
+      const vite = spawn(process.execPath, ["node_modules/vite/bin/vite.js", "--host", "127.0.0.1", "--port", String(port), "--strictPort"], {
+        cwd: dir, stdio: ["ignore", "pipe", "inherit"], env: env(),
+      });
+      children.push(vite);
+      await lineMatching(vite, /ready in/, "vite dev");
+      return `http://127.0.0.1:${port}`;
+    },
+    rendersPerChange: 2,
   },
   {
     name: "next",
+    copy: "next",
     source: join(root, "tests", "bundlers", "next-app"),
     build: ["node_modules/next/dist/bin/next", "build"],
     serve: async (dir) => {
@@ -65,6 +89,7 @@ const apps: App[] = [
       return `http://127.0.0.1:${port}`;
     },
     output: ".next/static",
+    rendersPerChange: 1,
   },
 ];
 
@@ -82,7 +107,7 @@ function run(what: string, cmd: string, args: string[], cwd: string): number {
 /** A fresh copy of the app's sources in target/bundlers/<name>/ (symlinks followed), with its
  * node_modules kept when the lockfile did not change, and the packed package installed. */
 function prepare(app: App, tarball: string): { dir: string; install: string } {
-  const dir = join(cache, app.name);
+  const dir = join(cache, app.copy);
   mkdirSync(dir, { recursive: true });
   for (const name of readdirSync(dir)) {
     if (name === "node_modules") continue;
@@ -108,7 +133,9 @@ function prepare(app: App, tarball: string): { dir: string; install: string } {
     install = `npm ci ${run(`${app.name}: npm ci`, "npm", ["ci"], dir).toFixed(1)} s`;
     writeFileSync(marker, key);
   }
-  // Exactly this build's package, whatever the cached node_modules held.
+  // Exactly this build's package, whatever the cached node_modules held (and no dependency
+  // that Vite's dev server pre-bundled from an earlier one).
+  rmSync(join(dir, "node_modules", ".vite"), { recursive: true, force: true });
   const pkg = join(dir, "node_modules", "agentwire");
   rmSync(pkg, { recursive: true, force: true });
   mkdirSync(pkg);
@@ -202,7 +229,7 @@ const until = (page: Page, what: string, fn: () => boolean) =>
     throw new Error(`${what}: ${e.message}`);
   });
 
-async function scenario(page: Page, url: string): Promise<string> {
+async function scenario(page: Page, url: string, rendersPerChange: number): Promise<string> {
   await page.goto(url);
   await until(page, "caught up", () => document.querySelector("[data-testid=connection]")?.textContent === "caught_up");
   assert.equal(await text(page, "lifecycle"), "idle");
@@ -218,7 +245,7 @@ async function scenario(page: Page, url: string): Promise<string> {
   const firstTurn = await renders(page);
   const rows = await page.locator("[data-testid=row]").count();
   assert.equal(firstTurn.length, rows);
-  assert.equal(firstTurn[0], 1, "the user message rendered once");
+  assert.equal(firstTurn[0], rendersPerChange, "the user message rendered once");
 
   // A tool call that asks first: answered from the page.
   await page.fill("[data-testid=prompt]", "run a command, with approval");
@@ -246,9 +273,11 @@ try {
   console.log(`bundlers: npm pack: ${info.filename}, ${info.entryCount} files, ${(info.size / 1024).toFixed(0)} KiB packed`);
   const context = await launchChromium(join(tmp, "profile"));
   try {
+    const prepared = new Map<string, { dir: string; install: string }>();
     for (const app of apps) {
-      const { dir, install } = prepare(app, tarball);
-      const seconds = run(`${app.name}: build`, process.execPath, app.build, dir);
+      if (!prepared.has(app.copy)) prepared.set(app.copy, prepare(app, tarball));
+      const { dir, install } = prepared.get(app.copy)!;
+      const seconds = app.build && run(`${app.name}: build`, process.execPath, app.build, dir);
       const origin = await app.serve(dir);
       const addr = await agentwireServe(origin, app.name);
       const page = await context.newPage();
@@ -258,10 +287,11 @@ try {
         if (m.location().url.endsWith("/favicon.ico")) return;
         if (m.type() === "error" || m.type() === "warning") problems.push(`console ${m.type()}: ${m.text()} ${m.location().url}`);
       });
-      const result = await scenario(page, `${origin}/?server=http://${addr}&token=${TOKEN}`);
+      const result = await scenario(page, `${origin}/?server=http://${addr}&token=${TOKEN}`, app.rendersPerChange);
       assert.deepEqual(problems, [], `${app.name}: the page logged problems`);
       await page.close();
-      console.log(`bundlers: ${app.name}: ${install}, build ${seconds.toFixed(1)} s, ${sizes(join(dir, app.output))}; ${result}`);
+      const built = app.output ? `, build ${seconds!.toFixed(1)} s, ${sizes(join(dir, app.output))}` : "";
+      console.log(`bundlers: ${app.name}: ${install}${built}; ${result}`);
     }
   } finally {
     await context.close();
