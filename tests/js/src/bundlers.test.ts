@@ -122,7 +122,8 @@ function prepare(app: App, tarball: string): { dir: string; install: string } {
     cpSync(join(app.source, name), join(dir, name), { recursive: true, dereference: true });
   }
   cpSync(tarball, join(dir, "agentwire-0.1.0.tgz"));
-  // The lockfile pins the tarball's hash at the time it was written; this build's differs.
+  // The lockfile pins the hash the tarball had when it was written: with it, `npm ci` installs
+  // that old tarball from npm's cache, not this one.
   const lock = JSON.parse(readFileSync(join(dir, "package-lock.json"), "utf8"));
   delete lock.packages["node_modules/agentwire"].integrity;
   writeFileSync(join(dir, "package-lock.json"), JSON.stringify(lock, null, 2));
