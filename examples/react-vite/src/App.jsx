@@ -2,7 +2,7 @@
 // per item), the lifecycle, the connection, pending approvals with Allow/Deny, a prompt.
 // Open it with ?server=http://127.0.0.1:7777&token=TOKEN (`agentwire serve --allow-origin`
 // this page's origin); ?session=ID follows an existing session instead of creating a demo one.
-// tests/bundlers/next-app renders this same component in Next.js.
+// tests/bundlers/next-app/app/App.jsx is a copy (Next.js renders the same component).
 
 import { memo, useEffect, useState } from "react";
 import {

@@ -6,8 +6,9 @@
 // Chromium against a real `agentwire serve` (demo agent, `--allow-origin` the app's origin,
 // the token in the page's URL): a turn streams its reply, an approval is answered from the
 // page, and the rows of the first turn did not render again while the second one streamed
-// (the page counts each row's renders). The copies live in target/bundlers/, where
-// node_modules stays between runs while the app's lockfile is unchanged.
+// (the page counts each row's renders). Both apps render one App.jsx (the Next app's is a copy,
+// checked). The copies live in target/bundlers/, where node_modules stays between runs while
+// the app's lockfile is unchanged.
 
 import { strict as assert } from "node:assert";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
@@ -266,6 +267,9 @@ async function scenario(page: Page, url: string, rendersPerChange: number): Prom
 }
 
 try {
+  const component = (dir: string) => readFileSync(join(root, dir, "App.jsx"), "utf8");
+  assert.equal(component("tests/bundlers/next-app/app"), component("examples/react-vite/src"),
+    "tests/bundlers/next-app/app/App.jsx is a copy of examples/react-vite/src/App.jsx");
   mkdirSync(cache, { recursive: true });
   const packed = spawnSync("npm", ["pack", join(root, "pkg"), "--pack-destination", tmp, "--json"], { encoding: "utf8", env: env() });
   assert.equal(packed.status, 0, packed.stderr);
