@@ -226,8 +226,15 @@ function sizes(dir: string): string {
 const renders = (page: Page) => page.evaluate(() => [...((window as any).agentwireRenders ?? [])] as number[]);
 const text = (page: Page, testid: string) =>
   page.locator(`[data-testid=${testid}]`).textContent({ timeout: DEADLINE_MS });
+/** Rejects at the page's first uncaught error (a package that does not load fails at once). */
+const crashes = new WeakMap<Page, Promise<never>>();
+function watch(page: Page): void {
+  const crashed = new Promise<never>((_, reject) => page.on("pageerror", (e) => reject(new Error(`page error: ${e.message}`))));
+  crashed.catch(() => {});
+  crashes.set(page, crashed);
+}
 const until = (page: Page, what: string, fn: () => boolean) =>
-  page.waitForFunction(fn, undefined, { timeout: DEADLINE_MS }).catch((e: Error) => {
+  Promise.race([page.waitForFunction(fn, undefined, { timeout: DEADLINE_MS }), crashes.get(page)!]).catch((e: Error) => {
     throw new Error(`${what}: ${e.message}`);
   });
 
@@ -286,6 +293,7 @@ try {
       const origin = await app.serve(dir);
       const addr = await agentwireServe(origin, app.name);
       const page = await context.newPage();
+      watch(page);
       const problems: string[] = [];
       page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
       page.on("console", (m) => {
