@@ -1,11 +1,10 @@
-// Runs in a child `node --experimental-wasm-modules`, copied next to a node_modules/agentwire
-// that is the `bundler` build (pkg/, what npm users get): imports the package by its name as
-// an app would, runs the transcripts named on stdin, prints the outputs as JSON.
+// Runs in a child `node` (no flag), copied next to a node_modules/agentwire that is pkg/ (what
+// npm users get): imports the package by its name as an app would (the `node` entries read
+// their .wasm file), runs the transcripts named on stdin, prints the outputs as JSON.
 
 import { readFileSync } from "node:fs";
 
-// @ts-ignore: resolved where the test copies this file; the bundler glue imports its .wasm as
-// an ES module (Node needs --experimental-wasm-modules).
+// @ts-ignore: resolved where the test copies this file.
 import * as agentwire from "agentwire/transcripts";
 // @ts-ignore: likewise; the main entry must load too.
 import { Projector } from "agentwire";

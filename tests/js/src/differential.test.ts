@@ -40,15 +40,16 @@ for (const t of all) {
   }
 }
 
-// The bundler build (pkg/), installed as node_modules/agentwire and imported by its name
-// (`agentwire/transcripts`, through package.json "exports") by Node's ES module loader.
+// The published build (pkg/), installed as node_modules/agentwire and imported by its name
+// (`agentwire/transcripts`, through package.json "exports": the `node` condition) by Node's
+// ES module loader, with no flag.
 const app = mkdtempSync(join(tmpdir(), "agentwire-app-"));
 mkdirSync(join(app, "node_modules"));
 symlinkSync(join(root, "pkg"), join(app, "node_modules", "agentwire"), "dir");
 copyFileSync(join(root, "tests", "js", "build", "bundler-run.js"), join(app, "run.mjs"));
 const child = spawnSync(
   process.execPath,
-  ["--experimental-wasm-modules", "--no-warnings", join(app, "run.mjs")],
+  [join(app, "run.mjs")],
   { input: JSON.stringify({ paths: all.map((t) => [t.format, t.path]), nowMs: NOW_MS }), maxBuffer: 1 << 28 },
 );
 rmSync(app, { recursive: true, force: true });
