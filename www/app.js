@@ -207,7 +207,10 @@ function showPending() {
 function onChange(batch) {
   if (batch.state) {
     const s = $("connection");
-    s.replaceChildren(badge(batch.state.replace("_", " "), `conn-${batch.state}`));
+    // What the page shows is only as fresh as this: `live` while some session is still
+    // catching up (or resyncing after the server fell behind) reads as "catching up".
+    const label = { live: "catching up", caught_up: "live" }[batch.state] ?? batch.state;
+    s.replaceChildren(badge(label, `conn-${batch.state}`));
     s.dataset.state = batch.state;
     showPending();
   }
@@ -263,6 +266,11 @@ async function main() {
   }
   const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
   state.client = new Client({ url, token, sessions: [], onChange });
+  // Back from the background (or offline): check the connection now, not at the next timer.
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible") state.client.wake();
+  });
+  window.addEventListener("online", () => state.client.wake());
   await refreshSessions();
   const shown = decodeURIComponent(location.hash.slice(1));
   const first = state.sessions.find((s) => s.id === shown) ?? state.sessions[0];

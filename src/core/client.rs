@@ -52,6 +52,8 @@ pub struct ClientConfig {
     pub seed: u64,
     /// Sent in `hello`.
     pub client_name: String,
+    /// After [`Client::handle_wake`], how long an open connection has to answer a ping.
+    pub wake_probe_ms: i64,
 }
 
 impl Default for ClientConfig {
@@ -63,6 +65,7 @@ impl Default for ClientConfig {
             missed_heartbeats: 3,
             seed: 0x9e37_79b9_7f4a_7c15,
             client_name: concat!("agentwire-wasm/", env!("CARGO_PKG_VERSION")).to_owned(),
+            wake_probe_ms: 3_000,
         }
     }
 }
@@ -155,6 +158,8 @@ pub struct Client {
     reconnect_at: Option<i64>,
     backoff_ms: i64,
     rng: u64,
+    /// Set by [`Client::handle_wake`] on an open connection: dead unless a frame comes by then.
+    probe_until: Option<i64>,
     next_command: u64,
     /// Commands not answered yet, by number (the order they were given).
     pending: BTreeMap<u64, Command>,
@@ -188,6 +193,7 @@ impl Client {
             awaiting_caught_up: BTreeSet::new(),
             reconnect_at: None,
             next_command: 0,
+            probe_until: None,
             pending: BTreeMap::new(),
             transmit: VecDeque::new(),
             actions: VecDeque::new(),
@@ -385,6 +391,7 @@ impl Client {
             return;
         }
         self.last_heard_ms = now_ms;
+        self.probe_until = None;
         let Ok(signal) = self.projector.handle_frame(frame, now_ms) else {
             return;
         };
@@ -441,6 +448,26 @@ impl Client {
             return;
         }
         self.drop_connection(now_ms);
+    }
+
+    /// The page became visible again, or the network came back: what the timers say may be
+    /// stale (a tab in the background runs them late, a laptop slept). A connection waiting
+    /// for its backoff is opened now; an open one is pinged and counts as dead unless a frame
+    /// arrives within `wake_probe_ms`.
+    pub fn handle_wake(&mut self, now_ms: i64) {
+        if self.state == ConnectionState::Closed {
+            return;
+        }
+        if self.reconnect_at.is_some() {
+            self.reconnect_at = None;
+            self.backoff_ms = self.config.backoff_min_ms.max(1);
+            self.connect(now_ms);
+        } else if self.welcomed {
+            self.send(&ClientMsg::Ping {
+                id: Some("wake".to_owned()),
+            });
+            self.probe_until = Some(now_ms.saturating_add(self.config.wake_probe_ms.max(1)));
+        }
     }
 
     /// The earliest time [`Client::handle_timeout`] has something to do.
@@ -500,10 +527,12 @@ impl Client {
         } else {
             self.config.connect_timeout_ms
         };
-        self.last_heard_ms.saturating_add(silence)
+        let dead = self.last_heard_ms.saturating_add(silence);
+        self.probe_until.map_or(dead, |probe| probe.min(dead))
     }
 
     fn connect(&mut self, now_ms: i64) {
+        self.probe_until = None;
         self.conn += 1;
         self.socket = true;
         self.open = false;

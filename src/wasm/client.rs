@@ -246,6 +246,15 @@ impl Client {
         self.inner.borrow().core.drops() as f64
     }
 
+    /// Checks the connection now: call it when the page becomes visible again or the network
+    /// comes back (timers of a background tab run late). A reconnect waiting for its backoff
+    /// happens at once; an open connection that does not answer a ping within 3 s is dropped
+    /// and resumed.
+    pub fn wake(&self) {
+        self.inner.borrow_mut().core.handle_wake(now_ms());
+        pump(&self.inner);
+    }
+
     /// Follows one more session, from its cursor.
     pub fn subscribe(&self, session: &str) {
         self.inner.borrow_mut().core.subscribe(session);

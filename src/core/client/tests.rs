@@ -311,6 +311,47 @@ fn kept_commands_wait_for_the_connection_and_are_sent_again_after_a_drop() {
     );
 }
 
+/// A tab that becomes visible again does not wait for stale timers: a backoff in progress
+/// ends now, and an open connection must answer a ping within the probe or is dropped.
+#[wasm_bindgen_test(unsupported = test)]
+fn waking_reconnects_at_once_and_probes_an_open_connection() {
+    let mut c = Client::new(ClientConfig::default(), 0);
+    outbox(&mut c);
+    c.handle_open(1, 0);
+    c.handle_frame(1, &welcome(60_000), 0);
+    outbox(&mut c);
+    // Open and answering: the probe passes.
+    c.handle_wake(1_000);
+    assert_eq!(outbox(&mut c).1, [r#"{"t":"ping","id":"wake"}"#]);
+    assert_eq!(c.poll_timeout(), Some(4_000));
+    c.handle_frame(1, r#"{"t":"pong","id":"wake"}"#, 1_200);
+    assert_eq!(
+        c.poll_timeout(),
+        Some(181_200),
+        "back to the heartbeat rule"
+    );
+    // Open but silent (the socket died while the tab slept): dropped at the probe's end.
+    c.handle_wake(2_000);
+    outbox(&mut c);
+    c.handle_timeout(4_999);
+    assert_eq!(c.state(), ConnectionState::CaughtUp);
+    c.handle_timeout(5_000);
+    assert_eq!(c.state(), ConnectionState::Reconnecting);
+    assert_eq!(outbox(&mut c).0, [Action::Disconnect { conn: 1 }]);
+    // Waiting for the backoff: waking connects now.
+    assert!(c.poll_timeout().unwrap() > 5_000);
+    c.handle_wake(5_001);
+    assert_eq!(outbox(&mut c).0, [Action::Connect { conn: 2 }]);
+    c.close();
+    assert_eq!(outbox(&mut c).0, [Action::Disconnect { conn: 2 }]);
+    c.handle_wake(6_000);
+    assert_eq!(
+        outbox(&mut c),
+        (vec![], vec![]),
+        "a closed client stays closed"
+    );
+}
+
 #[wasm_bindgen_test(unsupported = test)]
 fn the_session_contract_commands_are_sent_as_the_protocol_spells_them() {
     let mut c = Client::new(ClientConfig::default(), 0);
