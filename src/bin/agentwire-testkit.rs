@@ -5,12 +5,15 @@
 //!   (loopback only; `agentwire::companion::fake_model`).
 //! * `chaos-proxy --upstream ADDR …`: a TCP proxy on loopback that cuts, stalls and delays
 //!   connections (`agentwire::companion::chaos`).
+//! * `seed --db FILE --session ID --events N`: a long session written straight into a SQLite
+//!   log, for benchmarks and tests of long replays (`agentwire::companion::seed`).
 
 #[cfg(not(target_arch = "wasm32"))]
 mod native {
     use std::process::ExitCode;
 
-    use agentwire::companion::{chaos, fake_model};
+    use agentwire::companion::store::SqliteStore;
+    use agentwire::companion::{chaos, fake_model, seed};
     use anyhow::{Context, Result};
     use clap::Parser;
 
@@ -42,6 +45,27 @@ mod native {
             #[arg(long, default_value = "127.0.0.1:0")]
             addr: std::net::SocketAddr,
         },
+        /// Write a long session straight into a SQLite log (prints its number of events).
+        Seed {
+            #[arg(long)]
+            db: std::path::PathBuf,
+            #[arg(long)]
+            session: String,
+            /// At least this many events (whole turns).
+            #[arg(long)]
+            events: u64,
+            /// `TURN:N`: the first tool call of turn TURN gets N output updates.
+            #[arg(long, value_parser = parse_updates)]
+            tool_updates: Option<(u64, u64)>,
+        },
+    }
+
+    fn parse_updates(s: &str) -> Result<(u64, u64), String> {
+        let (turn, n) = s.split_once(':').ok_or("TURN:N")?;
+        Ok((
+            turn.parse().map_err(|_| "TURN is a number")?,
+            n.parse().map_err(|_| "N is a number")?,
+        ))
     }
 
     pub fn main() -> ExitCode {
@@ -78,6 +102,21 @@ mod native {
                 runtime.block_on(chaos::run(options))?;
             }
             Command::FakeModel { addr } => runtime.block_on(fake_model::run(addr))?,
+            Command::Seed {
+                db,
+                session,
+                events,
+                tool_updates,
+            } => {
+                let store = SqliteStore::open(&db).context("opening the log")?;
+                let options = seed::SeedOptions {
+                    session,
+                    events,
+                    tool_updates,
+                };
+                let n = runtime.block_on(seed::seed(&store, &options))?;
+                println!("{n}");
+            }
         }
         Ok(())
     }

@@ -32,6 +32,8 @@ pub mod embedded;
 pub mod fake_model;
 pub mod host;
 pub mod listen;
+#[cfg(feature = "testkit")]
+pub mod seed;
 pub mod server;
 pub mod session;
 pub mod store;
