@@ -139,6 +139,10 @@ struct ServeArgs {
     /// is closed.
     #[arg(long, default_value_t = 30_000, hide = true)]
     write_timeout_ms: u64,
+    /// Milliseconds one `GET /api/wire` event stream (the WebSocket fallback) lasts before
+    /// the client opens the next.
+    #[arg(long, default_value_t = 30_000, hide = true)]
+    sse_recycle_ms: u64,
     /// Milliseconds between server heartbeats on the WebSocket.
     #[arg(long, default_value_t = 15_000)]
     heartbeat_ms: u64,
@@ -455,6 +459,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         config.listen.write_timeout =
             std::time::Duration::from_millis(args.write_timeout_ms.max(10));
         config.limits.heartbeat_ms = args.heartbeat_ms.max(100);
+        config.sse_recycle = std::time::Duration::from_millis(args.sse_recycle_ms.max(100));
         let listener = tokio::net::TcpListener::bind(args.addr)
             .await
             .with_context(|| format!("listening on {}", args.addr))?;

@@ -1239,3 +1239,97 @@ async fn a_turn_with_a_client_chosen_id_starts_once_and_wakes_a_dead_session() {
     };
     assert_eq!((completed("turn-a"), completed("turn-b")), (1, 1));
 }
+
+/// The WebSocket protocol over plain HTTP: an event stream opened with hello and a
+/// subscription carries the same frames (welcome, the log from the cursor, caught_up, what
+/// follows live) and ends by itself after the recycle time; commands are POSTed and answered
+/// by their reply frame.
+#[test]
+fn the_wire_over_http_streams_the_same_frames_and_takes_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &["--sse-recycle-ms", "3000"]);
+    let session = server.create_demo_session();
+    let frames = json!([
+        {"t": "hello", "protocols": [1]},
+        {"t": "subscribe", "session": session, "after": 0},
+    ])
+    .to_string();
+    let query: String = frames
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let addr = server.addr;
+    let path = format!("/api/wire?frames={query}&token={TOKEN}");
+    let reader = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(DEADLINE)).unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).unwrap();
+        raw
+    });
+    // Wait for the stream's subscription, then start a turn by POST.
+    server.wait_events(&session, "the session to start", |e| !e.is_empty());
+    let start = ClientMsg::StartTurn {
+        id: "c1".into(),
+        session: session.clone(),
+        prompt: "hello".into(),
+        turn_id: Some("turn-wire".into()),
+    };
+    let (status, body) = server.api(
+        "POST",
+        "/api/wire",
+        Some(serde_json::from_str(&start.encode()).unwrap()),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({"t": "reply", "id": "c1", "ok": true, "result": {"turnId": "turn-wire"}})
+    );
+    let (status, body) = server.api(
+        "POST",
+        "/api/wire",
+        Some(json!({"t": "subscribe", "session": session, "after": 0})),
+    );
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("bad_request")),
+        "{body}"
+    );
+    let log = server.wait_events(&session, "the turn to end", |e| ended(e, "turn-wire"));
+    let raw = reader.join().unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/event-stream"),
+        "{head}"
+    );
+    let raw = dechunk(body);
+    let frames: Vec<ServerMsg> = raw
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|f| ServerMsg::decode(f, 1 << 20).unwrap())
+        .collect();
+    assert!(
+        matches!(frames[0], ServerMsg::Welcome { .. }),
+        "{:?}",
+        frames[0]
+    );
+    assert!(frames
+        .iter()
+        .any(|f| matches!(f, ServerMsg::CaughtUp { .. })));
+    let mut c = Collector::new();
+    frames.into_iter().for_each(|f| c.apply(f));
+    assert_eq!(
+        c.events, log,
+        "the stream carried the log, each event once, in order"
+    );
+}

@@ -211,9 +211,11 @@ function onChange(batch) {
     // catching up (or resyncing after the server fell behind) reads as "catching up".
     const label = { live: "catching up", caught_up: "live" }[batch.state] ?? batch.state;
     s.replaceChildren(badge(label, `conn-${batch.state}`));
+    if (state.client?.transport === "sse") s.append(badge("fallback: SSE", "conn-fallback"));
     s.dataset.state = batch.state;
     showPending();
   }
+  if (batch.transport) $("connection").dataset.transport = batch.transport;
   let sessionsChanged = false;
   for (const b of batch.sessions) {
     if (b.lifecycle) {
@@ -265,7 +267,9 @@ async function main() {
     providers.append(option);
   }
   const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
-  state.client = new Client({ url, token, sessions: [], onChange });
+  // `?fallback=off` keeps the page on the WebSocket (the chaos test that cuts it on purpose).
+  const fallback = new URLSearchParams(location.search).get("fallback") !== "off";
+  state.client = new Client({ url, token, sessions: [], onChange, fallback });
   // Back from the background (or offline): check the connection now, not at the next timer.
   document.addEventListener("visibilitychange", () => {
     if (document.visibilityState === "visible") state.client.wake();

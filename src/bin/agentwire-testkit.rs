@@ -39,6 +39,9 @@ mod native {
             /// Each forwarded chunk is delayed by up to this many ms.
             #[arg(long, default_value_t = 5)]
             max_delay_ms: u64,
+            /// Answer WebSocket upgrades 403 (a proxy that does not speak WebSocket).
+            #[arg(long)]
+            refuse_upgrades: bool,
         },
         /// Run the scripted fake model server (loopback only) that the real-CLI tests use.
         FakeModel {
@@ -89,6 +92,7 @@ mod native {
                 cut_max_ms,
                 stall_per_mille,
                 max_delay_ms,
+                refuse_upgrades,
             } => {
                 let options = chaos::ChaosOptions {
                     listen,
@@ -98,6 +102,7 @@ mod native {
                     stall_per_mille,
                     stall_ms: (50, 300),
                     delay_ms: (0, max_delay_ms),
+                    refuse_upgrades,
                 };
                 runtime.block_on(chaos::run(options))?;
             }

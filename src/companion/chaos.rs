@@ -5,10 +5,13 @@
 //! on the way. The same seed gives the same
 //! plan for the same sequence of connections and chunks.
 //!
-//! Only WebSocket connections (an HTTP request with `Upgrade: websocket`) are shaken; other
+//! Only the connections that carry a session's stream are shaken: WebSockets (an HTTP request
+//! with `Upgrade: websocket`) and the fallback's event streams (`GET /api/wire`); other
 //! connections pass untouched, so a page can be loaded through the proxy (same origin as its
-//! WebSocket) while its socket is cut. It prints `chaos-proxy: listening 127.0.0.1:PORT`,
-//! then one `cut N` line per connection it cuts, so a test can count the cuts.
+//! WebSocket) while its socket is cut. With `refuse_upgrades` the proxy answers every
+//! WebSocket upgrade `403`, as proxies that do not speak WebSocket do. It prints
+//! `chaos-proxy: listening 127.0.0.1:PORT`, then one `cut N` line per connection it cuts (and
+//! `refused N` per upgrade it refused), so a test can count them.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +34,8 @@ pub struct ChaosOptions {
     pub stall_ms: (u64, u64),
     /// A delay added to every chunk, range (ms).
     pub delay_ms: (u64, u64),
+    /// Answer WebSocket upgrades `403` instead of forwarding them.
+    pub refuse_upgrades: bool,
 }
 
 /// xorshift64*: small, fast, seeded, and good enough to place faults.
@@ -65,14 +70,27 @@ pub async fn run(options: ChaosOptions) -> std::io::Result<()> {
     println!("chaos-proxy: listening {}", listener.local_addr()?);
     let rng = Arc::new(Mutex::new(Rng(options.seed.max(1))));
     let cuts = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
     loop {
         let (client, _) = listener.accept().await?;
-        let (options, rng, cuts) = (options.clone(), rng.clone(), cuts.clone());
+        let (options, rng, cuts, refused) =
+            (options.clone(), rng.clone(), cuts.clone(), refused.clone());
         tokio::spawn(async move {
+            let kind = classify(&client).await;
+            if kind == Kind::WebSocket && options.refuse_upgrades {
+                let mut client = client;
+                let _ = client
+                    .write_all(
+                        b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    )
+                    .await;
+                println!("refused {}", refused.fetch_add(1, Ordering::Relaxed) + 1);
+                return;
+            }
             let Ok(upstream) = TcpStream::connect(options.upstream).await else {
                 return;
             };
-            if !is_websocket(&client).await {
+            if kind == Kind::Other {
                 let (mut client, mut upstream) = (client, upstream);
                 let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
                 return;
@@ -95,20 +113,35 @@ pub async fn run(options: ChaosOptions) -> std::io::Result<()> {
     }
 }
 
-/// Whether the connection's first request asks for a WebSocket upgrade (peeked, not read).
-async fn is_websocket(client: &TcpStream) -> bool {
+/// What a connection carries, from its first request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    WebSocket,
+    /// `GET /api/wire`: the fallback's event stream.
+    WireStream,
+    Other,
+}
+
+/// Reads what the connection's first request asks for (peeked, not read).
+async fn classify(client: &TcpStream) -> Kind {
     let mut head = vec![0u8; 4096];
     for _ in 0..50 {
         let Ok(n) = client.peek(&mut head).await else {
-            return false;
+            return Kind::Other;
         };
         let text = String::from_utf8_lossy(&head[..n]).to_ascii_lowercase();
         if text.contains("\r\n\r\n") || n == head.len() {
-            return text.contains("upgrade: websocket");
+            return if text.contains("upgrade: websocket") {
+                Kind::WebSocket
+            } else if text.starts_with("get /api/wire?") {
+                Kind::WireStream
+            } else {
+                Kind::Other
+            };
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    false
+    Kind::Other
 }
 
 async fn pump(

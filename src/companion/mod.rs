@@ -38,6 +38,7 @@ pub mod server;
 pub mod session;
 pub mod store;
 pub mod tail;
+pub mod wire_http;
 pub mod ws;
 
 use crate::core::event::EventId;

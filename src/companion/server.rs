@@ -59,6 +59,9 @@ pub struct ServerConfig {
     pub body_limit: usize,
     /// The longest a long-poll may wait.
     pub max_wait_ms: u64,
+    /// How long one `GET /api/wire` event stream lasts before it ends and the client opens
+    /// the next (see [`super::wire_http`]).
+    pub sse_recycle: Duration,
 }
 
 impl ServerConfig {
@@ -77,6 +80,7 @@ impl ServerConfig {
             },
             body_limit: 1 << 20,
             max_wait_ms: 60_000,
+            sse_recycle: Duration::from_secs(30),
         }
     }
 }
@@ -198,6 +202,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/sessions/{id}/stream", get(sse_stream))
         .route("/api/connections/drop", post(drop_connections))
         .route("/ws", get(websocket))
+        .route(
+            "/api/wire",
+            get(super::wire_http::stream).post(super::wire_http::command),
+        )
         .route(
             "/ag-ui/{provider}",
             super::agui::route(state.config.body_limit),

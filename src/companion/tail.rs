@@ -83,6 +83,8 @@ pub async fn run(options: TailOptions) -> Result<()> {
         backoff_min_ms: i64::try_from(options.backoff_min_ms.max(1)).unwrap_or(i64::MAX),
         seed: u64::from_str_radix(&random_hex(8), 16).unwrap_or(1),
         client_name: concat!("agentwire-tail/", env!("CARGO_PKG_VERSION")).into(),
+        // A terminal reaches the server directly: no browser proxy to fall back from.
+        fallback: false,
         ..ClientConfig::default()
     };
     if options.url.starts_with("wss://") {
@@ -117,6 +119,8 @@ pub async fn run(options: TailOptions) -> Result<()> {
                         (conn, opened.map(|(socket, _)| socket))
                     }));
                 }
+                // Never asked for: `fallback` is off.
+                Action::ConnectSse { conn, .. } => client.handle_close(conn, now_ms()),
                 Action::Disconnect { conn } => {
                     if socket.as_ref().is_some_and(|(c, _)| *c == conn) {
                         socket = None;

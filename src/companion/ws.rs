@@ -27,7 +27,7 @@ use crate::core::event::Event;
 use crate::core::wire::{self, ClientMsg, ServerMsg, StoreStatus, WireError};
 
 /// Frames a connection may have queued for sending before its subscriptions wait.
-const OUTGOING_FRAMES: usize = 32;
+pub const OUTGOING_FRAMES: usize = 32;
 /// Events read from the store per page.
 const PAGE: usize = 512;
 /// Subscriptions one connection may hold at once.

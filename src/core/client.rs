@@ -54,6 +54,18 @@ pub struct ClientConfig {
     pub client_name: String,
     /// After [`Client::handle_wake`], how long an open connection has to answer a ping.
     pub wake_probe_ms: i64,
+    /// Fall back to Server-Sent Events (and HTTP for commands) where the WebSocket cannot be
+    /// opened or keeps being cut ([`Action::ConnectSse`]); `agentwire tail` does not.
+    pub fallback: bool,
+    /// WebSocket connections in a row that could not be opened (closed before `welcome`)
+    /// before the client falls back.
+    pub ws_failures_to_fall_back: u32,
+    /// Or welcomed WebSocket connections in a row that were cut less than `ws_short_ms` after
+    /// their welcome (a proxy that kills upgraded connections).
+    pub ws_cuts_to_fall_back: u32,
+    pub ws_short_ms: i64,
+    /// On the fallback, how long before the WebSocket is tried again.
+    pub ws_retry_ms: i64,
 }
 
 impl Default for ClientConfig {
@@ -66,6 +78,11 @@ impl Default for ClientConfig {
             seed: 0x9e37_79b9_7f4a_7c15,
             client_name: concat!("agentwire-wasm/", env!("CARGO_PKG_VERSION")).to_owned(),
             wake_probe_ms: 3_000,
+            fallback: true,
+            ws_failures_to_fall_back: 2,
+            ws_cuts_to_fall_back: 5,
+            ws_short_ms: 5_000,
+            ws_retry_ms: 5 * 60_000,
         }
     }
 }
@@ -98,12 +115,35 @@ impl ConnectionState {
     }
 }
 
+/// How the client reaches the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    WebSocket,
+    /// Server-Sent Events from `GET /api/wire` for what the server sends, `POST /api/wire`
+    /// for commands: the fallback where WebSockets do not get through.
+    Sse,
+}
+
+impl Transport {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Transport::WebSocket => "websocket",
+            Transport::Sse => "sse",
+        }
+    }
+}
+
 /// What the transport must do with sockets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Open a socket; report its events with this connection id.
+    /// Open a WebSocket; report its events with this connection id.
     Connect { conn: u64 },
-    /// Close the socket of this connection (its close event is then ignored).
+    /// Open an event stream (`GET /api/wire?frames=…`) whose opening client frames are
+    /// `frames` (a JSON array: hello and the subscriptions); report its events with this
+    /// connection id, and POST what [`Client::poll_post`] gives to `/api/wire`.
+    ConnectSse { conn: u64, frames: String },
+    /// Close the socket (or stream) of this connection (its close event is then ignored).
     Disconnect { conn: u64 },
 }
 
@@ -112,13 +152,16 @@ pub enum Action {
 pub struct ClientBatch {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<ConnectionState>,
+    /// The transport, when it changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transport: Option<Transport>,
     #[serde(flatten)]
     pub batch: Batch,
 }
 
 impl ClientBatch {
     pub fn is_empty(&self) -> bool {
-        self.state.is_none() && self.batch.is_empty()
+        self.state.is_none() && self.transport.is_none() && self.batch.is_empty()
     }
 
     pub fn to_json(&self) -> String {
@@ -160,6 +203,18 @@ pub struct Client {
     rng: u64,
     /// Set by [`Client::handle_wake`] on an open connection: dead unless a frame comes by then.
     probe_until: Option<i64>,
+    /// The transport of the current (or next) connection, and the last one reported.
+    transport: Transport,
+    reported_transport: Option<Transport>,
+    /// WebSocket connections in a row that could not be opened, or were cut soon; when the
+    /// current one was welcomed.
+    ws_failures: u32,
+    ws_cuts: u32,
+    welcomed_at: i64,
+    /// On the fallback: when to try the WebSocket again.
+    ws_retry_at: Option<i64>,
+    /// Commands to POST (on the fallback transport).
+    posts: VecDeque<String>,
     next_command: u64,
     /// Commands not answered yet, by number (the order they were given).
     pending: BTreeMap<u64, Command>,
@@ -194,6 +249,13 @@ impl Client {
             reconnect_at: None,
             next_command: 0,
             probe_until: None,
+            transport: Transport::WebSocket,
+            reported_transport: None,
+            ws_failures: 0,
+            ws_cuts: 0,
+            welcomed_at: 0,
+            ws_retry_at: None,
+            posts: VecDeque::new(),
             pending: BTreeMap::new(),
             transmit: VecDeque::new(),
             actions: VecDeque::new(),
@@ -223,7 +285,10 @@ impl Client {
             self.sessions.push(session.to_owned());
         }
         self.projector.track(session);
-        if self.welcomed {
+        if self.welcomed && self.transport == Transport::Sse {
+            // The stream's subscriptions are fixed when it opens: open another.
+            self.reopen();
+        } else if self.welcomed {
             self.send_subscribe(session);
         }
     }
@@ -249,11 +314,24 @@ impl Client {
         if self.awaiting_caught_up.remove(session) {
             self.update_caught_up();
         }
-        if self.welcomed {
+        if self.welcomed && self.transport == Transport::Sse {
+            self.reopen();
+        } else if self.welcomed {
             self.send(&ClientMsg::Unsubscribe {
                 session: session.to_owned(),
             });
         }
+    }
+
+    /// The transport in use (or about to be).
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// A command to POST to `/api/wire` on the fallback transport; its response body goes to
+    /// [`Client::handle_frame`] (a failed request to [`Client::handle_close`]).
+    pub fn poll_post(&mut self) -> Option<String> {
+        self.posts.pop_front()
     }
 
     /// Starts a foreground turn; the reply's result is `{turnId}`. Returns the command id.
@@ -376,12 +454,19 @@ impl Client {
         }
         self.open = true;
         self.last_heard_ms = now_ms;
-        self.send(&ClientMsg::Hello {
+        if self.transport == Transport::WebSocket {
+            let hello = self.hello();
+            self.send(&hello);
+        }
+    }
+
+    fn hello(&self) -> ClientMsg {
+        ClientMsg::Hello {
             protocols: PROTOCOL_VERSIONS.to_vec(),
             max_frame: Some(DEFAULT_MAX_FRAME),
             client: Some(self.config.client_name.clone()),
             features: vec![FEATURE_SESSION_STATUS.to_owned()],
-        });
+        }
     }
 
     /// A text frame arrived on `conn`. A frame that is not a server message is noted in the
@@ -392,6 +477,16 @@ impl Client {
         }
         self.last_heard_ms = now_ms;
         self.probe_until = None;
+        self.take_frame(frame, now_ms);
+    }
+
+    /// The response body of a command POSTed on the fallback transport (a `reply` frame, or
+    /// an `error`), whichever stream is open now.
+    pub fn handle_post_reply(&mut self, frame: &str, now_ms: i64) {
+        self.take_frame(frame, now_ms);
+    }
+
+    fn take_frame(&mut self, frame: &str, now_ms: i64) {
         let Ok(signal) = self.projector.handle_frame(frame, now_ms) else {
             return;
         };
@@ -399,14 +494,22 @@ impl Client {
             Signal::None => {}
             Signal::Welcome { heartbeat_ms, .. } => {
                 self.welcomed = true;
+                self.welcomed_at = now_ms;
                 self.heartbeat_ms = i64::try_from(heartbeat_ms).unwrap_or(i64::MAX).max(100);
                 self.backoff_ms = self.config.backoff_min_ms.max(1);
                 for session in self.sessions.clone() {
-                    self.send_subscribe(&session);
+                    match self.transport {
+                        Transport::WebSocket => self.send_subscribe(&session),
+                        // The stream was opened with the subscriptions.
+                        Transport::Sse => drop(self.awaiting_caught_up.insert(session)),
+                    }
                 }
                 // Then what was given while disconnected, or lost in flight, in order.
                 let kept: Vec<String> = self.pending.values().map(|c| c.msg.encode()).collect();
-                self.transmit.extend(kept);
+                match self.transport {
+                    Transport::WebSocket => self.transmit.extend(kept),
+                    Transport::Sse => self.posts.extend(kept),
+                }
                 self.update_caught_up();
             }
             Signal::Resubscribe { session } => {
@@ -462,6 +565,9 @@ impl Client {
             self.reconnect_at = None;
             self.backoff_ms = self.config.backoff_min_ms.max(1);
             self.connect(now_ms);
+        } else if self.welcomed && self.transport == Transport::Sse {
+            // No ping on a one-way stream: a fresh one proves the way.
+            self.reopen();
         } else if self.welcomed {
             self.send(&ClientMsg::Ping {
                 id: Some("wake".to_owned()),
@@ -510,8 +616,13 @@ impl Client {
             self.reported_state = Some(self.state);
             self.state
         });
+        let transport = (self.reported_transport != Some(self.transport)).then(|| {
+            self.reported_transport = Some(self.transport);
+            self.transport
+        });
         ClientBatch {
             state,
+            transport,
             batch: self.projector.drain(),
         }
     }
@@ -532,6 +643,13 @@ impl Client {
     }
 
     fn connect(&mut self, now_ms: i64) {
+        if self.transport == Transport::Sse && self.ws_retry_at.is_some_and(|at| now_ms >= at) {
+            // Time to try the WebSocket again; one more failure and it is the fallback again.
+            self.transport = Transport::WebSocket;
+            self.ws_retry_at = None;
+            self.ws_failures = self.config.ws_failures_to_fall_back.saturating_sub(1);
+            self.ws_cuts = self.config.ws_cuts_to_fall_back.saturating_sub(1);
+        }
         self.probe_until = None;
         self.conn += 1;
         self.socket = true;
@@ -539,7 +657,38 @@ impl Client {
         self.welcomed = false;
         self.last_heard_ms = now_ms;
         self.transmit.clear();
-        self.actions.push_back(Action::Connect { conn: self.conn });
+        let conn = self.conn;
+        self.actions.push_back(match self.transport {
+            Transport::WebSocket => Action::Connect { conn },
+            Transport::Sse => {
+                let mut frames = vec![self.hello()];
+                for session in &self.sessions {
+                    frames.push(match self.projector.cursor(session) {
+                        Some(cursor) => cursor.subscribe(session),
+                        None => ClientMsg::Subscribe {
+                            session: session.clone(),
+                            after: 0,
+                            epoch: None,
+                        },
+                    });
+                }
+                let frames = serde_json::to_string(&frames).expect("client messages serialize");
+                Action::ConnectSse { conn, frames }
+            }
+        });
+    }
+
+    /// Closes the current stream and opens another at once, from the cursors (the fallback's
+    /// subscriptions changed, or it must prove it is alive): nothing kept is lost, nothing in
+    /// flight fails.
+    fn reopen(&mut self) {
+        let now_ms = self.last_heard_ms;
+        self.actions
+            .push_back(Action::Disconnect { conn: self.conn });
+        // Commands in flight are POSTs, whose answers do not ride on the stream: they wait.
+        self.awaiting_caught_up.clear();
+        self.connect(now_ms);
+        self.set_state(ConnectionState::Live);
     }
 
     /// The connection is gone (closed, failed, or declared dead): fail what was in flight and
@@ -555,6 +704,25 @@ impl Client {
         }
         if was_welcomed {
             self.drops += 1;
+        }
+        if self.transport == Transport::WebSocket && self.config.fallback {
+            if !was_welcomed {
+                self.ws_failures += 1;
+            } else {
+                self.ws_failures = 0;
+                let short = now_ms - self.welcomed_at < self.config.ws_short_ms;
+                self.ws_cuts = if short { self.ws_cuts + 1 } else { 0 };
+            }
+            if self.ws_failures >= self.config.ws_failures_to_fall_back.max(1)
+                || self.ws_cuts >= self.config.ws_cuts_to_fall_back.max(1)
+            {
+                self.ws_failures = 0;
+                self.ws_cuts = 0;
+                self.transport = Transport::Sse;
+                self.ws_retry_at = Some(now_ms.saturating_add(self.config.ws_retry_ms));
+                // The fallback is tried at once: the WebSocket's backoff says nothing of it.
+                self.backoff_ms = self.config.backoff_min_ms.max(1);
+            }
         }
         let delay = self.jittered(self.backoff_ms);
         self.backoff_ms = (self.backoff_ms * 2).min(self.config.backoff_max_ms.max(1));
@@ -597,8 +765,18 @@ impl Client {
     }
 
     fn send(&mut self, msg: &ClientMsg) {
-        if self.open {
-            self.transmit.push_back(msg.encode());
+        if !self.open {
+            return;
+        }
+        match self.transport {
+            Transport::WebSocket => self.transmit.push_back(msg.encode()),
+            // On the fallback only commands travel (subscriptions are the stream's own).
+            Transport::Sse
+                if msg.command_id().is_some() && !matches!(msg, ClientMsg::Ping { .. }) =>
+            {
+                self.posts.push_back(msg.encode())
+            }
+            Transport::Sse => {}
         }
     }
 

@@ -55,25 +55,54 @@ enum Resolve {
 
 struct Socket {
     conn: u64,
-    ws: WebSocket,
+    /// A `WebSocket`, or on the fallback an `EventSource` (reached through `Reflect`: no
+    /// bindings for a path most pages never take).
+    handle: Handle,
     _on_open: Closure<dyn FnMut()>,
     _on_message: Closure<dyn FnMut(MessageEvent)>,
     _on_close: Closure<dyn FnMut()>,
 }
 
+enum Handle {
+    Ws(WebSocket),
+    EventSource(JsValue),
+}
+
 impl Socket {
     /// Detaches the handlers (so no callback outlives its closure) and closes.
     fn close(self) {
-        self.ws.set_onopen(None);
-        self.ws.set_onmessage(None);
-        self.ws.set_onclose(None);
-        let _ = self.ws.close();
+        match self.handle {
+            Handle::Ws(ws) => {
+                ws.set_onopen(None);
+                ws.set_onmessage(None);
+                ws.set_onclose(None);
+                let _ = ws.close();
+            }
+            Handle::EventSource(es) => {
+                for key in ["onopen", "onmessage", "onerror"] {
+                    let _ = Reflect::set(&es, &key.into(), &JsValue::NULL);
+                }
+                call_method(&es, "close", &[]);
+            }
+        }
     }
+}
+
+/// `target[name](...args)`, its result (undefined when it is not a function or throws).
+fn call_method(target: &JsValue, name: &str, args: &[JsValue]) -> JsValue {
+    let Ok(f) = Reflect::get(target, &name.into()).and_then(|f| f.dyn_into::<Function>()) else {
+        return JsValue::UNDEFINED;
+    };
+    let args: js_sys::Array = args.iter().collect();
+    f.apply(target, &args).unwrap_or(JsValue::UNDEFINED)
 }
 
 struct Inner {
     core: Core,
     url: String,
+    /// `http(s)://host:port` of the server, and the token: the fallback's requests.
+    base: String,
+    token: String,
     socket: Option<Socket>,
     on_change: Function,
     pending: HashMap<String, (Function, Function, Resolve)>,
@@ -105,6 +134,9 @@ impl Drop for Inner {
 struct Options {
     /// The WebSocket URL with the token in its query (browsers cannot set headers).
     url: String,
+    /// The server's `http(s)://host:port`, for the fallback transport, and the token.
+    base: String,
+    token: String,
     on_change: Function,
     sessions: Vec<String>,
     config: ClientConfig,
@@ -146,10 +178,24 @@ impl Options {
                 *field = ms as i64;
             }
         }
+        if let Some(fallback) = get("fallback").as_bool() {
+            config.fallback = fallback;
+        }
         let sep = if url.contains('?') { '&' } else { '?' };
+        let authority = url.split_once("://").map_or("", |(_, rest)| rest);
+        let authority = authority.split(['/', '?', '#']).next().unwrap_or("");
+        let scheme = if url.starts_with("wss://") {
+            "https"
+        } else {
+            "http"
+        };
+        let base = format!("{scheme}://{authority}");
+        let raw_token = token.clone();
         let token = String::from(js_sys::encode_uri_component(&token));
         Ok(Options {
             url: format!("{url}{sep}token={token}"),
+            base,
+            token: raw_token,
             on_change,
             sessions,
             config,
@@ -192,12 +238,14 @@ fn model_change(change: &JsValue) -> Result<ModelChange, JsValue> {
 
 impl Inner {
     /// The state and its two long-lived callbacks (timer, animation frame), which hold it weakly.
-    fn new(core: Core, url: String, on_change: Function) -> Rc<RefCell<Inner>> {
+    fn new(core: Core, options: Options) -> Rc<RefCell<Inner>> {
         let inner = Rc::new(RefCell::new(Inner {
             core,
-            url,
+            url: options.url,
+            base: options.base,
+            token: options.token,
             socket: None,
-            on_change,
+            on_change: options.on_change,
             pending: HashMap::new(),
             timer: None,
             on_timer: None,
@@ -227,9 +275,9 @@ impl Client {
         #[wasm_bindgen(unchecked_param_type = "ClientOptions")] options: JsValue,
     ) -> Result<Client, JsValue> {
         let options = Options::read(&options)?;
-        let mut core = Core::new(options.config, now_ms());
+        let mut core = Core::new(options.config.clone(), now_ms());
         options.sessions.iter().for_each(|s| core.subscribe(s));
-        let inner = Inner::new(core, options.url, options.on_change);
+        let inner = Inner::new(core, options);
         pump(&inner);
         Ok(Client { inner })
     }
@@ -238,6 +286,12 @@ impl Client {
     #[wasm_bindgen(getter, unchecked_return_type = "ConnectionState")]
     pub fn state(&self) -> String {
         self.inner.borrow().core.state().as_str().to_owned()
+    }
+
+    /// `websocket`, or `sse` on the fallback (Server-Sent Events and HTTP commands).
+    #[wasm_bindgen(getter, unchecked_return_type = "Transport")]
+    pub fn transport(&self) -> String {
+        self.inner.borrow().core.transport().as_str().to_owned()
     }
 
     /// How many connections dropped and were resumed so far.
@@ -467,6 +521,21 @@ fn pump(inner: &Rc<RefCell<Inner>>) {
                         Err(_) => s.core.handle_close(conn, now_ms()),
                     }
                 }
+                Action::ConnectSse { conn, frames } => {
+                    if let Some(old) = s.socket.take() {
+                        old.close();
+                    }
+                    let url = format!(
+                        "{}/api/wire?token={}&frames={}",
+                        s.base,
+                        js_sys::encode_uri_component(&s.token),
+                        js_sys::encode_uri_component(&frames)
+                    );
+                    match open_event_source(&url, conn, Rc::downgrade(inner)) {
+                        Ok(socket) => s.socket = Some(socket),
+                        Err(_) => s.core.handle_close(conn, now_ms()),
+                    }
+                }
                 Action::Disconnect { conn } => {
                     if s.socket.as_ref().is_some_and(|sock| sock.conn == conn) {
                         s.socket.take().expect("checked above").close();
@@ -475,9 +544,16 @@ fn pump(inner: &Rc<RefCell<Inner>>) {
             }
         }
         while let Some(frame) = s.core.poll_transmit() {
-            if let Some(socket) = &s.socket {
-                let _ = socket.ws.send_with_str(&frame);
+            if let Some(Socket {
+                handle: Handle::Ws(ws),
+                ..
+            }) = &s.socket
+            {
+                let _ = ws.send_with_str(&frame);
             }
+        }
+        while let Some(body) = s.core.poll_post() {
+            post(&s.base, &s.token, body, Rc::downgrade(inner));
         }
         while let Some((id, result)) = s.core.poll_reply() {
             if let Some(entry) = s.pending.remove(&id) {
@@ -559,9 +635,91 @@ fn open(url: &str, conn: u64, weak: Weak<RefCell<Inner>>) -> Result<Socket, JsVa
     ws.set_onclose(Some(on_close.as_ref().unchecked_ref()));
     Ok(Socket {
         conn,
-        ws,
+        handle: Handle::Ws(ws),
         _on_open: on_open,
         _on_message: on_message,
         _on_close: on_close,
     })
+}
+
+/// The fallback's stream: an `EventSource` whose messages are server frames. It is closed at
+/// its first error (EventSource would reconnect by itself, from nowhere): the core decides
+/// when and from which cursors the next one opens.
+fn open_event_source(url: &str, conn: u64, weak: Weak<RefCell<Inner>>) -> Result<Socket, JsValue> {
+    let ctor = Reflect::get(&js_sys::global(), &"EventSource".into())?.dyn_into::<Function>()?;
+    let es = Reflect::construct(&ctor, &js_sys::Array::of1(&url.into()))?;
+    let on_open = Closure::<dyn FnMut()>::new(callback(&weak, move |core| {
+        core.handle_open(conn, now_ms())
+    }));
+    let on_close = Closure::<dyn FnMut()>::new({
+        let weak = weak.clone();
+        move || {
+            if let Some(inner) = weak.upgrade() {
+                {
+                    let mut s = inner.borrow_mut();
+                    s.core.handle_close(conn, now_ms());
+                    if s.socket.as_ref().is_some_and(|sock| sock.conn == conn) {
+                        s.socket.take().expect("checked above").close();
+                    }
+                }
+                pump(&inner);
+            }
+        }
+    });
+    let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
+        let (Some(inner), Some(text)) = (weak.upgrade(), e.data().as_string()) else {
+            return;
+        };
+        inner.borrow_mut().core.handle_frame(conn, &text, now_ms());
+        pump(&inner);
+    });
+    Reflect::set(&es, &"onopen".into(), on_open.as_ref())?;
+    Reflect::set(&es, &"onmessage".into(), on_message.as_ref())?;
+    Reflect::set(&es, &"onerror".into(), on_close.as_ref())?;
+    Ok(Socket {
+        conn,
+        handle: Handle::EventSource(es),
+        _on_open: on_open,
+        _on_message: on_message,
+        _on_close: on_close,
+    })
+}
+
+/// POSTs one command of the fallback; its answer (or the failure, which drops the stream:
+/// what is kept is sent again on the next) goes to the core.
+fn post(base: &str, token: &str, body: String, weak: Weak<RefCell<Inner>>) {
+    let init = js_sys::Object::new();
+    let headers = js_sys::Object::new();
+    let _ = Reflect::set(
+        &headers,
+        &"Authorization".into(),
+        &format!("Bearer {token}").into(),
+    );
+    let _ = Reflect::set(&headers, &"Content-Type".into(), &"application/json".into());
+    let _ = Reflect::set(&init, &"method".into(), &"POST".into());
+    let _ = Reflect::set(&init, &"headers".into(), &headers);
+    let _ = Reflect::set(&init, &"body".into(), &body.into());
+    let url: JsValue = format!("{base}/api/wire").into();
+    let fetched = call_method(&js_sys::global(), "fetch", &[url, init.into()]);
+    let failed = {
+        let weak = weak.clone();
+        Closure::once_into_js(move |_: JsValue| {
+            if let Some(inner) = weak.upgrade() {
+                let conn = inner.borrow().socket.as_ref().map(|s| s.conn);
+                if let Some(conn) = conn {
+                    inner.borrow_mut().core.handle_close(conn, now_ms());
+                }
+                pump(&inner);
+            }
+        })
+    };
+    let answered = Closure::once_into_js(move |text: JsValue| {
+        if let (Some(inner), Some(text)) = (weak.upgrade(), text.as_string()) {
+            inner.borrow_mut().core.handle_post_reply(&text, now_ms());
+            pump(&inner);
+        }
+    });
+    let read = Closure::once_into_js(|response: JsValue| call_method(&response, "text", &[]));
+    let text = call_method(&fetched, "then", &[read]);
+    call_method(&text, "then", &[answered, failed]);
 }

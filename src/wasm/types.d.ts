@@ -237,7 +237,12 @@ export type ConnectionState = "connecting" | "live" | "caught_up" | "reconnectin
 export interface ClientBatch extends Batch {
   /** Present when the connection state changed. */
   state?: ConnectionState;
+  /** Present when the transport changed: `sse` is the fallback (Server-Sent Events and HTTP
+   * commands) where WebSockets do not get through. */
+  transport?: Transport;
 }
+
+export type Transport = "websocket" | "sse";
 
 export type Decision = "allow" | "deny";
 
@@ -308,6 +313,8 @@ export interface ClientOptions {
   backoffMaxMs?: number;
   /** How long opening a socket and the handshake may take (10000 ms). */
   connectTimeoutMs?: number;
+  /** Fall back to Server-Sent Events and HTTP where WebSockets do not get through (true). */
+  fallback?: boolean;
 }
 
 /** Codes raised by this package. */

@@ -43,6 +43,14 @@ fn caught_up(latest: u64) -> String {
     .encode()
 }
 
+/// A client that stays on the WebSocket (the tests of its reconnects).
+fn ws_only() -> ClientConfig {
+    ClientConfig {
+        fallback: false,
+        ..ClientConfig::default()
+    }
+}
+
 /// Drains the socket actions and the frames sent.
 fn outbox(c: &mut Client) -> (Vec<Action>, Vec<String>) {
     let actions = std::iter::from_fn(|| c.poll_action()).collect();
@@ -69,7 +77,7 @@ fn handshake(c: &mut Client, conn: u64, now: i64) -> u64 {
 #[wasm_bindgen_test(unsupported = test)]
 fn drops_mid_stream_resume_from_the_cursor_with_no_gap_and_no_duplicate() {
     let log = log();
-    let mut c = Client::new(ClientConfig::default(), 0);
+    let mut c = Client::new(ws_only(), 0);
     c.subscribe("s1");
     let mut states = vec![c.drain().state.unwrap()];
     let mut now = 0;
@@ -135,7 +143,7 @@ fn a_client_that_prints_the_log_gets_each_event_once_from_where_it_started() {
 
 #[wasm_bindgen_test(unsupported = test)]
 fn silence_for_three_heartbeats_is_a_drop() {
-    let mut c = Client::new(ClientConfig::default(), 0);
+    let mut c = Client::new(ws_only(), 0);
     c.subscribe("s1");
     outbox(&mut c);
     handshake(&mut c, 1, 1_000);
@@ -161,7 +169,7 @@ fn silence_for_three_heartbeats_is_a_drop() {
 
 #[wasm_bindgen_test(unsupported = test)]
 fn backoff_doubles_with_jitter_up_to_the_cap_and_resets_after_welcome() {
-    let mut c = Client::new(ClientConfig::default(), 0);
+    let mut c = Client::new(ws_only(), 0);
     c.subscribe("s1");
     let mut now = 0;
     let mut delays = Vec::new();
@@ -352,6 +360,82 @@ fn waking_reconnects_at_once_and_probes_an_open_connection() {
     );
 }
 
+/// Where WebSockets do not get through, the client falls back to an event stream opened with
+/// its subscriptions and POSTs its commands, on the same cursors; it tries the WebSocket again
+/// later, and one more failure sends it back.
+#[wasm_bindgen_test(unsupported = test)]
+fn a_websocket_that_keeps_failing_falls_back_to_server_sent_events_and_is_tried_again() {
+    let mut c = Client::new(ClientConfig::default(), 0);
+    c.subscribe("s1");
+    assert_eq!(outbox(&mut c).0, [Action::Connect { conn: 1 }]);
+    assert_eq!(c.drain().transport, Some(Transport::WebSocket));
+    // Refused twice before any welcome (a proxy that refuses upgrades).
+    c.handle_close(1, 0);
+    c.handle_timeout(10_000);
+    assert_eq!(outbox(&mut c).0, [Action::Connect { conn: 2 }]);
+    c.handle_close(2, 10_000);
+    assert_eq!(c.transport(), Transport::Sse);
+    c.handle_timeout(20_000);
+    let hello = r#"{"t":"hello","protocols":[1],"max_frame":1048576,"client":"agentwire-wasm/0.1.0","features":["session_status"]}"#;
+    let subscribe = r#"{"t":"subscribe","session":"s1","after":0,"epoch":null}"#;
+    assert_eq!(
+        outbox(&mut c).0,
+        [Action::ConnectSse {
+            conn: 3,
+            frames: format!("[{hello},{subscribe}]")
+        }]
+    );
+    assert_eq!(c.drain().transport, Some(Transport::Sse));
+    c.handle_open(3, 20_000);
+    c.handle_frame(3, &welcome(500), 20_000);
+    assert_eq!(
+        outbox(&mut c).1,
+        Vec::<String>::new(),
+        "nothing is sent on a stream"
+    );
+    assert_eq!(c.state(), ConnectionState::Live, "s1 is catching up");
+    c.handle_frame(3, &caught_up(0), 20_000);
+    assert_eq!(c.state(), ConnectionState::CaughtUp);
+    // Commands are POSTed; their answers come back as response bodies.
+    let id = c.start_turn("s1", "hi", Some("turn_1")).unwrap();
+    let post = c.poll_post().unwrap();
+    assert!(post.starts_with(r#"{"t":"start_turn","id":"c1""#), "{post}");
+    assert_eq!(c.poll_post(), None);
+    c.handle_post_reply(
+        r#"{"t":"reply","id":"c1","ok":true,"result":{"turnId":"turn_1"}}"#,
+        20_001,
+    );
+    assert_eq!(c.poll_reply(), Some((id, Ok(json!({"turnId": "turn_1"})))));
+    // Another subscription: a new stream from the cursors, at once.
+    c.subscribe("s2");
+    let (actions, _) = outbox(&mut c);
+    assert_eq!(actions.len(), 2, "{actions:?}");
+    assert_eq!(actions[0], Action::Disconnect { conn: 3 });
+    assert!(
+        matches!(&actions[1], Action::ConnectSse { conn: 4, frames } if frames.contains(r#""session":"s2""#))
+    );
+    // Five minutes on: the next connection tries the WebSocket; refused, straight back.
+    c.handle_close(4, 20_000 + 5 * 60_000);
+    c.handle_timeout(30_000 + 5 * 60_000);
+    assert_eq!(outbox(&mut c).0, [Action::Connect { conn: 5 }]);
+    c.handle_close(5, 30_000 + 5 * 60_000);
+    assert_eq!(c.transport(), Transport::Sse);
+    // Without the fallback (agentwire tail) the WebSocket is all there is.
+    let mut t = Client::new(
+        ClientConfig {
+            fallback: false,
+            ..ClientConfig::default()
+        },
+        0,
+    );
+    for conn in 1..=5 {
+        assert_eq!(outbox(&mut t).0, [Action::Connect { conn }]);
+        t.handle_close(conn, 0);
+        t.handle_timeout(i64::from(conn as u32) * 10_000);
+    }
+    assert_eq!(t.transport(), Transport::WebSocket);
+}
+
 #[wasm_bindgen_test(unsupported = test)]
 fn the_session_contract_commands_are_sent_as_the_protocol_spells_them() {
     let mut c = Client::new(ClientConfig::default(), 0);
@@ -438,7 +522,9 @@ proptest! {
         cuts in proptest::collection::vec((0usize..6, any::<bool>()), 0..10),
     ) {
         let log = log();
-        let mut c = Client::new(ClientConfig { seed: cuts.len() as u64, ..ClientConfig::default() }, 0);
+        // Over the WebSocket throughout (the fallback has its own test).
+        let config = ClientConfig { seed: cuts.len() as u64, fallback: false, ..ClientConfig::default() };
+        let mut c = Client::new(config, 0);
         c.subscribe("s1");
         let mut now = 0;
         let mut conn = 0;
@@ -448,7 +534,7 @@ proptest! {
             let (actions, _) = outbox(&mut c);
             let connect = actions.iter().rev().find_map(|a| match a {
                 Action::Connect { conn } => Some(*conn),
-                Action::Disconnect { .. } => None,
+                Action::ConnectSse { .. } | Action::Disconnect { .. } => None,
             });
             conn = connect.unwrap_or(conn);
             let after = handshake(&mut c, conn, now);

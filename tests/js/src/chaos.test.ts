@@ -74,6 +74,76 @@ function freePort(): Promise<number> {
   });
 }
 
+/** A proxy that answers every WebSocket upgrade 403 and stalls, delays and cuts the event
+ * streams it lets through: the page falls back to Server-Sent Events and HTTP by itself, says
+ * so, sends its prompts over HTTP, and ends with the direct page's timeline. */
+async function throughAProxyThatRefusesWebSockets() {
+  const proxyListen = `127.0.0.1:${await freePort()}`;
+  const addr = await start(
+    ["serve", "--addr", "127.0.0.1:0", "--token", TOKEN, "--db", join(tmp, "refused.db"),
+      "--www", join(root, "www"), "--demo-delay-ms", "20", "--heartbeat-ms", "500",
+      "--sse-recycle-ms", "2000", "--allow-host", proxyListen],
+    /^agentwire: serving http:\/\/([^/]+)\//,
+  );
+  let refused = 0;
+  let cuts = 0;
+  const proxy = await start(
+    ["chaos-proxy", "--listen", proxyListen, "--upstream", addr, "--seed", "5", "--cut-min-ms", "300", "--cut-max-ms", "2500",
+      "--stall-per-mille", "50", "--max-delay-ms", "20", "--refuse-upgrades"],
+    /^chaos-proxy: listening (.+)$/,
+    (line) => {
+      if (line.startsWith("refused ")) refused++;
+      if (line.startsWith("cut ")) cuts++;
+    },
+  );
+  const session = (await api(addr, "POST", "/api/sessions", { provider: "demo" })).id as string;
+  const context = await launchChromium(join(tmp, "refused-profile"));
+  try {
+    const page = context.pages()[0] ?? (await context.newPage());
+    const errors: string[] = [];
+    page.on("pageerror", (e) => errors.push(e.message));
+    await page.goto(`http://${proxy}/?token=${TOKEN}`);
+    await page.waitForSelector(`#sessions li[data-session="${session}"].selected`, { timeout: 30_000 });
+    await until("the page is on the fallback and says so", async () =>
+      page.evaluate(() => (window as any).agentwirePage.state.client.transport === "sse" &&
+        document.querySelector("#connection")!.textContent!.includes("fallback: SSE") &&
+        ["live", "caught_up"].includes(document.querySelector("#connection")!.getAttribute("data-state")!)));
+    // Prompts typed on the page travel as HTTP requests.
+    const turns = 3;
+    for (let t = 1; t <= turns; t++) {
+      await page.fill("#prompt", "a slow answer please");
+      await page.click("#send");
+      await until(`turn ${t} to end`, async () => {
+        const { events } = await api(addr, "GET", `/api/sessions/${session}/events?type=run_completed`);
+        return events.length === t;
+      });
+    }
+    const { events: prompts } = await api(addr, "GET", `/api/sessions/${session}/events?type=message_sent`);
+    assert.equal(prompts.length, turns, "each prompt started one turn");
+    const direct = await context.newPage();
+    await direct.goto(`http://${addr}/?token=${TOKEN}`);
+    await direct.waitForSelector(`#sessions li[data-session="${session}"].selected`, { timeout: 30_000 });
+    const reference = await until("the direct page to hold every turn", async () => {
+      const got = await items(direct);
+      return got.filter((i: any) => i.kind === "assistant_message" && !i.streaming).length === turns ? got : undefined;
+    });
+    const settled = await until("the page on the fallback to catch up", async () => {
+      const got = await items(page);
+      return JSON.stringify(got) === JSON.stringify(reference) ? got : undefined;
+    });
+    assert.deepEqual(settled, reference, "the fallback page's timeline = the direct page's");
+    const drops = await page.evaluate(() => (window as any).agentwirePage.state.client.drops);
+    assert.ok(refused >= 2, `upgrades refused: ${refused}`);
+    // Streams end every 2 s (recycled) and when the proxy cuts one (it can only cut those
+    // opened on a connection of their own: a browser may reuse one that served a fetch).
+    assert.ok(drops > 0, `streams ended and resumed: ${drops} drops (${cuts} cuts)`);
+    assert.deepEqual(errors, [], "no page errors");
+    console.log(`chaos (browser, no WebSocket): ${refused} upgrades refused, ${turns} turns sent over HTTP, ${cuts} stream cuts, ${drops} reconnects, ${settled.length} items, identical to the direct page`);
+  } finally {
+    await context.close();
+  }
+}
+
 try {
   // The page is loaded through the proxy, so the proxy's address is a name of the server (its
   // Host and its Origin), given to it as a reverse proxy's would be.
@@ -100,7 +170,9 @@ try {
     const shaken = context.pages()[0] ?? (await context.newPage());
     const errors: string[] = [];
     shaken.on("pageerror", (e) => errors.push(e.message));
-    await shaken.goto(`http://${proxy}/?token=${TOKEN}`);
+    // On the WebSocket throughout: this scenario is about its reconnects (the fallback has
+    // its own below).
+    await shaken.goto(`http://${proxy}/?token=${TOKEN}&fallback=off`);
     await shaken.waitForSelector(`#sessions li[data-session="${session}"].selected`, { timeout: 30_000 });
 
     // Slow turns, one after the other, until the proxy has cut the socket 100 times.
@@ -140,6 +212,7 @@ try {
   } finally {
     await context.close();
   }
+  await throughAProxyThatRefusesWebSockets();
 } finally {
   for (const c of children) c.kill("SIGKILL");
   rmSync(tmp, { recursive: true, force: true });

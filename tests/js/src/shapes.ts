@@ -5,7 +5,7 @@
 // returns anything the types do not describe (an unknown key, a missing one, a wrong type).
 
 import type {
-  ApprovalItem, ApprovalStatus, AssistantMessageItem, Batch, Change, ClientBatch, ConnectionState, DiagnosticKind, ErrorCode, Event,
+  ApprovalItem, ApprovalStatus, AssistantMessageItem, Batch, Change, ClientBatch, ConnectionState, Transport, DiagnosticKind, ErrorCode, Event,
   ErrorItem, EventType, Item, Json, Lifecycle, LifecycleState, Note, Provider, ReasoningItem, SessionBatch, Stall, TodoItem,
   ToolCallItem, ToolStatus, Usage, UserMessageItem, ViolationKind, StoreState, StoreStatus,
 } from "../../../pkg-web/agentwire.js";
@@ -240,6 +240,7 @@ export const clientBatch = object<ClientBatch>(
     state: oneOf<ConnectionState>({
       connecting: true, live: true, caught_up: true, reconnecting: true, closed: true,
     }),
+    transport: oneOf<Transport>({ websocket: true, sse: true }),
   },
 );
 
