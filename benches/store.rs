@@ -1,5 +1,6 @@
-//! Store benchmarks, for each backend: durable appends per second (one at a time, batched, and
-//! from 64 concurrent tasks, which group commit folds into few transactions) and reads of a
+//! Store benchmarks, for each backend: durable appends per second (100 sessions appending
+//! batches of 100 at once; one at a time, batched, and from 64 concurrent tasks on one session,
+//! which group commit folds into few transactions) and reads of a
 //! 100k-event session (all at once, and in pages of 1000). Every append is acknowledged only
 //! after its fsync, so the append numbers measure the disk as much as the code. SQLite is a
 //! file under target/; PostgreSQL is a fresh database on the throwaway local server that the
@@ -158,6 +159,66 @@ fn appends(c: &mut Criterion, name: &str, open: Open) {
     g.finish();
 }
 
+/// 100 sessions appending at once, each a batch of `BATCH` per append and one append in
+/// flight (as each session's store queue does): group commit across sessions.
+fn sessions_at_once(c: &mut Criterion, name: &str, open: Open) {
+    const SESSIONS: usize = 100;
+    const BATCH: u64 = 100;
+    let rt = runtime();
+    let bench = open(&rt);
+    let ids: Vec<String> = (0..SESSIONS).map(|i| format!("s{i:03}")).collect();
+    for id in &ids {
+        rt.block_on(bench.store.create_session(SessionRecord {
+            id: id.clone(),
+            provider: "claude".to_owned(),
+            cwd: "/work/project".to_owned(),
+            state: SessionState::Running,
+            provider_session_id: None,
+            created_at: Timestamp::EPOCH,
+            updated_at: Timestamp::EPOCH,
+            node: "local".into(),
+        }))
+        .unwrap();
+    }
+    let store = &bench.store;
+    let next = AtomicU64::new(0);
+    let mut g = c.benchmark_group(format!("{name}_append_sessions"));
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(SESSIONS as u64 * BATCH));
+    let (commits_before, mut rounds) = ((bench.commits)(), 0u64);
+    g.bench_function(
+        BenchmarkId::new(format!("{SESSIONS}_at_once"), BATCH),
+        |b| {
+            b.iter(|| {
+                rounds += 1;
+                let first = next.fetch_add(BATCH, Ordering::Relaxed);
+                rt.block_on(async {
+                    let tasks: Vec<_> = (ids.iter())
+                        .map(|id| {
+                            let (store, id) = (store.clone(), id.clone());
+                            // Built in each task, as each session's loop builds its own.
+                            tokio::spawn(async move {
+                                let batch = (first..first + BATCH).map(|n| event(&id, n)).collect();
+                                store.append(&id, batch).await
+                            })
+                        })
+                        .collect();
+                    for t in tasks {
+                        t.await.unwrap().unwrap();
+                    }
+                })
+            })
+        },
+    );
+    if rounds > 0 {
+        eprintln!(
+            "{name}_append_sessions: {:.1} commits per round of {SESSIONS} appends of {BATCH}",
+            ((bench.commits)() - commits_before) as f64 / rounds as f64
+        );
+    }
+    g.finish();
+}
+
 fn reads(c: &mut Criterion, name: &str, open: Open) {
     const N: u64 = 100_000;
     let rt = runtime();
@@ -215,6 +276,14 @@ fn sqlite_appends(c: &mut Criterion) {
     appends(c, "store", sqlite);
 }
 
+fn sqlite_sessions(c: &mut Criterion) {
+    sessions_at_once(c, "store", sqlite);
+}
+
+fn postgres_sessions(c: &mut Criterion) {
+    sessions_at_once(c, "postgres", postgres);
+}
+
 fn sqlite_reads(c: &mut Criterion) {
     reads(c, "store", sqlite);
 }
@@ -229,8 +298,10 @@ fn postgres_reads(c: &mut Criterion) {
 
 criterion_group!(
     benches,
+    sqlite_sessions,
     sqlite_appends,
     sqlite_reads,
+    postgres_sessions,
     postgres_appends,
     postgres_reads
 );

@@ -346,7 +346,10 @@ fn idle_and_slow_sockets_starve_nobody() {
     );
     assert_eq!(status, 200);
     let closed = held.iter().filter(|s| closed_by_server(s)).count();
-    assert_eq!(closed, 0, "the server closed {closed} of 350 sockets under its cap");
+    assert_eq!(
+        closed, 0,
+        "the server closed {closed} of 350 sockets under its cap"
+    );
     drop(held);
 
     // A short header timeout cuts slow heads, and not before it passes.

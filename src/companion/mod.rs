@@ -26,6 +26,7 @@ pub mod chaos;
 pub mod demo_agent;
 #[cfg(feature = "testkit")]
 pub mod fake_model;
+pub mod fanout;
 pub mod host;
 pub mod listen;
 pub mod server;
