@@ -28,6 +28,29 @@ use agentwire::core::time::Timestamp;
 #[path = "../tests/common/postgres.rs"]
 mod postgres;
 
+/// Whether criterion's filter (the first free argument) can select a benchmark of `group`, so
+/// a filtered run skips the setup (stores, 100k-event logs) of the groups it does not run.
+fn selected(group: &str) -> bool {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let filter = args.iter().enumerate().find(|(i, a)| {
+        !a.starts_with('-')
+            && (*i == 0
+                || ![
+                    "--save-baseline",
+                    "--baseline",
+                    "--profile-time",
+                    "--measurement-time",
+                    "--warm-up-time",
+                    "--sample-size",
+                ]
+                .contains(&args[i - 1].as_str()))
+    });
+    match filter {
+        None => true,
+        Some((_, f)) => group.contains(f.as_str()) || f.starts_with(group),
+    }
+}
+
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -105,6 +128,9 @@ fn event(session: &str, n: u64) -> Event {
 }
 
 fn appends(c: &mut Criterion, name: &str, open: Open) {
+    if !selected(&format!("{name}_append/")) {
+        return;
+    }
     let rt = runtime();
     let Bench { store, commits, .. } = &with_session(&rt, open, "s");
     let next = AtomicU64::new(0);
@@ -164,6 +190,9 @@ fn appends(c: &mut Criterion, name: &str, open: Open) {
 fn sessions_at_once(c: &mut Criterion, name: &str, open: Open) {
     const SESSIONS: usize = 100;
     const BATCH: u64 = 100;
+    if !selected(&format!("{name}_append_sessions")) {
+        return;
+    }
     let rt = runtime();
     let bench = open(&rt);
     let ids: Vec<String> = (0..SESSIONS).map(|i| format!("s{i:03}")).collect();
@@ -221,6 +250,9 @@ fn sessions_at_once(c: &mut Criterion, name: &str, open: Open) {
 
 fn reads(c: &mut Criterion, name: &str, open: Open) {
     const N: u64 = 100_000;
+    if !selected(&format!("{name}_read_100k")) {
+        return;
+    }
     let rt = runtime();
     let Bench { store, .. } = &with_session(&rt, open, "big");
     for chunk in 0..N / 1000 {
