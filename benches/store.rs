@@ -47,7 +47,10 @@ fn selected(group: &str) -> bool {
     });
     match filter {
         None => true,
-        Some((_, f)) => group.contains(f.as_str()) || f.starts_with(group),
+        Some((_, f)) => {
+            let head = f.split('/').next().unwrap_or_default();
+            group.contains(head) || f.starts_with(group)
+        }
     }
 }
 
