@@ -1,5 +1,6 @@
-//! Store benchmarks, for each backend: durable appends per second (one at a time, batched, and
-//! from 64 concurrent tasks, which group commit folds into few transactions) and reads of a
+//! Store benchmarks, for each backend: durable appends per second (100 sessions appending
+//! batches of 100 at once; one at a time, batched, and from 64 concurrent tasks on one session,
+//! which group commit folds into few transactions) and reads of a
 //! 100k-event session (all at once, and in pages of 1000). Every append is acknowledged only
 //! after its fsync, so the append numbers measure the disk as much as the code. SQLite is a
 //! file under target/; PostgreSQL is a fresh database on the throwaway local server that the
@@ -26,6 +27,32 @@ use agentwire::core::time::Timestamp;
 
 #[path = "../tests/common/postgres.rs"]
 mod postgres;
+
+/// Whether criterion's filter (the first free argument) can select a benchmark of `group`, so
+/// a filtered run skips the setup (stores, 100k-event logs) of the groups it does not run.
+fn selected(group: &str) -> bool {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let filter = args.iter().enumerate().find(|(i, a)| {
+        !a.starts_with('-')
+            && (*i == 0
+                || ![
+                    "--save-baseline",
+                    "--baseline",
+                    "--profile-time",
+                    "--measurement-time",
+                    "--warm-up-time",
+                    "--sample-size",
+                ]
+                .contains(&args[i - 1].as_str()))
+    });
+    match filter {
+        None => true,
+        Some((_, f)) => {
+            let head = f.split('/').next().unwrap_or_default();
+            group.contains(head) || f.starts_with(group)
+        }
+    }
+}
 
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -104,6 +131,9 @@ fn event(session: &str, n: u64) -> Event {
 }
 
 fn appends(c: &mut Criterion, name: &str, open: Open) {
+    if !selected(&format!("{name}_append/")) {
+        return;
+    }
     let rt = runtime();
     let Bench { store, commits, .. } = &with_session(&rt, open, "s");
     let next = AtomicU64::new(0);
@@ -158,8 +188,74 @@ fn appends(c: &mut Criterion, name: &str, open: Open) {
     g.finish();
 }
 
+/// 100 sessions appending at once, each a batch of `BATCH` per append and one append in
+/// flight (as each session's store queue does): group commit across sessions.
+fn sessions_at_once(c: &mut Criterion, name: &str, open: Open) {
+    const SESSIONS: usize = 100;
+    const BATCH: u64 = 100;
+    if !selected(&format!("{name}_append_sessions")) {
+        return;
+    }
+    let rt = runtime();
+    let bench = open(&rt);
+    let ids: Vec<String> = (0..SESSIONS).map(|i| format!("s{i:03}")).collect();
+    for id in &ids {
+        rt.block_on(bench.store.create_session(SessionRecord {
+            id: id.clone(),
+            provider: "claude".to_owned(),
+            cwd: "/work/project".to_owned(),
+            state: SessionState::Running,
+            provider_session_id: None,
+            created_at: Timestamp::EPOCH,
+            updated_at: Timestamp::EPOCH,
+            node: "local".into(),
+        }))
+        .unwrap();
+    }
+    let store = &bench.store;
+    let next = AtomicU64::new(0);
+    let mut g = c.benchmark_group(format!("{name}_append_sessions"));
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(SESSIONS as u64 * BATCH));
+    let (commits_before, mut rounds) = ((bench.commits)(), 0u64);
+    g.bench_function(
+        BenchmarkId::new(format!("{SESSIONS}_at_once"), BATCH),
+        |b| {
+            b.iter(|| {
+                rounds += 1;
+                let first = next.fetch_add(BATCH, Ordering::Relaxed);
+                rt.block_on(async {
+                    let tasks: Vec<_> = (ids.iter())
+                        .map(|id| {
+                            let (store, id) = (store.clone(), id.clone());
+                            // Built in each task, as each session's loop builds its own.
+                            tokio::spawn(async move {
+                                let batch = (first..first + BATCH).map(|n| event(&id, n)).collect();
+                                store.append(&id, batch).await
+                            })
+                        })
+                        .collect();
+                    for t in tasks {
+                        t.await.unwrap().unwrap();
+                    }
+                })
+            })
+        },
+    );
+    if rounds > 0 {
+        eprintln!(
+            "{name}_append_sessions: {:.1} commits per round of {SESSIONS} appends of {BATCH}",
+            ((bench.commits)() - commits_before) as f64 / rounds as f64
+        );
+    }
+    g.finish();
+}
+
 fn reads(c: &mut Criterion, name: &str, open: Open) {
     const N: u64 = 100_000;
+    if !selected(&format!("{name}_read_100k")) {
+        return;
+    }
     let rt = runtime();
     let Bench { store, .. } = &with_session(&rt, open, "big");
     for chunk in 0..N / 1000 {
@@ -215,6 +311,14 @@ fn sqlite_appends(c: &mut Criterion) {
     appends(c, "store", sqlite);
 }
 
+fn sqlite_sessions(c: &mut Criterion) {
+    sessions_at_once(c, "store", sqlite);
+}
+
+fn postgres_sessions(c: &mut Criterion) {
+    sessions_at_once(c, "postgres", postgres);
+}
+
 fn sqlite_reads(c: &mut Criterion) {
     reads(c, "store", sqlite);
 }
@@ -229,8 +333,10 @@ fn postgres_reads(c: &mut Criterion) {
 
 criterion_group!(
     benches,
+    sqlite_sessions,
     sqlite_appends,
     sqlite_reads,
+    postgres_sessions,
     postgres_appends,
     postgres_reads
 );

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentwire::companion::fanout::Text;
 use agentwire::companion::host::{Hub, HubConfig};
 use agentwire::companion::server::ServerConfig;
 use agentwire::companion::store::{SessionRecord, SessionState, SqliteStore, Store};
@@ -37,7 +38,7 @@ fn event(session: &str, n: usize) -> Event {
     Event::new(init).unwrap()
 }
 
-async fn next(rx: &mut mpsc::Receiver<String>) -> ServerMsg {
+async fn next(rx: &mut mpsc::Receiver<Text>) -> ServerMsg {
     let frame = tokio::time::timeout(Duration::from_secs(30), rx.recv())
         .await
         .expect("a frame in time")
@@ -75,7 +76,7 @@ async fn a_slow_subscriber_is_resynced_from_the_store_not_skipped() {
         rx.recv().await.map(|m| (m, rx))
     }));
     // A tiny outgoing queue: the subscriber overflows it as soon as it stops reading.
-    let (out_tx, mut out_rx) = mpsc::channel::<String>(2);
+    let (out_tx, mut out_rx) = mpsc::channel::<Text>(2);
     tokio::spawn(run_connection(incoming, out_tx, hub, limits));
     let hello = ClientMsg::Hello {
         protocols: vec![1],

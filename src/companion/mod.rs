@@ -30,6 +30,7 @@ pub mod demo_agent;
 pub mod embedded;
 #[cfg(feature = "testkit")]
 pub mod fake_model;
+pub mod fanout;
 pub mod host;
 pub mod listen;
 #[cfg(feature = "testkit")]

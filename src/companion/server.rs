@@ -31,10 +31,11 @@ use tokio::net::TcpListener;
 
 use super::access::{self, Access, Refusal};
 use super::adapter::Thinking;
+use super::fanout::{Follower, Page};
 use super::host::{CommandError, Hub};
 use super::listen::{self, ListenLimits};
 use super::store::{EventQuery, StoreError};
-use super::ws::{self, ConnectionLimits, Follower, Page, StreamCounts, StreamGuard};
+use super::ws::{self, ConnectionLimits, StreamCounts, StreamGuard};
 use crate::core::error::ErrorCode;
 use crate::core::event::EventType;
 use crate::core::time::Timestamp;
@@ -638,17 +639,18 @@ async fn sse_stream(
     let after = resume.or(params.after).unwrap_or(0);
     let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(64);
     let epoch = store.epoch().to_owned();
+    let fanout = state.hub.fanout();
     let open = StreamGuard::sse(&state.streams);
     tokio::spawn(async move {
         let _open = open;
-        let mut follower = Follower::new(store, &id, after);
+        let mut follower = Follower::new(&fanout, &id, after);
         // `caught_up` once, when the replay reaches the end; live events follow it.
         let mut caught_up_sent = false;
         loop {
             // The client may leave while the session is idle: end with it, not at the next
             // event.
             let page = tokio::select! {
-                page = follower.next_page(512) => page,
+                page = follower.next_events(512) => page,
                 _ = tx.closed() => return,
             };
             let items = match page {
@@ -656,9 +658,9 @@ async fn sse_stream(
                     .iter()
                     .map(|e| {
                         SseEvent::default()
-                            .id(e.sequence().to_string())
+                            .id(e.sequence.to_string())
                             .event("event")
-                            .data(e.to_json())
+                            .data(&*e.json)
                     })
                     .collect(),
                 Ok(Page::CaughtUp(_)) if caught_up_sent => continue,

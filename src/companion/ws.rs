@@ -1,12 +1,12 @@
 //! The WebSocket protocol (docs/protocol.md), written over plain channels of text frames so
 //! tests can drive it without a socket; [`handle_socket`] is the axum glue.
 //!
-//! Every subscription is a [`Follower`]: it reads the session's log from the client's cursor
-//! in pages, then waits for the store's next commit and reads again. Live and replayed events
-//! come from the same place, by the same cursor, so there is no gap and no duplicate where
-//! catch-up turns into tailing, and a subscriber that cannot keep up is simply still catching
-//! up from the store: its outgoing queue is bounded, and when it is found full the subscriber
-//! is told (`resync`) and keeps reading by cursor. Nothing is skipped.
+//! Every subscription is a [`Follower`] (see [`super::fanout`]): it reads the session's log
+//! from the client's cursor in pages, then waits for the store's next commit and reads again,
+//! and sends the frames that every subscriber of the session at the same cursor shares. A
+//! subscriber that cannot keep up is simply still catching up from the store: its outgoing
+//! queue is bounded, and when it is found full the subscriber is told (`resync`) and keeps
+//! reading by cursor. Nothing is skipped.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,12 +18,12 @@ use futures_util::{SinkExt, Stream, StreamExt};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::fanout::{Fanout, Follower, OutFrame, Page, Text};
 use super::host::CommandError;
 use super::host::Hub;
 use super::now;
-use super::store::{Committed, EventQuery, Store, StoreError};
+use super::store::Store;
 use crate::core::error::ErrorCode;
-use crate::core::event::Event;
 use crate::core::wire::{self, ClientMsg, ServerMsg, StoreStatus, WireError};
 
 /// Frames a connection may have queued for sending before its subscriptions wait.
@@ -34,72 +34,6 @@ const PAGE: usize = 512;
 pub const MAX_SUBSCRIPTIONS: usize = 256;
 /// The close code for a frame over the hard cap (RFC 6455: message too big).
 const CLOSE_TOO_BIG: u16 = 1009;
-
-/// What a [`Follower`] read next.
-#[derive(Debug)]
-pub enum Page {
-    /// The next events after the cursor, in order.
-    Events(Vec<Event>),
-    /// Nothing more is stored after `latest` (sent once per catch-up).
-    CaughtUp(u64),
-}
-
-/// Reads a session's log from a cursor, then tails it, woken by the store's commits.
-pub struct Follower {
-    store: Arc<dyn Store>,
-    session: String,
-    after: u64,
-    commits: broadcast::Receiver<Committed>,
-    caught_up_sent: bool,
-}
-
-impl Follower {
-    /// Subscribes to commits before the first read, so no commit can be missed between.
-    pub fn new(store: Arc<dyn Store>, session: &str, after: u64) -> Follower {
-        Follower {
-            commits: store.subscribe(),
-            store,
-            session: session.to_owned(),
-            after,
-            caught_up_sent: false,
-        }
-    }
-
-    /// The last sequence handed out.
-    pub fn after(&self) -> u64 {
-        self.after
-    }
-
-    pub async fn next_page(&mut self, limit: usize) -> Result<Page, StoreError> {
-        loop {
-            let query = EventQuery {
-                after: Some(self.after),
-                limit: Some(limit),
-                ..EventQuery::default()
-            };
-            let events = self.store.get_events(&self.session, &query).await?;
-            if let Some(last) = events.last() {
-                self.after = last.sequence();
-                self.caught_up_sent = false;
-                return Ok(Page::Events(events));
-            }
-            if !self.caught_up_sent {
-                self.caught_up_sent = true;
-                return Ok(Page::CaughtUp(self.after));
-            }
-            loop {
-                match self.commits.recv().await {
-                    Ok(c) if c.session_id == self.session && c.latest_sequence > self.after => {
-                        break
-                    }
-                    Ok(_) => continue,
-                    Err(broadcast::error::RecvError::Lagged(_)) => break,
-                    Err(broadcast::error::RecvError::Closed) => return Err(StoreError::Closed),
-                }
-            }
-        }
-    }
-}
 
 /// How many SSE streams and WebSocket connections are open: each is counted by a guard its
 /// task holds, so the count falls when the task really ends.
@@ -167,7 +101,7 @@ pub async fn handle_socket(
 ) {
     let _open = open;
     let (mut sink, stream) = socket.split();
-    let (tx, mut rx) = mpsc::channel::<String>(OUTGOING_FRAMES);
+    let (tx, mut rx) = mpsc::channel::<Text>(OUTGOING_FRAMES);
     let heartbeat = Duration::from_millis(limits.heartbeat_ms);
     // Set when the connection must close with a code (a frame over the hard cap).
     let (close_tx, mut close_rx) = tokio::sync::oneshot::channel::<CloseFrame>();
@@ -180,9 +114,14 @@ pub async fn handle_socket(
                     Some(f) => f,
                     None => break,
                 },
-                _ = ticker.tick() => ServerMsg::Heartbeat { now_ms: now().unix_millis() }.encode(),
+                _ = ticker.tick() => ServerMsg::Heartbeat { now_ms: now().unix_millis() }.encode().into(),
             };
-            if sink.send(Message::Text(frame.into())).await.is_err() {
+            // What is queued goes out in one write: a page and its `caught_up`, say.
+            let mut feed = sink.feed(Message::Text(frame)).await.is_ok();
+            while let (true, Ok(frame)) = (feed, rx.try_recv()) {
+                feed = sink.feed(Message::Text(frame)).await.is_ok();
+            }
+            if !feed || sink.flush().await.is_err() {
                 break;
             }
         }
@@ -232,19 +171,21 @@ pub enum Incoming {
 }
 
 /// The protocol over channels: reads client frames until the stream ends, writes server
-/// frames to `out`. Returns when the client is gone or must be dropped.
+/// frames to `out` (shared buffers: an `events` frame is the same allocation for every
+/// subscriber at the same cursor). Returns when the client is gone or must be dropped.
 pub async fn run_connection<I>(
     mut incoming: I,
-    out: mpsc::Sender<String>,
+    out: mpsc::Sender<Text>,
     hub: Arc<Hub>,
     limits: ConnectionLimits,
 ) where
     I: Stream<Item = Incoming> + Unpin,
 {
     let store = hub.store().clone();
+    let fanout = hub.fanout();
     let send = |msg: ServerMsg| {
         let out = out.clone();
-        async move { out.send(msg.encode()).await.is_ok() }
+        async move { out.send(msg.encode().into()).await.is_ok() }
     };
     let error = |code: ErrorCode, message: String| ServerMsg::Error {
         error: WireError::new(code, message),
@@ -385,7 +326,7 @@ pub async fn run_connection<I>(
                 }
                 let status = wants_status.then(|| hub.watch_store(&session));
                 let task = tokio::spawn(follow(
-                    store.clone(),
+                    fanout.clone(),
                     session.clone(),
                     after,
                     epoch,
@@ -481,21 +422,23 @@ fn reply(id: String, result: Result<serde_json::Value, CommandError>) -> ServerM
 /// `status` (the client asked for `session_status`), the store's status of the session
 /// first, then whenever it changes.
 async fn follow(
-    store: Arc<dyn Store>,
+    fanout: Arc<Fanout>,
     session: String,
     mut after: u64,
     epoch: Option<String>,
     max_frame: usize,
-    out: mpsc::Sender<String>,
+    out: mpsc::Sender<Text>,
     mut status: Option<watch::Receiver<StoreStatus>>,
 ) {
+    let store: &Arc<dyn Store> = fanout.store();
     let current = store.epoch().to_owned();
-    let fail = |code: ErrorCode, message: String| {
+    let fail = |code: ErrorCode, message: String| -> Text {
         ServerMsg::Error {
             error: WireError::new(code, message),
             session: Some(session.clone()),
         }
         .encode()
+        .into()
     };
     match store.get_session(&session).await {
         Ok(Some(_)) => {}
@@ -526,13 +469,13 @@ async fn follow(
             epoch: current.clone(),
             reason: reason.into(),
         };
-        if out.send(reset.encode()).await.is_err() {
+        if out.send(reset.encode().into()).await.is_err() {
             return;
         }
     }
-    let status_frame = |store: StoreStatus| {
+    let status_frame = |store: StoreStatus| -> Text {
         let session = session.clone();
-        ServerMsg::SessionStatus { session, store }.encode()
+        ServerMsg::SessionStatus { session, store }.encode().into()
     };
     // Whether the client was last told the store is available.
     let mut told_available = true;
@@ -543,12 +486,12 @@ async fn follow(
             return;
         }
     }
-    let mut follower = Follower::new(store, &session, after);
+    let mut follower = Follower::new(&fanout, &session, after);
     let mut live = false;
     let mut sent = after;
     loop {
         let page = tokio::select! {
-            page = follower.next_page(PAGE) => page,
+            page = follower.next_frames(PAGE, max_frame) => page,
             now = next_status(&mut status) => {
                 // "Available" twice is no news; every word while unavailable is.
                 if !(now.is_available() && told_available) {
@@ -560,26 +503,21 @@ async fn follow(
                 continue;
             }
         };
-        let frames = match page {
-            Ok(Page::Events(events)) => wire::encode_events(&session, &current, &events, max_frame),
+        let frames: Arc<[OutFrame]> = match page {
+            Ok(Page::Events(frames)) => frames,
             Ok(Page::CaughtUp(latest)) => {
                 live = true;
-                let text = ServerMsg::CaughtUp {
-                    session: session.clone(),
-                    latest,
-                }
-                .encode();
-                vec![wire::Frame {
-                    text,
+                Arc::new([OutFrame {
+                    text: follower.caught_up(latest),
                     last_sequence: 0,
-                }]
+                }])
             }
             Err(e) => {
                 let _ = out.send(fail(ErrorCode::StoreError, e.to_string())).await;
                 return;
             }
         };
-        for frame in frames {
+        for frame in frames.iter() {
             let permit = match out.try_reserve() {
                 Ok(permit) => permit,
                 Err(mpsc::error::TrySendError::Full(())) if live => {
@@ -594,7 +532,8 @@ async fn follow(
                             session: session.clone(),
                             after: sent,
                         }
-                        .encode(),
+                        .encode()
+                        .into(),
                     );
                     let Ok(permit) = out.reserve().await else {
                         return;
@@ -609,7 +548,7 @@ async fn follow(
                 }
                 Err(mpsc::error::TrySendError::Closed(())) => return,
             };
-            permit.send(frame.text);
+            permit.send(frame.text.clone());
             sent = sent.max(frame.last_sequence);
         }
     }

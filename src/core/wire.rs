@@ -421,6 +421,24 @@ pub struct Frame {
 /// per `events` frame as fit, and an event that fits no frame on its own as `event_part`
 /// frames. Order is kept. `max_frame` below [`MIN_MAX_FRAME`] is raised to it.
 pub fn encode_events(session: &str, epoch: &str, events: &[Event], max_frame: usize) -> Vec<Frame> {
+    let encoded: Vec<(u64, String)> = events.iter().map(|e| (e.sequence(), e.to_json())).collect();
+    frame_encoded(
+        session,
+        epoch,
+        encoded.iter().map(|(seq, json)| (*seq, json.as_str())),
+        max_frame,
+    )
+}
+
+/// [`encode_events`] for events already encoded: each item is an event's sequence and its
+/// [`Event::to_json`]. The frames are byte for byte those of [`encode_events`], so a server can
+/// encode each event once and frame it for every subscriber.
+pub fn frame_encoded<'a>(
+    session: &str,
+    epoch: &str,
+    events: impl IntoIterator<Item = (u64, &'a str)>,
+    max_frame: usize,
+) -> Vec<Frame> {
     let max_frame = max_frame.max(MIN_MAX_FRAME);
     let head = ServerMsg::Events {
         session: session.to_owned(),
@@ -436,34 +454,37 @@ pub fn encode_events(session: &str, epoch: &str, events: &[Event], max_frame: us
     let mut last = 0;
     let flush = |body: &mut String, frames: &mut Vec<Frame>, last: u64| {
         if !body.is_empty() {
+            let mut text = String::with_capacity(head.len() + body.len());
+            text.push_str(prefix);
+            text.push_str(body);
+            text.push_str("]}");
             frames.push(Frame {
-                text: format!("{prefix}{body}]}}"),
+                text,
                 last_sequence: last,
             });
             body.clear();
         }
     };
-    for event in events {
-        let json = event.to_json();
+    for (sequence, json) in events {
         let extra = json.len() + usize::from(!body.is_empty());
         if body.len() + extra <= budget {
             if !body.is_empty() {
                 body.push(',');
             }
-            body.push_str(&json);
-            last = event.sequence();
+            body.push_str(json);
+            last = sequence;
             continue;
         }
         flush(&mut body, &mut frames, last);
         if json.len() <= budget {
-            body.push_str(&json);
-            last = event.sequence();
+            body.push_str(json);
+            last = sequence;
         } else {
-            let parts = encode_parts(session, epoch, event.sequence(), &json, max_frame);
+            let parts = encode_parts(session, epoch, sequence, json, max_frame);
             let n = parts.len();
             frames.extend(parts.into_iter().enumerate().map(|(i, text)| Frame {
                 text,
-                last_sequence: if i + 1 == n { event.sequence() } else { 0 },
+                last_sequence: if i + 1 == n { sequence } else { 0 },
             }));
         }
     }

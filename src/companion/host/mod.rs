@@ -50,6 +50,7 @@ use super::adapter::{
     AcpStdio, Adapter, AgentCli, AmpStdio, Capabilities, ClaudeStdio, CodexAppServer,
     OpencodeServe, Thinking, AGENT_CLIS,
 };
+use super::fanout::Fanout;
 use super::session::{update_runtime, StoreQueueConfig};
 use super::store::{EventQuery, SessionRecord, SessionState, Store};
 use super::{now, random_hex, random_id};
@@ -177,6 +178,8 @@ pub struct Hub {
     /// Each session's store status, for `session_status` ([`Hub::watch_store`]): set by its
     /// task when it changes, kept while the session runs here or someone watches it.
     store_status: Mutex<HashMap<String, watch::Sender<StoreStatus>>>,
+    /// The subscribers' shared tails ([`Hub::fanout`]), started on first use.
+    fanout: std::sync::OnceLock<Arc<Fanout>>,
 }
 
 /// Permits of [`Hub::tasks`]: more than sessions ever run at once.
@@ -194,7 +197,13 @@ impl Hub {
             tasks: Arc::new(Semaphore::new(TASK_PERMITS as usize)),
             lost: AtomicU64::new(0),
             store_status: Mutex::new(HashMap::new()),
+            fanout: std::sync::OnceLock::new(),
         })
+    }
+
+    /// What every subscriber of a session shares (its encoded tail); needs a tokio runtime.
+    pub fn fanout(&self) -> Arc<Fanout> {
+        (self.fanout.get_or_init(|| Fanout::new(self.store.clone()))).clone()
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {

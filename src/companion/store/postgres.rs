@@ -16,8 +16,12 @@
 //!   it commits everything pending in ONE transaction. A refused request (unknown session,
 //!   duplicate session, corrupt stored row) is refused before it writes anything, so it never
 //!   needs a savepoint and never spoils its group.
+//! * **Four round trips per group, whatever it holds.** BEGIN; the session locks and the
+//!   stored ids, pipelined; one statement that inserts every new row of the group (`unnest`
+//!   arrays), advances its sessions and notifies; COMMIT. Statements are prepared once per
+//!   connection.
 //! * **LISTEN/NOTIFY is only a wake-up.** A group that moved a session sends
-//!   `NOTIFY agentwire_commits` inside its transaction (delivered only if it commits). Each
+//!   `pg_notify('agentwire_commits')` inside its transaction (delivered only if it commits). Each
 //!   store's listener connection, woken by any notification (the payload is ignored), re-reads
 //!   every session's `latest_seq` (one query per burst of notifications, linear in the number
 //!   of sessions) and announces the sessions that moved as [`Committed`]:
@@ -569,8 +573,7 @@ struct WriteConn {
     client: Client,
     lock: Statement,
     find: Statement,
-    insert: Statement,
-    advance: Statement,
+    write: Statement,
     create: Statement,
     set_state: Statement,
     set_provider_session_id: Statement,
@@ -594,21 +597,25 @@ impl WriteConn {
                      WHERE id = ANY($1::text[])",
                 )
                 .await?,
-            insert: client
-                .prepare(
-                    "INSERT INTO agentwire.events
-                         (session_id, seq, id, run_id, type, timestamp_ms, body)
-                     SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[],
-                                          $5::text[], $6::int8[], $7::text[])
-                     ON CONFLICT (id) DO NOTHING",
-                )
-                .await?,
-            advance: client
-                .prepare(
-                    "UPDATE agentwire.sessions AS s SET latest_seq = u.seq
-                     FROM unnest($1::text[], $2::int8[]) AS u (id, seq)
-                     WHERE s.id = u.id",
-                )
+            // The group's new rows, its sessions' new latest sequences and the wake-up, in one
+            // statement (data-modifying CTEs run to completion whether read or not).
+            write: client
+                .prepare(&format!(
+                    "WITH inserted AS (
+                         INSERT INTO agentwire.events
+                             (session_id, seq, id, run_id, type, timestamp_ms, body)
+                         SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[],
+                                              $5::text[], $6::int8[], $7::text[])
+                         ON CONFLICT (id) DO NOTHING
+                         RETURNING 1
+                     ), advanced AS (
+                         UPDATE agentwire.sessions AS s SET latest_seq = u.seq
+                         FROM unnest($8::text[], $9::int8[]) AS u (id, seq)
+                         WHERE s.id = u.id
+                         RETURNING 1
+                     )
+                     SELECT (SELECT count(*) FROM inserted), pg_notify('{CHANNEL}', '')"
+                ))
                 .await?,
             create: client
                 .prepare(
@@ -738,15 +745,6 @@ impl Writer {
         let mut ids: Vec<&str> = ops.iter().filter_map(Op::locks).collect();
         ids.sort_unstable();
         ids.dedup();
-        let mut latest: HashMap<String, u64> = HashMap::new();
-        if !ids.is_empty() {
-            for row in tx.query(&conn.lock, &[&ids]).await? {
-                let seq: i64 = row.try_get(1)?;
-                latest.insert(row.try_get(0)?, seq.max(0) as u64);
-            }
-        }
-        let before = latest.clone();
-
         // The events already stored under this group's ids.
         let event_ids: Vec<&str> = ops
             .iter()
@@ -756,14 +754,32 @@ impl Writer {
             })
             .flatten()
             .collect();
-        let mut stored: HashMap<String, (String, i64, String)> = HashMap::new();
-        if !event_ids.is_empty() {
-            for row in tx.query(&conn.find, &[&event_ids]).await? {
-                stored.insert(
-                    row.try_get(0)?,
-                    (row.try_get(1)?, row.try_get(2)?, row.try_get(3)?),
-                );
+        // Both reads in one round trip: tokio-postgres pipelines queries polled together.
+        let lock = async {
+            match ids.is_empty() {
+                true => Ok(Vec::new()),
+                false => tx.query(&conn.lock, &[&ids]).await,
             }
+        };
+        let find = async {
+            match event_ids.is_empty() {
+                true => Ok(Vec::new()),
+                false => tx.query(&conn.find, &[&event_ids]).await,
+            }
+        };
+        let (locked, found) = futures_util::future::try_join(lock, find).await?;
+        let mut latest: HashMap<String, u64> = HashMap::new();
+        for row in locked {
+            let seq: i64 = row.try_get(1)?;
+            latest.insert(row.try_get(0)?, seq.max(0) as u64);
+        }
+        let before = latest.clone();
+        let mut stored: HashMap<String, (String, i64, String)> = HashMap::new();
+        for row in found {
+            stored.insert(
+                row.try_get(0)?,
+                (row.try_get(1)?, row.try_get(2)?, row.try_get(3)?),
+            );
         }
 
         let mut plan = Plan {
@@ -855,9 +871,13 @@ impl Writer {
             .collect();
         if !moved.is_empty() {
             let rows = &plan.rows;
-            let inserted = tx
-                .execute(
-                    &conn.insert,
+            let (sessions, seqs): (Vec<&str>, Vec<i64>) = moved
+                .iter()
+                .map(|(id, seq)| (id.as_str(), *seq as i64))
+                .unzip();
+            let row = tx
+                .query_one(
+                    &conn.write,
                     &[
                         &rows.session_ids,
                         &rows.seqs,
@@ -866,20 +886,17 @@ impl Writer {
                         &rows.types,
                         &rows.timestamps,
                         &rows.bodies,
+                        &sessions,
+                        &seqs,
                     ],
                 )
                 .await?;
-            if inserted != rows.ids.len() as u64 {
+            let inserted: i64 = row.try_get(0)?;
+            if inserted != rows.ids.len() as i64 {
                 // Another companion committed one of these ids after `find` read: its number
                 // would be a gap. Roll back (dropping `tx` does) and run again.
                 return Err(GroupError::Retry);
             }
-            let (sessions, seqs): (Vec<&str>, Vec<i64>) = moved
-                .iter()
-                .map(|(id, seq)| (id.as_str(), *seq as i64))
-                .unzip();
-            tx.execute(&conn.advance, &[&sessions, &seqs]).await?;
-            tx.batch_execute(&format!("NOTIFY {CHANNEL}")).await?;
         }
         tx.commit().await?;
         Ok(Outcome { results, moved })

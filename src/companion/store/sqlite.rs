@@ -4,9 +4,15 @@
 //!
 //! * Only the writer thread writes. It owns the one write connection and the per-session
 //!   sequence cache, takes requests over a bounded channel, and commits everything pending
-//!   in ONE transaction (one fsync, `synchronous=FULL`). Each request runs inside its own
-//!   SAVEPOINT, so a refused request (unknown session, duplicate session, …) is rolled back
-//!   alone and never poisons the others in its group.
+//!   in ONE transaction (one fsync, `synchronous=FULL`), whatever sessions they are for (group
+//!   commit across sessions). Each request other than an append runs inside its own
+//!   SAVEPOINT, so a refused request (duplicate session, …) is rolled back alone and never
+//!   poisons the others in its group; an append is refused (unknown session) before it writes
+//!   anything, and one that fails after writing (an I/O error) fails its whole group, which
+//!   its callers retry (appends are idempotent by id).
+//! * An append costs one statement per new event (`INSERT … ON CONFLICT (id) DO NOTHING`,
+//!   prepared once): a stored id is found by the insert's own probe. Checkpoints run every
+//!   [`CHECKPOINT_PAGES`] WAL pages, so a hot index page is copied once per many groups.
 //! * A request is answered only after its group's COMMIT returned; [`Committed`] is broadcast
 //!   only after the answers. So whoever hears of a commit can read its events.
 //! * Reads never touch the writer: a small pool of WAL reader connections runs them through
@@ -87,6 +93,10 @@ const READERS: usize = 4;
 /// Room in the [`Committed`] broadcast before slow receivers lag (and must re-read).
 const BROADCAST: usize = 1024;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// WAL pages between automatic checkpoints (SQLite's default is 1000).
+const CHECKPOINT_PAGES: i64 = 8192;
+/// The writer's page cache, in KiB (a negative `cache_size`).
+const WRITER_CACHE_KIB: i64 = -65_536;
 
 /// The embedded SQLite store. See the module docs for its shape; share it as `Arc<dyn Store>`.
 pub struct SqliteStore {
@@ -162,6 +172,11 @@ impl SqliteStore {
         }
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // A group of thousands of events must not spill pages to the WAL before COMMIT, nor
+        // re-read index pages from the file; savepoint journals stay in memory.
+        conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
+        conn.pragma_update(None, "temp_store", "MEMORY")?;
+        conn.pragma_update(None, "wal_autocheckpoint", CHECKPOINT_PAGES)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.set_prepared_statement_cache_capacity(32);
         let epoch = migrate(&mut conn)?;
@@ -359,24 +374,33 @@ impl Writer {
         // Events this group stored, per session in commit order, for the recent tail.
         let mut fresh: Vec<(String, Vec<Event>)> = Vec::new();
         let latest = &self.latest;
-        let outcome = (|| -> rusqlite::Result<Vec<Result<Done, StoreError>>> {
-            let mut tx = self
+        let outcome = (|| -> Result<Vec<Result<Done, StoreError>>, StoreError> {
+            let tx = self
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
             let mut results = Vec::with_capacity(ops.len());
             for op in ops {
-                let sp = tx.savepoint()?;
+                // An append is refused (unknown session) before it writes, so it needs no
+                // savepoint, and copying every page it touches into one would cost more than
+                // the inserts; an append that fails after writing fails the whole group.
+                let guarded = !matches!(op, Op::Append { .. });
+                if guarded {
+                    tx.execute_batch("SAVEPOINT request")?;
+                }
                 let mut step = Step {
-                    conn: &sp,
+                    conn: &tx,
                     latest,
                     pending: &pending,
                     writes: Vec::new(),
+                    wrote: false,
                 };
                 let result = step.apply(op);
-                let writes = step.writes;
+                let (writes, wrote) = (step.writes, step.wrote);
                 match result {
                     Ok(done) => {
-                        sp.commit()?;
+                        if guarded {
+                            tx.execute_batch("RELEASE request")?;
+                        }
                         if let (Done::Appended(appended), Some((session, _))) =
                             (&done, writes.first())
                         {
@@ -401,11 +425,13 @@ impl Writer {
                         }
                         results.push(Ok(done));
                     }
-                    Err(e) => {
+                    Err(e) if guarded => {
                         // Rolls back to the savepoint and releases it; an error aborts the group.
-                        sp.finish()?;
+                        tx.execute_batch("ROLLBACK TO request; RELEASE request")?;
                         results.push(Err(e));
                     }
+                    Err(e) if !wrote => results.push(Err(e)),
+                    Err(e) => return Err(e),
                 }
             }
             tx.commit()?;
@@ -440,7 +466,10 @@ impl Writer {
                 for session_id in &appending {
                     self.latest.remove(session_id);
                 }
-                let message = e.to_string();
+                let message = match e {
+                    StoreError::Database(message) => message,
+                    other => other.to_string(),
+                };
                 for reply in replies {
                     let _ = reply.send(Err(StoreError::Database(message.clone())));
                 }
@@ -456,6 +485,8 @@ struct Step<'a> {
     pending: &'a HashMap<String, u64>,
     /// Sessions this request moved (or established), with their latest sequence after it.
     writes: Vec<(String, u64)>,
+    /// Whether an append tried to write (after which its failure cannot be undone alone).
+    wrote: bool,
 }
 
 impl Step<'_> {
@@ -554,12 +585,12 @@ impl Step<'_> {
         let mut out: Vec<Appended> = Vec::with_capacity(events.len());
         // Id -> index in `out` of its first occurrence in this batch.
         let mut seen: HashMap<String, usize> = HashMap::new();
-        let mut find = self
-            .conn
-            .prepare_cached("SELECT session_id, seq, body FROM events WHERE id = ?1")?;
+        // One statement per new event: an id already stored is found by the insert's own
+        // unique-index probe (it inserts nothing), and only then read back.
         let mut insert = self.conn.prepare_cached(
             "INSERT INTO events (session_id, seq, id, run_id, type, timestamp_ms, body)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (id) DO NOTHING",
         )?;
         for event in events {
             let id = event.id().as_str();
@@ -570,11 +601,26 @@ impl Step<'_> {
                 });
                 continue;
             }
-            let stored: Option<(String, i64, String)> = find
-                .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()?;
             seen.insert(id.to_owned(), out.len());
-            if let Some((stored_session, stored_seq, body)) = stored {
+            let event = event.into_sequenced(seq + 1);
+            self.wrote = true;
+            let inserted = insert.execute(params![
+                session_id,
+                (seq + 1) as i64,
+                event.id().as_str(),
+                event.run_id(),
+                event.kind().as_str(),
+                event.timestamp().unix_millis(),
+                event.to_json(),
+            ])?;
+            if inserted == 0 {
+                let mut find = self
+                    .conn
+                    .prepare_cached("SELECT session_id, seq, body FROM events WHERE id = ?1")?;
+                let (stored_session, stored_seq, body): (String, i64, String) = find
+                    .query_row([event.id().as_str()], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    })?;
                 out.push(Appended {
                     event: decode(&stored_session, stored_seq, &body)?,
                     duplicate: true,
@@ -582,16 +628,6 @@ impl Step<'_> {
                 continue;
             }
             seq += 1;
-            let event = event.into_sequenced(seq);
-            insert.execute(params![
-                session_id,
-                seq as i64,
-                event.id().as_str(),
-                event.run_id(),
-                event.kind().as_str(),
-                event.timestamp().unix_millis(),
-                event.to_json(),
-            ])?;
             out.push(Appended {
                 event,
                 duplicate: false,

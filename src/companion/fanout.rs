@@ -1,0 +1,553 @@
+//! Fan-out: every subscription of a session reads the same encoded bytes.
+//!
+//! A [`Follower`] reads a session's log from its own cursor, then tails it; live and replayed
+//! events come from the same place, by the same cursor, so there is no gap and no duplicate
+//! where catch-up turns into tailing. What followers of one session share lives in its
+//! [`Tail`]: the session's latest events, each encoded to JSON once ([`Encoded`]), and the
+//! frames last built from them for each `max_frame`. Invariants:
+//!
+//! * The tail holds a contiguous run of the session's log, filled only from what a follower
+//!   read from the store (never from this companion's own commits, so with several companions
+//!   writing one PostgreSQL log it has no holes). A sequence, once stored, never changes, so an
+//!   entry is never stale; a read the tail cannot start goes to the store.
+//! * At most one follower of a session reads the live edge from the store at a time (the fill
+//!   lock); the others wait for it and take its events from the tail. A follower far behind
+//!   reads the store on its own and does not hold the others up.
+//! * Frames for `(after, last, max_frame)` are built once ([`Tail::frames`]) and shared: a frame
+//!   is [`Text`], whose clones share one buffer, so a hundred subscribers in step cost one
+//!   encoding and a hundred reference counts. The bytes are those of
+//!   [`wire::encode_events`](crate::core::wire::encode_events) on the same events.
+//! * Commits reach followers through one dispatcher task per [`Fanout`], which listens to the
+//!   store's broadcast and wakes only the followers of the session that moved (all of them if
+//!   it lagged). A follower marks the wake-up seen before it reads, so a commit between its read
+//!   and its wait still wakes it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::{broadcast, watch};
+
+use super::store::{EventQuery, Store, StoreError};
+use crate::core::wire::{self, ServerMsg};
+
+/// A text frame whose clones share one buffer.
+pub type Text = axum::extract::ws::Utf8Bytes;
+
+/// Events of a session kept encoded in memory, per session with followers.
+const TAIL: usize = 1024;
+/// Frame sets kept per session (one per `max_frame` in use, and a few recent cursors).
+const MEMOS: usize = 8;
+
+/// One stored event, encoded once: its sequence and its [`Event::to_json`](crate::core::event::Event::to_json).
+#[derive(Clone, Debug)]
+pub struct Encoded {
+    pub sequence: u64,
+    pub json: Arc<str>,
+}
+
+/// One frame to send, shared by every subscriber it goes to.
+#[derive(Clone, Debug)]
+pub struct OutFrame {
+    pub text: Text,
+    /// The last sequence it completes (0 for a partial event).
+    pub last_sequence: u64,
+}
+
+/// What a [`Follower`] read next.
+#[derive(Debug)]
+pub enum Page<T> {
+    /// The next events after the cursor, in order.
+    Events(T),
+    /// Nothing more is stored after `latest` (sent once per catch-up).
+    CaughtUp(u64),
+}
+
+/// What the dispatcher tells the followers of one session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Wake {
+    /// The highest latest sequence a commit announced for the session.
+    latest: u64,
+    /// How many times the dispatcher lagged: commits may have been missed, so read the store.
+    lags: u64,
+    /// The store's broadcast closed: nothing more will be committed.
+    closed: bool,
+}
+
+/// What moved, for [`Fanout::wake`].
+#[derive(Clone, Copy)]
+enum Moved {
+    Committed(u64),
+    Lagged,
+    Closed,
+}
+/// The shared tails of one store's sessions; see the module docs.
+pub struct Fanout {
+    store: Arc<dyn Store>,
+    sessions: Mutex<HashMap<String, Weak<Tail>>>,
+}
+
+impl Fanout {
+    /// Starts the dispatcher; needs a tokio runtime.
+    pub fn new(store: Arc<dyn Store>) -> Arc<Fanout> {
+        let mut commits = store.subscribe();
+        let fanout = Arc::new(Fanout {
+            store,
+            sessions: Mutex::new(HashMap::new()),
+        });
+        let weak = Arc::downgrade(&fanout);
+        tokio::spawn(async move {
+            loop {
+                let received = commits.recv().await;
+                let Some(fanout) = weak.upgrade() else { return };
+                match received {
+                    Ok(c) => fanout.wake(Some(&c.session_id), Moved::Committed(c.latest_sequence)),
+                    Err(broadcast::error::RecvError::Lagged(_)) => fanout.wake(None, Moved::Lagged),
+                    Err(broadcast::error::RecvError::Closed) => {
+                        fanout.wake(None, Moved::Closed);
+                        return;
+                    }
+                }
+            }
+        });
+        fanout
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Wakes the followers of `session` (of every session for `None`).
+    fn wake(&self, session: Option<&str>, moved: Moved) {
+        let mut sessions = self.sessions.lock().expect("fanout lock");
+        let notify = |tail: &Tail| {
+            tail.wake.send_modify(|w| match moved {
+                Moved::Committed(latest) => w.latest = w.latest.max(latest),
+                Moved::Lagged => w.lags += 1,
+                Moved::Closed => w.closed = true,
+            });
+        };
+        match session {
+            Some(id) => match sessions.get(id).map(Weak::upgrade) {
+                Some(Some(tail)) => notify(&tail),
+                Some(None) => {
+                    sessions.remove(id);
+                }
+                None => {}
+            },
+            None => {
+                sessions.retain(|_, tail| match tail.upgrade() {
+                    Some(tail) => {
+                        notify(&tail);
+                        true
+                    }
+                    None => false,
+                });
+            }
+        }
+    }
+
+    /// The session's shared tail, made when it has no follower yet.
+    fn tail(&self, session: &str) -> Arc<Tail> {
+        let mut sessions = self.sessions.lock().expect("fanout lock");
+        if let Some(tail) = sessions.get(session).and_then(Weak::upgrade) {
+            return tail;
+        }
+        let tail = Arc::new(Tail {
+            session: session.to_owned(),
+            state: Mutex::new(TailState::default()),
+            fill: tokio::sync::Mutex::new(()),
+            wake: watch::channel(Wake::default()).0,
+            caught_up: Mutex::new(None),
+        });
+        sessions.insert(session.to_owned(), Arc::downgrade(&tail));
+        tail
+    }
+}
+
+/// What the followers of one session share.
+struct Tail {
+    session: String,
+    state: Mutex<TailState>,
+    /// Held by the follower reading the live edge from the store.
+    fill: tokio::sync::Mutex<()>,
+    wake: watch::Sender<Wake>,
+    /// The last `caught_up` frame, with its `latest`.
+    caught_up: Mutex<Option<(u64, Text)>>,
+}
+
+#[derive(Default)]
+struct TailState {
+    /// Contiguous sequences, oldest first.
+    events: VecDeque<Encoded>,
+    /// Recent frame sets: `(after, last, max_frame)` and its frames.
+    memos: VecDeque<(u64, u64, usize, Arc<[OutFrame]>)>,
+}
+
+impl Tail {
+    /// The events after `after` (at most `limit`), if the tail holds the next one.
+    fn read(&self, after: u64, limit: usize) -> Option<Vec<Encoded>> {
+        let state = self.state.lock().expect("tail lock");
+        let first = state.events.front()?.sequence;
+        let last = state.events.back()?.sequence;
+        // `after >= last` first: a cursor of u64::MAX must not overflow `after + 1`.
+        if after >= last || after + 1 < first {
+            return None;
+        }
+        let skip = (after + 1 - first) as usize;
+        Some(
+            state
+                .events
+                .iter()
+                .skip(skip)
+                .take(limit)
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// Whether a read after `after` would extend the tail (or start it): the live edge.
+    fn at_edge(&self, after: u64) -> bool {
+        let state = self.state.lock().expect("tail lock");
+        match (state.events.front(), state.events.back()) {
+            (Some(first), Some(last)) => after + 1 >= first.sequence && after >= last.sequence,
+            _ => true,
+        }
+    }
+
+    /// Adds a contiguous run read from the store, keeping the tail contiguous.
+    fn extend(&self, run: &[Encoded]) {
+        let (Some(first), Some(last)) = (run.first(), run.last()) else {
+            return;
+        };
+        let mut state = self.state.lock().expect("tail lock");
+        let end = state.events.back().map(|e| e.sequence);
+        match end {
+            Some(end) if last.sequence <= end => return,
+            Some(end) if first.sequence <= end + 1 => {
+                let skip = (end + 1 - first.sequence) as usize;
+                state.events.extend(run[skip..].iter().cloned());
+            }
+            // Empty, or a gap (the tail was dropped while followers were away): start over.
+            _ => {
+                state.events.clear();
+                state.events.extend(run.iter().cloned());
+            }
+        }
+        let excess = state.events.len().saturating_sub(TAIL);
+        state.events.drain(..excess);
+    }
+
+    /// The frames of `events` (the run after `after`) for `max_frame`, built once.
+    fn frames(
+        &self,
+        epoch: &str,
+        after: u64,
+        events: &[Encoded],
+        max_frame: usize,
+    ) -> Arc<[OutFrame]> {
+        let last = events.last().map_or(after, |e| e.sequence);
+        let mut state = self.state.lock().expect("tail lock");
+        if let Some((.., frames)) =
+            (state.memos.iter()).find(|(a, l, m, _)| (*a, *l, *m) == (after, last, max_frame))
+        {
+            return frames.clone();
+        }
+        let frames: Arc<[OutFrame]> = wire::frame_encoded(
+            &self.session,
+            epoch,
+            events.iter().map(|e| (e.sequence, &*e.json)),
+            max_frame,
+        )
+        .into_iter()
+        .map(|f| OutFrame {
+            text: f.text.into(),
+            last_sequence: f.last_sequence,
+        })
+        .collect();
+        if state.memos.len() == MEMOS {
+            state.memos.pop_front();
+        }
+        state
+            .memos
+            .push_back((after, last, max_frame, frames.clone()));
+        frames
+    }
+}
+
+impl Tail {
+    /// The `caught_up` frame for `latest`, built once.
+    fn caught_up(&self, latest: u64) -> Text {
+        let mut memo = self.caught_up.lock().expect("caught-up lock");
+        match &*memo {
+            Some((at, text)) if *at == latest => text.clone(),
+            _ => {
+                let text: Text = ServerMsg::CaughtUp {
+                    session: self.session.clone(),
+                    latest,
+                }
+                .encode()
+                .into();
+                *memo = Some((latest, text.clone()));
+                text
+            }
+        }
+    }
+}
+
+/// Reads a session's log from a cursor, then tails it, woken by the store's commits.
+pub struct Follower {
+    store: Arc<dyn Store>,
+    epoch: String,
+    tail: Arc<Tail>,
+    wake: watch::Receiver<Wake>,
+    after: u64,
+    caught_up_sent: bool,
+    /// Whether the store may hold events after `after` that no commit announced: at first
+    /// (commits before this follower were never announced to it) and after a lag.
+    must_read: bool,
+    lags: u64,
+}
+
+impl Follower {
+    /// Listens for commits before the first read, so no commit can be missed between.
+    pub fn new(fanout: &Fanout, session: &str, after: u64) -> Follower {
+        let tail = fanout.tail(session);
+        Follower {
+            store: fanout.store.clone(),
+            epoch: fanout.store.epoch().to_owned(),
+            wake: tail.wake.subscribe(),
+            tail,
+            after,
+            caught_up_sent: false,
+            must_read: true,
+            lags: 0,
+        }
+    }
+
+    /// The last sequence handed out.
+    pub fn after(&self) -> u64 {
+        self.after
+    }
+
+    /// The next events after the cursor, encoded (at most `limit`), or the end of catch-up.
+    pub async fn next_events(&mut self, limit: usize) -> Result<Page<Vec<Encoded>>, StoreError> {
+        loop {
+            // Seen before reading: a commit from now on wakes the wait below.
+            let wake = *self.wake.borrow_and_update();
+            if wake.closed {
+                return Err(StoreError::Closed);
+            }
+            if wake.lags != self.lags {
+                self.lags = wake.lags;
+                self.must_read = true;
+            }
+            if let Some(events) = self.read(limit, wake.latest).await? {
+                self.after = events.last().map_or(self.after, |e| e.sequence);
+                self.caught_up_sent = false;
+                return Ok(Page::Events(events));
+            }
+            if !self.caught_up_sent {
+                self.caught_up_sent = true;
+                return Ok(Page::CaughtUp(self.after));
+            }
+            if self.wake.changed().await.is_err() {
+                return Err(StoreError::Closed);
+            }
+        }
+    }
+
+    /// [`Follower::next_events`] as `max_frame`-bounded frames, shared with every follower of
+    /// the session at the same cursor.
+    pub async fn next_frames(
+        &mut self,
+        limit: usize,
+        max_frame: usize,
+    ) -> Result<Page<Arc<[OutFrame]>>, StoreError> {
+        let after = self.after;
+        Ok(match self.next_events(limit).await? {
+            Page::Events(events) => {
+                Page::Events(self.tail.frames(&self.epoch, after, &events, max_frame))
+            }
+            Page::CaughtUp(latest) => Page::CaughtUp(latest),
+        })
+    }
+
+    /// The `caught_up` frame for `latest`, shared by the session's followers.
+    pub fn caught_up(&self, latest: u64) -> Text {
+        self.tail.caught_up(latest)
+    }
+
+    /// The events after the cursor: from the tail, else from the store (filling the tail).
+    /// `None`: nothing is stored after it, as far as commits up to `latest` tell. So a
+    /// follower at the live edge reads the store only when a commit announced more.
+    async fn read(
+        &mut self,
+        limit: usize,
+        latest: u64,
+    ) -> Result<Option<Vec<Encoded>>, StoreError> {
+        if let Some(events) = self.tail.read(self.after, limit) {
+            return Ok(Some(events));
+        }
+        if !self.must_read && latest <= self.after {
+            return Ok(None);
+        }
+        // At the live edge, one follower reads for all; the others find its events in the tail.
+        let _fill = match self.tail.at_edge(self.after) {
+            true => {
+                let guard = self.tail.fill.lock().await;
+                if let Some(events) = self.tail.read(self.after, limit) {
+                    return Ok(Some(events));
+                }
+                Some(guard)
+            }
+            false => None,
+        };
+        let query = EventQuery {
+            after: Some(self.after),
+            limit: Some(limit),
+            ..EventQuery::default()
+        };
+        let events = self.store.get_events(&self.tail.session, &query).await?;
+        // A short page is everything stored now; a full one may have more behind it.
+        self.must_read = events.len() >= limit;
+        if events.is_empty() {
+            return Ok(None);
+        }
+        let encoded: Vec<Encoded> = (events.iter())
+            .map(|e| Encoded {
+                sequence: e.sequence(),
+                json: e.to_json().into(),
+            })
+            .collect();
+        self.tail.extend(&encoded);
+        Ok(Some(encoded))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::companion::store::{SessionRecord, SessionState, SqliteStore};
+    use crate::core::event::{Event, EventId, EventInit, EventType, Provider};
+    use crate::core::time::Timestamp;
+
+    async fn store_with(session: &str, events: usize) -> (tempfile::TempDir, Arc<dyn Store>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("f.db")).unwrap());
+        let at = Timestamp::EPOCH;
+        store
+            .create_session(SessionRecord {
+                id: session.into(),
+                provider: "demo".into(),
+                cwd: "/".into(),
+                state: SessionState::Running,
+                provider_session_id: None,
+                created_at: at,
+                updated_at: at,
+                node: "local".into(),
+            })
+            .await
+            .unwrap();
+        append(&store, session, 0..events).await;
+        (dir, store)
+    }
+
+    async fn append(store: &Arc<dyn Store>, session: &str, range: std::ops::Range<usize>) {
+        let events = range
+            .map(|n| {
+                let at = Timestamp::from_unix_millis(n as i64);
+                let mut init =
+                    EventInit::new(EventType::MessageStreamed, session, Provider::Demo, at);
+                init.id = Some(EventId::derive(&[session, &n.to_string()]));
+                init.data
+                    .insert("delta".into(), serde_json::json!(format!("chunk {n}")));
+                Event::new(init).unwrap()
+            })
+            .collect::<Vec<_>>();
+        if !events.is_empty() {
+            store.append(session, events).await.unwrap();
+        }
+    }
+
+    /// Reads frames until caught up; returns each page's frame texts and the `latest` told.
+    async fn catch_up(follower: &mut Follower, limit: usize) -> (Vec<Arc<[OutFrame]>>, u64) {
+        let mut pages = Vec::new();
+        loop {
+            let page = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                follower.next_frames(limit, wire::DEFAULT_MAX_FRAME),
+            )
+            .await
+            .expect("a page in time")
+            .unwrap();
+            match page {
+                Page::Events(frames) => pages.push(frames),
+                Page::CaughtUp(latest) => return (pages, latest),
+            }
+        }
+    }
+
+    fn sequences(pages: &[Arc<[OutFrame]>]) -> Vec<u64> {
+        let mut out = Vec::new();
+        for frame in pages.iter().flat_map(|p| p.iter()) {
+            match ServerMsg::decode(&frame.text, usize::MAX).unwrap() {
+                ServerMsg::Events { events, .. } => out.extend(events.iter().map(Event::sequence)),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        out
+    }
+
+    /// Followers from several cursors, over logs longer than a page and at the live edge:
+    /// every event once, in order, each page's bytes those of `encode_events`, and two followers
+    /// at one cursor sharing one buffer.
+    #[tokio::test]
+    async fn followers_read_every_event_once_and_share_frames() {
+        // (events stored, page limit, cursor, events appended once caught up)
+        let cases = [
+            (0, 512, 0, 3),
+            (1000, 512, 0, 5),
+            (1000, 100, 950, 700),
+            (20, 8, 20, 1),
+        ];
+        for (stored, limit, after, more) in cases {
+            let session = "ses_f1";
+            let (_dir, store) = store_with(session, stored).await;
+            let fanout = Fanout::new(store.clone());
+            let mut a = Follower::new(&fanout, session, after as u64);
+            let mut b = Follower::new(&fanout, session, after as u64);
+            let (pages_a, latest_a) = catch_up(&mut a, limit).await;
+            let (pages_b, latest_b) = catch_up(&mut b, limit).await;
+            let want: Vec<u64> = (after as u64 + 1..=stored as u64).collect();
+            assert_eq!(sequences(&pages_a), want, "{stored} stored, after {after}");
+            assert_eq!(sequences(&pages_b), want);
+            assert_eq!((latest_a, latest_b), (stored as u64, stored as u64));
+
+            append(&store, session, stored..stored + more).await;
+            let (live_a, _) = catch_up(&mut a, limit).await;
+            let (live_b, _) = catch_up(&mut b, limit).await;
+            let want: Vec<u64> = (stored as u64 + 1..=(stored + more) as u64).collect();
+            assert_eq!(sequences(&live_a), want, "live after {stored}");
+            assert_eq!(sequences(&live_b), want);
+            // Both followers took their live pages from the tail, in the same steps.
+            let first = |p: &[Arc<[OutFrame]>]| p[0][0].text.as_ptr();
+            assert_eq!(first(&live_a), first(&live_b), "one buffer for both");
+
+            // The bytes are those of encoding the stored events directly.
+            let all = store
+                .get_events(
+                    session,
+                    &EventQuery {
+                        after: Some(stored as u64),
+                        ..EventQuery::default()
+                    },
+                )
+                .await
+                .unwrap();
+            let page: Vec<Event> = all.into_iter().take(limit).collect();
+            let direct =
+                wire::encode_events(session, store.epoch(), &page, wire::DEFAULT_MAX_FRAME);
+            assert_eq!(&*live_a[0][0].text, direct[0].text.as_str());
+        }
+    }
+}
