@@ -29,10 +29,11 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::fanout::{Follower, Page};
 use super::host::CommandError;
 use super::server::{ApiError, AppState};
 use super::store::{EventQuery, Store};
-use super::ws::{Follower, Page, StreamGuard};
+use super::ws::StreamGuard;
 use crate::core::error::ErrorCode;
 use crate::core::event::{Event, EventId, EventType};
 use crate::core::wire::Decision;
@@ -428,15 +429,29 @@ fn stream(state: AppState, session: String, input: RunAgentInput, plan: Plan) ->
         for id in &plan.answered {
             translator.handle_answered(id);
         }
-        let mut follower = Follower::new(state.hub.store().clone(), &session, plan.from);
+        let mut follower = Follower::new(&state.hub.fanout(), &session, plan.from);
         while !translator.is_done() {
             let page = tokio::select! {
-                page = follower.next_page(512) => page,
+                page = follower.next_events(512) => page,
                 _ = tx.closed() => break,
             };
             let mut out = Vec::new();
             match page {
-                Ok(Page::Events(events)) => {
+                Ok(Page::Events(encoded)) => {
+                    // The shared tail holds events as the JSON they are sent as.
+                    let events: Result<Vec<Event>, _> = encoded
+                        .iter()
+                        .map(|e| serde_json::from_str::<Event>(&e.json))
+                        .collect();
+                    let events = match events {
+                        Ok(events) => events,
+                        Err(e) => {
+                            let error = json!({"type": "RUN_ERROR", "message": format!("a stored event is unreadable: {e}"),
+                                "code": ErrorCode::StoreError.as_str()});
+                            let _ = tx.send(sse(&error)).await;
+                            return;
+                        }
+                    };
                     for event in &events {
                         translator.handle_event(event);
                         while let Some(e) = translator.poll_event() {

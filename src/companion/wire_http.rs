@@ -25,6 +25,7 @@ use futures_util::StreamExt;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
+use super::fanout::Text;
 use super::server::AppState;
 use super::ws::{self, Incoming, StreamGuard};
 use crate::core::error::ErrorCode;
@@ -60,7 +61,7 @@ pub async fn stream(State(state): State<AppState>, Query(opening): Query<Opening
     };
     let limits = state.config.limits;
     let recycle = state.config.sse_recycle;
-    let (out, mut rx) = mpsc::channel::<String>(ws::OUTGOING_FRAMES);
+    let (out, mut rx) = mpsc::channel::<Text>(ws::OUTGOING_FRAMES);
     let (tx, events) = mpsc::channel::<SseEvent>(ws::OUTGOING_FRAMES);
     let open = StreamGuard::sse(&state.streams);
     let mut drops = state.drops.subscribe();
@@ -88,13 +89,17 @@ pub async fn stream(State(state): State<AppState>, Query(opening): Query<Opening
                     Some(f) => f,
                     None => break,
                 },
-                _ = heartbeat.tick() => ServerMsg::Heartbeat { now_ms: super::now().unix_millis() }.encode(),
+                _ = heartbeat.tick() => ServerMsg::Heartbeat { now_ms: super::now().unix_millis() }.encode().into(),
                 _ = &mut end => break,
                 _ = tx.closed() => break,
                 // `POST /api/connections/drop` ends these streams as it closes WebSockets.
                 _ = drops.recv() => break,
             };
-            if tx.send(SseEvent::default().data(frame)).await.is_err() {
+            if tx
+                .send(SseEvent::default().data(frame.as_str()))
+                .await
+                .is_err()
+            {
                 break;
             }
         }
@@ -135,7 +140,7 @@ pub async fn command(State(state): State<AppState>, body: Bytes) -> Response {
         client: None,
         features: Vec::new(),
     };
-    let (out, mut rx) = mpsc::channel::<String>(ws::OUTGOING_FRAMES);
+    let (out, mut rx) = mpsc::channel::<Text>(ws::OUTGOING_FRAMES);
     let incoming = futures_util::stream::iter([
         Incoming::Text(hello.encode()),
         Incoming::Text(text.to_owned()),
@@ -149,8 +154,8 @@ pub async fn command(State(state): State<AppState>, body: Bytes) -> Response {
     // The welcome first, then the command's answer.
     let mut answer = None;
     while let Some(frame) = rx.recv().await {
-        if !frame.starts_with(r#"{"t":"welcome""#) {
-            answer = Some(frame);
+        if !frame.as_str().starts_with(r#"{"t":"welcome""#) {
+            answer = Some(frame.as_str().to_owned());
         }
     }
     let _ = run.await;
