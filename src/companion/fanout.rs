@@ -3,7 +3,7 @@
 //! A [`Follower`] reads a session's log from its own cursor, then tails it; live and replayed
 //! events come from the same place, by the same cursor, so there is no gap and no duplicate
 //! where catch-up turns into tailing. What followers of one session share lives in its
-//! [`Tail`]: the session's latest events, each encoded to JSON once ([`Encoded`]), and the
+//! `Tail`: the session's latest events, each encoded to JSON once ([`Encoded`]), and the
 //! frames last built from them for each `max_frame`. Invariants:
 //!
 //! * The tail holds a contiguous run of the session's log, filled only from what a follower
@@ -13,10 +13,10 @@
 //! * At most one follower of a session reads the live edge from the store at a time (the fill
 //!   lock); the others wait for it and take its events from the tail. A follower far behind
 //!   reads the store on its own and does not hold the others up.
-//! * Frames for `(after, last, max_frame)` are built once ([`Tail::frames`]) and shared: a frame
+//! * Frames for `(after, last, max_frame)` are built once (`Tail::frames`) and shared: a frame
 //!   is [`Text`], whose clones share one buffer, so a hundred subscribers in step cost one
 //!   encoding and a hundred reference counts. The bytes are those of
-//!   [`wire::encode_events`](crate::core::wire::encode_events) on the same events.
+//!   [`wire::encode_events`] on the same events.
 //! * Commits reach followers through one dispatcher task per [`Fanout`], which listens to the
 //!   store's broadcast and wakes only the followers of the session that moved (all of them if
 //!   it lagged). A follower marks the wake-up seen before it reads, so a commit between its read

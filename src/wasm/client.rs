@@ -603,11 +603,21 @@ fn deliver(inner: &Rc<RefCell<Inner>>) {
     }
 }
 
-fn open(url: &str, conn: u64, weak: Weak<RefCell<Inner>>) -> Result<Socket, JsValue> {
-    let ws = WebSocket::new(url)?;
-    let on_open = Closure::<dyn FnMut()>::new(callback(&weak, move |core| {
-        core.handle_open(conn, now_ms())
-    }));
+/// A connection's stream (a WebSocket, or the fallback's event stream) with its three
+/// handlers attached: opened, a frame, closed (or failed).
+fn attach(conn: u64, handle: Handle, weak: &Weak<RefCell<Inner>>) -> Result<Socket, JsValue> {
+    let on_open =
+        Closure::<dyn FnMut()>::new(callback(weak, move |core| core.handle_open(conn, now_ms())));
+    let on_message = Closure::<dyn FnMut(MessageEvent)>::new({
+        let weak = weak.clone();
+        move |e: MessageEvent| {
+            let (Some(inner), Some(text)) = (weak.upgrade(), e.data().as_string()) else {
+                return;
+            };
+            inner.borrow_mut().core.handle_frame(conn, &text, now_ms());
+            pump(&inner);
+        }
+    });
     let on_close = Closure::<dyn FnMut()>::new({
         let weak = weak.clone();
         move || {
@@ -623,23 +633,29 @@ fn open(url: &str, conn: u64, weak: Weak<RefCell<Inner>>) -> Result<Socket, JsVa
             }
         }
     });
-    let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
-        let (Some(inner), Some(text)) = (weak.upgrade(), e.data().as_string()) else {
-            return;
-        };
-        inner.borrow_mut().core.handle_frame(conn, &text, now_ms());
-        pump(&inner);
-    });
-    ws.set_onopen(Some(on_open.as_ref().unchecked_ref()));
-    ws.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
-    ws.set_onclose(Some(on_close.as_ref().unchecked_ref()));
+    match &handle {
+        Handle::Ws(ws) => {
+            ws.set_onopen(Some(on_open.as_ref().unchecked_ref()));
+            ws.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+            ws.set_onclose(Some(on_close.as_ref().unchecked_ref()));
+        }
+        Handle::EventSource(es) => {
+            Reflect::set(es, &"onopen".into(), on_open.as_ref())?;
+            Reflect::set(es, &"onmessage".into(), on_message.as_ref())?;
+            Reflect::set(es, &"onerror".into(), on_close.as_ref())?;
+        }
+    }
     Ok(Socket {
         conn,
-        handle: Handle::Ws(ws),
+        handle,
         _on_open: on_open,
         _on_message: on_message,
         _on_close: on_close,
     })
+}
+
+fn open(url: &str, conn: u64, weak: Weak<RefCell<Inner>>) -> Result<Socket, JsValue> {
+    attach(conn, Handle::Ws(WebSocket::new(url)?), &weak)
 }
 
 /// The fallback's stream: an `EventSource` whose messages are server frames. It is closed at
@@ -648,41 +664,7 @@ fn open(url: &str, conn: u64, weak: Weak<RefCell<Inner>>) -> Result<Socket, JsVa
 fn open_event_source(url: &str, conn: u64, weak: Weak<RefCell<Inner>>) -> Result<Socket, JsValue> {
     let ctor = Reflect::get(&js_sys::global(), &"EventSource".into())?.dyn_into::<Function>()?;
     let es = Reflect::construct(&ctor, &js_sys::Array::of1(&url.into()))?;
-    let on_open = Closure::<dyn FnMut()>::new(callback(&weak, move |core| {
-        core.handle_open(conn, now_ms())
-    }));
-    let on_close = Closure::<dyn FnMut()>::new({
-        let weak = weak.clone();
-        move || {
-            if let Some(inner) = weak.upgrade() {
-                {
-                    let mut s = inner.borrow_mut();
-                    s.core.handle_close(conn, now_ms());
-                    if s.socket.as_ref().is_some_and(|sock| sock.conn == conn) {
-                        s.socket.take().expect("checked above").close();
-                    }
-                }
-                pump(&inner);
-            }
-        }
-    });
-    let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
-        let (Some(inner), Some(text)) = (weak.upgrade(), e.data().as_string()) else {
-            return;
-        };
-        inner.borrow_mut().core.handle_frame(conn, &text, now_ms());
-        pump(&inner);
-    });
-    Reflect::set(&es, &"onopen".into(), on_open.as_ref())?;
-    Reflect::set(&es, &"onmessage".into(), on_message.as_ref())?;
-    Reflect::set(&es, &"onerror".into(), on_close.as_ref())?;
-    Ok(Socket {
-        conn,
-        handle: Handle::EventSource(es),
-        _on_open: on_open,
-        _on_message: on_message,
-        _on_close: on_close,
-    })
+    attach(conn, Handle::EventSource(es), &weak)
 }
 
 /// POSTs one command of the fallback; its answer (or the failure, which drops the stream:

@@ -12,7 +12,7 @@
 //!   its callers retry (appends are idempotent by id).
 //! * An append costs one statement per new event (`INSERT … ON CONFLICT (id) DO NOTHING`,
 //!   prepared once): a stored id is found by the insert's own probe. Checkpoints run every
-//!   [`CHECKPOINT_PAGES`] WAL pages, so a hot index page is copied once per many groups.
+//!   `CHECKPOINT_PAGES` WAL pages, so a hot index page is copied once per many groups.
 //! * A request is answered only after its group's COMMIT returned; [`Committed`] is broadcast
 //!   only after the answers. So whoever hears of a commit can read its events.
 //! * Reads never touch the writer: a small pool of WAL reader connections runs them through
