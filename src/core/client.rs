@@ -119,6 +119,7 @@ impl ConnectionState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Transport {
+    #[serde(rename = "websocket")]
     WebSocket,
     /// Server-Sent Events from `GET /api/wire` for what the server sends, `POST /api/wire`
     /// for commands: the fallback where WebSockets do not get through.

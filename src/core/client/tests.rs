@@ -368,7 +368,13 @@ fn a_websocket_that_keeps_failing_falls_back_to_server_sent_events_and_is_tried_
     let mut c = Client::new(ClientConfig::default(), 0);
     c.subscribe("s1");
     assert_eq!(outbox(&mut c).0, [Action::Connect { conn: 1 }]);
-    assert_eq!(c.drain().transport, Some(Transport::WebSocket));
+    let batch = c.drain();
+    assert_eq!(batch.transport, Some(Transport::WebSocket));
+    assert!(
+        batch.to_json().contains(r#""transport":"websocket""#),
+        "{}",
+        batch.to_json()
+    );
     // Refused twice before any welcome (a proxy that refuses upgrades).
     c.handle_close(1, 0);
     c.handle_timeout(10_000);
