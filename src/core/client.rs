@@ -286,8 +286,9 @@ impl Client {
             self.sessions.push(session.to_owned());
         }
         self.projector.track(session);
-        if self.welcomed && self.transport == Transport::Sse {
-            // The stream's subscriptions are fixed when it opens: open another.
+        if self.socket && self.transport == Transport::Sse {
+            // The stream's subscriptions are fixed when it opens (even one still opening):
+            // open another.
             self.reopen();
         } else if self.welcomed {
             self.send_subscribe(session);
@@ -315,7 +316,7 @@ impl Client {
         if self.awaiting_caught_up.remove(session) {
             self.update_caught_up();
         }
-        if self.welcomed && self.transport == Transport::Sse {
+        if self.socket && self.transport == Transport::Sse {
             self.reopen();
         } else if self.welcomed {
             self.send(&ClientMsg::Unsubscribe {
@@ -687,9 +688,12 @@ impl Client {
         self.actions
             .push_back(Action::Disconnect { conn: self.conn });
         // Commands in flight are POSTs, whose answers do not ride on the stream: they wait.
+        let was_welcomed = self.welcomed;
         self.awaiting_caught_up.clear();
         self.connect(now_ms);
-        self.set_state(ConnectionState::Live);
+        if was_welcomed {
+            self.set_state(ConnectionState::Live);
+        }
     }
 
     /// The connection is gone (closed, failed, or declared dead): fail what was in flight and

@@ -420,11 +420,25 @@ fn a_websocket_that_keeps_failing_falls_back_to_server_sent_events_and_is_tried_
     assert!(
         matches!(&actions[1], Action::ConnectSse { conn: 4, frames } if frames.contains(r#""session":"s2""#))
     );
+    // A subscription given while a stream is still opening is not lost: another opens.
+    c.handle_close(4, 20_002);
+    c.handle_timeout(30_000);
+    let (actions, _) = outbox(&mut c);
+    assert!(
+        matches!(&actions[..], [Action::ConnectSse { conn: 5, .. }]),
+        "{actions:?}"
+    );
+    c.subscribe("s3");
+    let (actions, _) = outbox(&mut c);
+    assert_eq!(actions[0], Action::Disconnect { conn: 5 });
+    assert!(
+        matches!(&actions[1], Action::ConnectSse { conn: 6, frames } if frames.contains(r#""session":"s3""#))
+    );
     // Five minutes on: the next connection tries the WebSocket; refused, straight back.
-    c.handle_close(4, 20_000 + 5 * 60_000);
+    c.handle_close(6, 20_000 + 5 * 60_000);
     c.handle_timeout(30_000 + 5 * 60_000);
-    assert_eq!(outbox(&mut c).0, [Action::Connect { conn: 5 }]);
-    c.handle_close(5, 30_000 + 5 * 60_000);
+    assert_eq!(outbox(&mut c).0, [Action::Connect { conn: 7 }]);
+    c.handle_close(7, 30_000 + 5 * 60_000);
     assert_eq!(c.transport(), Transport::Sse);
     // Without the fallback (agentwire tail) the WebSocket is all there is.
     let mut t = Client::new(
