@@ -34,7 +34,7 @@ use serde_json::Value;
 use super::error::ErrorCode;
 use super::projector::{Batch, Projector, Signal};
 use super::wire::{
-    is_turn_id, ClientMsg, Decision, Thinking, WireError, DEFAULT_MAX_FRAME,
+    is_turn_id, ClientMsg, Decision, ServerMsg, Thinking, WireError, DEFAULT_MAX_FRAME,
     FEATURE_SESSION_STATUS, PROTOCOL_VERSIONS,
 };
 
@@ -223,6 +223,11 @@ pub struct Client {
     actions: VecDeque<Action>,
     replies: VecDeque<Reply>,
     drops: u64,
+}
+
+/// The number of one of this client's command ids (`c7` → 7).
+fn command_number(id: &str) -> Option<u64> {
+    id.strip_prefix('c').and_then(|n| n.parse().ok())
 }
 
 fn error(code: ErrorCode, message: impl Into<String>) -> WireError {
@@ -482,10 +487,32 @@ impl Client {
         self.take_frame(frame, now_ms);
     }
 
-    /// The response body of a command POSTed on the fallback transport (a `reply` frame, or
-    /// an `error`), whichever stream is open now.
-    pub fn handle_post_reply(&mut self, frame: &str, now_ms: i64) {
-        self.take_frame(frame, now_ms);
+    /// The response body of a command POSTed on the fallback transport: `posted` is the body
+    /// [`Client::poll_post`] gave, `frame` what came back. Its `reply` settles the command; an
+    /// `error` frame (the server refused the command unread) fails it with that error; anything
+    /// else (a proxy's page, a truncated body) leaves its fate unknown, so the stream is dropped
+    /// as if the request had failed and the command is sent again on the next one (commands
+    /// are idempotent by id). A command is never left waiting for an answer that will not come.
+    pub fn handle_post_reply(&mut self, posted: &str, frame: &str, now_ms: i64) {
+        let number = serde_json::from_str::<ClientMsg>(posted)
+            .ok()
+            .and_then(|msg| msg.command_id().and_then(command_number));
+        match ServerMsg::decode(frame, usize::MAX) {
+            Ok(ServerMsg::Reply { .. }) => self.take_frame(frame, now_ms),
+            Ok(ServerMsg::Error { error, .. }) => {
+                let settled = number.and_then(|n| self.pending.remove(&n).map(|_| n));
+                match settled {
+                    Some(n) => self.replies.push_back((format!("c{n}"), Err(error))),
+                    None => self.take_frame(frame, now_ms),
+                }
+            }
+            _ if self.socket && self.transport == Transport::Sse => {
+                self.actions
+                    .push_back(Action::Disconnect { conn: self.conn });
+                self.drop_connection(now_ms);
+            }
+            _ => {}
+        }
     }
 
     fn take_frame(&mut self, frame: &str, now_ms: i64) {
@@ -530,7 +557,7 @@ impl Client {
                 }
             }
             Signal::Reply { id, result } => {
-                let number = id.strip_prefix('c').and_then(|n| n.parse::<u64>().ok());
+                let number = command_number(&id);
                 if number.is_some_and(|n| self.pending.remove(&n).is_some()) {
                     self.replies.push_back((id, result));
                 }

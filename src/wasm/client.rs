@@ -680,7 +680,7 @@ fn post(base: &str, token: &str, body: String, weak: Weak<RefCell<Inner>>) {
     let _ = Reflect::set(&headers, &"Content-Type".into(), &"application/json".into());
     let _ = Reflect::set(&init, &"method".into(), &"POST".into());
     let _ = Reflect::set(&init, &"headers".into(), &headers);
-    let _ = Reflect::set(&init, &"body".into(), &body.into());
+    let _ = Reflect::set(&init, &"body".into(), &body.as_str().into());
     let url: JsValue = format!("{base}/api/wire").into();
     let fetched = call_method(&js_sys::global(), "fetch", &[url, init.into()]);
     let failed = {
@@ -697,7 +697,10 @@ fn post(base: &str, token: &str, body: String, weak: Weak<RefCell<Inner>>) {
     };
     let answered = Closure::once_into_js(move |text: JsValue| {
         if let (Some(inner), Some(text)) = (weak.upgrade(), text.as_string()) {
-            inner.borrow_mut().core.handle_post_reply(&text, now_ms());
+            inner
+                .borrow_mut()
+                .core
+                .handle_post_reply(&body, &text, now_ms());
             pump(&inner);
         }
     });

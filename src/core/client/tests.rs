@@ -408,10 +408,23 @@ fn a_websocket_that_keeps_failing_falls_back_to_server_sent_events_and_is_tried_
     assert!(post.starts_with(r#"{"t":"start_turn","id":"c1""#), "{post}");
     assert_eq!(c.poll_post(), None);
     c.handle_post_reply(
+        &post,
         r#"{"t":"reply","id":"c1","ok":true,"result":{"turnId":"turn_1"}}"#,
         20_001,
     );
     assert_eq!(c.poll_reply(), Some((id, Ok(json!({"turnId": "turn_1"})))));
+    // Refused unread: the command fails with the server's error, it is not sent again.
+    let id = c.interrupt("s1").unwrap();
+    let post = c.poll_post().unwrap();
+    c.handle_post_reply(
+        &post,
+        r#"{"t":"error","code":"bad_request","message":"no"}"#,
+        20_001,
+    );
+    let (reply_id, result) = c.poll_reply().unwrap();
+    assert_eq!(reply_id, id);
+    assert_eq!(result.unwrap_err().code, "bad_request");
+    assert_eq!(c.pending(), 0);
     // Another subscription: a new stream from the cursors, at once.
     c.subscribe("s2");
     let (actions, _) = outbox(&mut c);
@@ -454,6 +467,42 @@ fn a_websocket_that_keeps_failing_falls_back_to_server_sent_events_and_is_tried_
         t.handle_timeout(i64::from(conn as u32) * 10_000);
     }
     assert_eq!(t.transport(), Transport::WebSocket);
+}
+
+/// A POST answered by something that is not the server's (a proxy's error page) leaves the
+/// command's fate unknown: the stream is dropped like a failed request and the command goes out
+/// again on the next one, never left waiting.
+#[wasm_bindgen_test(unsupported = test)]
+fn a_fallback_post_answered_by_a_foreign_page_is_sent_again_on_the_next_stream() {
+    let mut c = Client::new(ClientConfig::default(), 0);
+    c.subscribe("s1");
+    for (conn, at) in [(1, 0), (2, 10_000)] {
+        c.handle_timeout(at);
+        assert_eq!(outbox(&mut c).0, [Action::Connect { conn }]);
+        c.handle_close(conn, at);
+    }
+    c.handle_timeout(20_000);
+    assert!(matches!(
+        &outbox(&mut c).0[..],
+        [Action::ConnectSse { conn: 3, .. }]
+    ));
+    c.handle_open(3, 20_000);
+    c.handle_frame(3, &welcome(500), 20_000);
+    c.start_turn("s1", "hi", Some("turn_1")).unwrap();
+    let post = c.poll_post().unwrap();
+    c.handle_post_reply(&post, "<html>502 Bad Gateway</html>", 20_001);
+    assert_eq!(outbox(&mut c).0, [Action::Disconnect { conn: 3 }]);
+    assert_eq!(c.poll_reply(), None, "not failed: it is kept");
+    assert_eq!(c.pending(), 1);
+    c.handle_timeout(40_000);
+    assert!(matches!(
+        &outbox(&mut c).0[..],
+        [Action::ConnectSse { conn: 4, .. }]
+    ));
+    c.handle_open(4, 40_000);
+    c.handle_frame(4, &welcome(500), 40_000);
+    assert_eq!(c.poll_post(), Some(post), "the same command, once more");
+    assert_eq!(c.poll_post(), None);
 }
 
 #[wasm_bindgen_test(unsupported = test)]
