@@ -16,57 +16,21 @@
 // the streamed text equal to what the log stored. Every wait is a condition with a deadline.
 
 import { strict as assert } from "node:assert";
-import { spawn, type ChildProcess } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 
 import { build } from "esbuild";
 
 import { agent, run, type Run } from "./agui-run.js";
-import { bin, launchChromium, root, testkitBin } from "./fixtures.js";
+import { launchChromium, root, testkitBin } from "./fixtures.js";
+import { apiClient, firstLine, SERVING, start, stop } from "./processes.js";
 
 const TOKEN = "agui-test-token-0123456789";
 const DEADLINE_MS = 20_000;
 const CLI_DIR = join(root, ".agentwire", "clis", "node_modules", ".bin");
 
-const children: ChildProcess[] = [];
-process.on("exit", () => children.forEach((c) => c.kill("SIGKILL")));
 const cleanups: (() => unknown)[] = [];
-
-function firstLine(child: ChildProcess, re: RegExp, what: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${what} did not start`)), 30_000);
-    createInterface({ input: child.stdout! }).on("line", (line) => {
-      const m = re.exec(line);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]!);
-      }
-    });
-    child.on("exit", (code) => reject(new Error(`${what} exited (${code})`)));
-  });
-}
-
-/** SIGINT (the server stops its agents and drains its store), SIGKILL after 5 s. */
-function stop(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => child.kill("SIGKILL"), 5_000);
-    child.once("exit", () => {
-      clearTimeout(timer);
-      resolve();
-    });
-    child.kill("SIGINT");
-  });
-}
-
-function start(args: string[], env?: NodeJS.ProcessEnv, program = bin): ChildProcess {
-  const child = spawn(program, args, { stdio: ["ignore", "pipe", "inherit"], ...(env ? { env } : {}) });
-  children.push(child);
-  return child;
-}
 
 interface Server {
   base: string;
@@ -78,17 +42,9 @@ async function serve(dir: string, extra: string[] = [], env?: NodeJS.ProcessEnv)
   const child = start([
     "serve", "--addr", "127.0.0.1:0", "--db", join(dir, "store.db"), ...extra,
   ], { ...(env ?? process.env), AGENTWIRE_TOKEN: TOKEN });
-  const addr = await firstLine(child, /^agentwire: serving http:\/\/([^/]+)\//, "agentwire serve");
+  const addr = await firstLine(child, SERVING, "agentwire serve");
   const base = `http://${addr}`;
-  const api = async (method: string, path: string, body?: unknown) => {
-    const r = await fetch(`${base}${path}`, {
-      method,
-      headers: { Authorization: `Bearer ${TOKEN}`, "Content-Type": "application/json" },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${await r.text()}`);
-    return r.status === 204 ? null : r.json();
-  };
+  const api = apiClient(base, TOKEN);
   const server = { base, api, stop: () => stop(child) };
   cleanups.push(server.stop);
   return server;

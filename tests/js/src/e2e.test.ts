@@ -15,14 +15,13 @@
 // the README's three to docs/screenshots/).
 
 import { strict as assert } from "node:assert";
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, type ChildProcess } from "node:child_process";
 import {
   closeSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync,
   writeFileSync, writeSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 
 import { type BrowserContext, type Page } from "playwright-core";
 
@@ -30,6 +29,7 @@ import { Projector } from "../../../pkg-web/agentwire.js";
 import type { Item } from "../../../pkg-web/agentwire.js";
 import { normalize, Projector as TranscriptProjector } from "../../../pkg-web/transcripts/agentwire.js";
 import { bin, launchChromium, loadPackage, root, testkitBin } from "./fixtures.js";
+import { apiClient, firstLine, SERVING, spawnTracked, start as startProcess, stop } from "./processes.js";
 
 declare global {
   interface Window {
@@ -59,8 +59,6 @@ const started = Date.now();
 const timings: string[] = [];
 /** Undone in reverse order at the end, pass or fail; processes are killed on exit too. */
 const cleanups: (() => unknown)[] = [];
-const children: ChildProcess[] = [];
-process.on("exit", () => children.forEach((c) => c.kill("SIGKILL")));
 async function cleanup() {
   for (const f of cleanups.splice(0).reverse()) {
     try {
@@ -73,38 +71,9 @@ async function cleanup() {
 
 // ---- processes ----
 
-/** Waits for the first stdout line matching `re`; returns its first group. */
-function firstLine(child: ChildProcess, re: RegExp, what: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${what} did not start`)), 30_000);
-    createInterface({ input: child.stdout! }).on("line", (line) => {
-      const m = re.exec(line);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]!);
-      }
-    });
-    child.on("exit", (code) => reject(new Error(`${what} exited (${code})`)));
-  });
-}
-
-/** Stops a process and waits for its exit: SIGINT (the server then stops its agents), SIGKILL
- * after 5 s. */
-function stop(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => child.kill("SIGKILL"), 5_000);
-    child.once("exit", () => {
-      clearTimeout(timer);
-      resolve();
-    });
-    child.kill("SIGINT");
-  });
-}
-
+/** [`startProcess`], stopped at the end of the run. */
 function start(args: string[], env?: NodeJS.ProcessEnv, program = bin): ChildProcess {
-  const child = spawn(program, args, { stdio: ["ignore", "pipe", "inherit"], ...(env ? { env } : {}) });
-  children.push(child);
+  const child = startProcess(args, env, program);
   cleanups.push(() => stop(child));
   return child;
 }
@@ -127,16 +96,8 @@ async function serve(
     ...(at.store ? ["--store", at.store] : ["--db", join(dir, "store.db")]),
     "--www", join(root, "www"), ...extra,
   ], env);
-  const addr = await firstLine(child, /^agentwire: serving http:\/\/([^/]+)\//, "agentwire serve");
-  const api = async (method: string, path: string, body?: unknown) => {
-    const r = await fetch(`http://${addr}${path}`, {
-      method,
-      headers: { Authorization: `Bearer ${TOKEN}`, "Content-Type": "application/json" },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${await r.text()}`);
-    return r.status === 204 ? null : r.json();
-  };
+  const addr = await firstLine(child, SERVING, "agentwire serve");
+  const api = apiClient(`http://${addr}`, TOKEN);
   return { addr, url: `http://${addr}/?token=${TOKEN}`, api, stop: () => stop(child), child };
 }
 
@@ -837,8 +798,8 @@ async function claudeRun() {
 
 /** A throwaway PostgreSQL server (scripts/throwaway-postgres) for this run; its URL. */
 async function throwawayPostgres(): Promise<string> {
-  const child = spawn(join(root, "scripts", "throwaway-postgres"), [], { stdio: ["pipe", "pipe", "inherit"] });
-  children.push(child);
+  // Its stdin stays open: the script serves until it closes.
+  const child = spawnTracked(join(root, "scripts", "throwaway-postgres"), [], { stdio: ["pipe", "pipe", "inherit"] });
   cleanups.push(() => stop(child));
   const port = await firstLine(child, /^ready (\d+) /, "throwaway-postgres");
   return `postgres://postgres@127.0.0.1:${port}/postgres`;
