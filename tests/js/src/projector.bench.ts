@@ -4,6 +4,9 @@
 //
 //   node tests/js/build/projector.bench.js [reps]
 //
+// (`AGENTWIRE_PKG=dir` benchmarks another build of the web package than pkg-web/, e.g. the
+// parent commit's, for a before/after in one sitting.)
+//
 // The frames are the seeded coding-agent session of `agentwire-testkit seed` (reasoning and
 // text deltas of ~20 characters, 1–4 tool calls per turn with 200–2,400-character results),
 // printed by `agentwire-testkit frames`: live (one event per frame) and catch-up (100 per
@@ -26,7 +29,8 @@ import { launchChromium, root, testkitBin } from "./fixtures.js";
 const reps = Number(process.argv[2] ?? 5);
 const dir = mkdtempSync(join(tmpdir(), "agentwire-projector-bench-"));
 const www = join(dir, "www");
-cpSync(join(root, "pkg-web"), join(www, "pkg"), { recursive: true });
+const pkgDir = process.env.AGENTWIRE_PKG ?? join(root, "pkg-web");
+cpSync(pkgDir, join(www, "pkg"), { recursive: true });
 cpSync(join(root, "tests", "js", "build", "projector-page.js"), join(www, "page.js"));
 writeFileSync(join(www, "index.html"), `<!doctype html><meta charset="utf-8"><link rel="icon" href="data:,">
 <script type="importmap">{ "imports": { "agentwire": "./pkg/agentwire.js" } }</script>
@@ -63,7 +67,7 @@ try {
   const version = context.browser()?.version() ?? "chromium";
   const mem = await page.evaluate(() => window.bench(0, 0));
   const perEvent: Record<string, number> = {};
-  console.log(`projector vs a plain JS reducer, ${version}, median of ${reps} runs, drain every 16 frames`);
+  console.log(`projector vs a plain JS reducer, ${version}, median of ${reps} runs, drain every 16 frames, package ${pkgDir}`);
   for (const [n, label] of [[10_000, "10k"], [100_000, "100k"]] as const) {
     const r = (await page.evaluate(([n, reps]) => window.bench(n, reps), [n, reps] as const)) as Record<string, any>;
     for (const mode of ["live", "catchup"]) {
@@ -97,7 +101,7 @@ try {
   const per100k = (growth * 100_000) / (mem.events as number);
   console.log(`  wasm memory growth over ${mem.events} live events: ${growth.toFixed(1)} MiB (${per100k.toFixed(1)} MiB per 100k events)`);
   BENCH("projector.memory.100k", per100k.toFixed(1), "MiB", "-", "-", "wasm memory growth per 100k events");
-  const gz = (f: string) => gzipSync(readFileSync(join(root, "pkg-web", f)), { level: 9 }).length;
+  const gz = (f: string) => gzipSync(readFileSync(join(pkgDir, f)), { level: 9 }).length;
   const size = gz("agentwire_bg.wasm") + gz("agentwire.js");
   console.log(`  main entry: ${(size / 1000).toFixed(1)} KB gzipped (wasm ${gz("agentwire_bg.wasm")} + glue ${gz("agentwire.js")} bytes)`);
   BENCH("package.main.gzip", (size / 1000).toFixed(1), "KB", "target 100 KB", `${(size / 100_000).toFixed(2)}x`, "wasm + web glue, gzip -9");
