@@ -7,6 +7,8 @@
 //!   connections (`agentwire::companion::chaos`).
 //! * `seed --db FILE --session ID --events N`: a long session written straight into a SQLite
 //!   log, for benchmarks and tests of long replays (`agentwire::companion::seed`).
+//! * `frames --events N --per-frame K`: the same session as server `events` frames of K events
+//!   each, one per line on stdout (the projector benchmark's input).
 
 #[cfg(not(target_arch = "wasm32"))]
 mod native {
@@ -14,6 +16,7 @@ mod native {
 
     use agentwire::companion::store::SqliteStore;
     use agentwire::companion::{chaos, fake_model, seed};
+    use agentwire::core::wire;
     use anyhow::{Context, Result};
     use clap::Parser;
 
@@ -61,6 +64,49 @@ mod native {
             #[arg(long, value_parser = parse_updates)]
             tool_updates: Option<(u64, u64)>,
         },
+        /// Print the seeded session (no tool updates) as `events` frames, one per line.
+        Frames {
+            #[arg(long, default_value = "ses_bench")]
+            session: String,
+            /// At least this many events (whole turns).
+            #[arg(long)]
+            events: u64,
+            /// Events per frame.
+            #[arg(long, default_value_t = 1)]
+            per_frame: usize,
+        },
+    }
+
+    /// The seeded session's events (numbered from 1) as `events` frames, one per line.
+    fn print_frames(session: String, events: u64, per_frame: usize) -> Result<()> {
+        use std::io::Write;
+        let options = seed::SeedOptions {
+            session,
+            events,
+            tool_updates: None,
+        };
+        let events: Vec<_> = seed::events(&options)
+            .zip(1..)
+            .map(|(e, seq)| e.into_sequenced(seq))
+            .collect();
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        for chunk in events.chunks(per_frame.max(1)) {
+            let encoded = chunk
+                .iter()
+                .map(|e| (e.sequence(), e.to_json()))
+                .collect::<Vec<_>>();
+            let frames = wire::frame_encoded(
+                &options.session,
+                "bench",
+                encoded.iter().map(|(seq, json)| (*seq, json.as_str())),
+                usize::MAX,
+            );
+            for frame in frames {
+                writeln!(out, "{}", frame.text)?;
+            }
+        }
+        out.flush()?;
+        Ok(())
     }
 
     fn parse_updates(s: &str) -> Result<(u64, u64), String> {
@@ -122,6 +168,11 @@ mod native {
                 let n = runtime.block_on(seed::seed(&store, &options))?;
                 println!("{n}");
             }
+            Command::Frames {
+                session,
+                events,
+                per_frame,
+            } => print_frames(session, events, per_frame)?,
         }
         Ok(())
     }

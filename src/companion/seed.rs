@@ -125,20 +125,11 @@ pub async fn seed(store: &dyn Store, options: &SeedOptions) -> Result<u64, Store
             node: String::new(),
         })
         .await?;
-    let mut turns = Turns {
-        session: options.session.clone(),
-        n: 0,
-        clock: 0,
-    };
     let mut batch = Vec::new();
-    let mut t = 0;
-    while turns.n < options.events {
-        let updates = match options.tool_updates {
-            Some((turn, k)) if turn == t => k,
-            _ => 0,
-        };
-        batch.extend(turns.turn(t, updates));
-        t += 1;
+    let mut n = 0;
+    for event in events(options) {
+        batch.push(event);
+        n += 1;
         if batch.len() >= 5_000 {
             store
                 .append(&options.session, std::mem::take(&mut batch))
@@ -148,5 +139,29 @@ pub async fn seed(store: &dyn Store, options: &SeedOptions) -> Result<u64, Store
     if !batch.is_empty() {
         store.append(&options.session, batch).await?;
     }
-    Ok(turns.n)
+    Ok(n)
+}
+
+/// The session's events in order, not yet numbered (what [`seed`] stores): for a benchmark
+/// that needs them without a store (`agentwire-testkit frames`).
+pub fn events(options: &SeedOptions) -> impl Iterator<Item = Event> + '_ {
+    let mut turns = Turns {
+        session: options.session.clone(),
+        n: 0,
+        clock: 0,
+    };
+    let mut t = 0;
+    std::iter::from_fn(move || {
+        if turns.n >= options.events {
+            return None;
+        }
+        let updates = match options.tool_updates {
+            Some((turn, k)) if turn == t => k,
+            _ => 0,
+        };
+        let turn = turns.turn(t, updates);
+        t += 1;
+        Some(turn)
+    })
+    .flatten()
 }

@@ -9,9 +9,10 @@
 //!   back with a different id (Claude assigns its own UUID), so identity cannot catch it; it
 //!   matches by text against the latest foreground prompt, as paseo does.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
-use super::event::{Event, EventId, EventType};
+use super::event::{Event, EventType};
+use super::hash::FastSet;
 
 /// How many recent event ids [`Dedup::new`] remembers.
 pub const DEFAULT_ID_WINDOW: usize = 4096;
@@ -58,8 +59,9 @@ pub enum DuplicateBy {
 #[derive(Clone, Debug)]
 pub struct Dedup {
     id_window: usize,
-    ids: HashSet<EventId>,
-    order: VecDeque<EventId>,
+    /// The ids as their 128 bits (`evt_` + 32 hex digits): no string is kept or hashed.
+    ids: FastSet<u128>,
+    order: VecDeque<u128>,
     high_water: HashMap<String, u64>,
 }
 
@@ -80,7 +82,10 @@ impl Dedup {
     pub fn with_id_window(id_window: usize) -> Dedup {
         Dedup {
             id_window,
-            ids: HashSet::with_capacity(id_window.min(DEFAULT_ID_WINDOW)),
+            ids: FastSet::with_capacity_and_hasher(
+                id_window.min(DEFAULT_ID_WINDOW),
+                Default::default(),
+            ),
             order: VecDeque::with_capacity(id_window.min(DEFAULT_ID_WINDOW)),
             high_water: HashMap::new(),
         }
@@ -88,7 +93,8 @@ impl Dedup {
 
     /// Decides whether `event` is new, and if so, remembers it. O(1) amortized.
     pub fn admit(&mut self, event: &Event) -> Admission {
-        if self.ids.contains(event.id()) {
+        let key = event.id().bits();
+        if self.ids.contains(&key) {
             return Admission::Duplicate {
                 by: DuplicateBy::Id,
             };
@@ -114,8 +120,8 @@ impl Dedup {
                     self.ids.remove(&old);
                 }
             }
-            self.ids.insert(event.id().clone());
-            self.order.push_back(event.id().clone());
+            self.ids.insert(key);
+            self.order.push_back(key);
         }
         Admission::New
     }
@@ -192,8 +198,9 @@ mod tests {
     use serde_json::{json, Map, Value};
 
     use super::*;
-    use crate::core::event::{EventInit, Provider};
+    use crate::core::event::{EventId, EventInit, Provider};
     use crate::core::time::Timestamp;
+    use std::collections::HashSet;
 
     /// An event whose id is derived from `key`, in `session`, at `seq`.
     fn ev(key: u32, session: &str, seq: u64) -> Event {

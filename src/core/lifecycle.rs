@@ -37,7 +37,7 @@
 //! [`TurnProjector::poll_violation`] until `None`; call [`TurnProjector::handle_timeout`] at
 //! [`TurnProjector::poll_timeout`].
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::fmt::{self, Write};
 
 use serde::Serialize;
@@ -45,6 +45,7 @@ use serde_json::{json, Map, Value};
 
 use super::error::ErrorCode;
 use super::event::{CancelReason, Event, EventId, EventInit, EventType, Provider};
+use super::hash::{FastMap, FastSet};
 use super::provider_error::{ErrorKind, ProviderError};
 use super::time::Timestamp;
 
@@ -195,7 +196,7 @@ struct Turn {
     stalled: Option<Stall>,
     /// Approvals asked and not yet answered: the turn waits for the user, not the agent, so
     /// its silence is no stall.
-    pending_approvals: HashSet<String>,
+    pending_approvals: FastSet<String>,
 }
 
 /// A turn that has been silent for a while (see [`TurnProjector::stalled`]).
@@ -217,14 +218,14 @@ pub struct TurnProjector {
     /// Set after a failed turn until the next turn starts.
     errored: bool,
     foreground: Option<String>,
-    active: HashMap<String, Turn>,
+    active: FastMap<String, Turn>,
     /// Every run id that has ended, with the id of its terminal event.
-    finished: HashMap<String, EventId>,
+    finished: FastMap<String, EventId>,
     last_sequence: u64,
     synthetic_count: u64,
     out: VecDeque<Event>,
     violations: VecDeque<Violation>,
-    started_ids: HashSet<String>,
+    started_ids: FastSet<String>,
 }
 
 impl TurnProjector {
@@ -234,13 +235,13 @@ impl TurnProjector {
             lifecycle: Lifecycle::Initializing,
             errored: false,
             foreground: None,
-            active: HashMap::new(),
-            finished: HashMap::new(),
+            active: FastMap::default(),
+            finished: FastMap::default(),
             last_sequence: 0,
             synthetic_count: 0,
             out: VecDeque::new(),
             violations: VecDeque::new(),
-            started_ids: HashSet::new(),
+            started_ids: FastSet::default(),
         }
     }
 
@@ -298,7 +299,7 @@ impl TurnProjector {
                 last_activity_ms: now_ms,
                 cancel_deadline_ms: None,
                 stalled: None,
-                pending_approvals: HashSet::new(),
+                pending_approvals: FastSet::default(),
             },
         );
         self.errored = false;
@@ -460,17 +461,21 @@ impl TurnProjector {
                 }
             }
         }
-        let turn = self
-            .active
-            .entry(run_id.to_owned())
-            .or_insert_with(|| Turn {
-                foreground: false,
-                user_messages: 0,
-                last_activity_ms: now_ms,
-                cancel_deadline_ms: None,
-                stalled: None,
-                pending_approvals: HashSet::new(),
-            });
+        // Looked up before inserting: no key is allocated for a turn already active.
+        if !self.active.contains_key(run_id) {
+            self.active.insert(
+                run_id.to_owned(),
+                Turn {
+                    foreground: false,
+                    user_messages: 0,
+                    last_activity_ms: now_ms,
+                    cancel_deadline_ms: None,
+                    stalled: None,
+                    pending_approvals: FastSet::default(),
+                },
+            );
+        }
+        let turn = self.active.get_mut(run_id).expect("inserted above");
         if event.kind() == EventType::RunStalled {
             // A stall read back (from a log, or our own): the turn is stalled, and the
             // notice is not activity.
@@ -692,6 +697,7 @@ mod tests {
     use super::*;
     use expect_test::{expect, Expect};
     use proptest::prelude::*;
+    use std::collections::HashMap;
 
     fn ev(seq: u64, kind: EventType, run: Option<&str>) -> Event {
         let init = EventInit {

@@ -48,6 +48,7 @@ pub mod client;
 pub mod dedup;
 pub mod error;
 pub mod event;
+pub mod hash;
 pub mod lifecycle;
 pub mod normalize;
 pub mod projector;

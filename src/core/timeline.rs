@@ -25,14 +25,15 @@
 //!   since no result ever came); a session terminal does the same for every run.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
 use std::mem;
 
 use serde::Serialize;
 use serde_json::Value;
 
-use super::event::{fnv1a128, Event, EventId, EventType};
+use super::event::{Event, EventId, EventType};
+use super::hash::{FastMap, FastSet};
 use super::normalize::excerpt;
 
 /// One entry of the timeline, as a UI shows it. Serialized with a `kind` tag.
@@ -228,19 +229,19 @@ pub struct Timeline {
     session_id: Option<String>,
     items: Vec<Item>,
     dirt: Dirt,
-    messages: HashMap<String, usize>,
-    reasoning: HashMap<String, usize>,
-    tools: HashMap<String, usize>,
-    approvals: HashMap<String, usize>,
+    messages: FastMap<String, usize>,
+    reasoning: FastMap<String, usize>,
+    tools: FastMap<String, usize>,
+    approvals: FastMap<String, usize>,
     /// Keyed by run id; `""` holds what has no run (run ids are never empty).
-    runs: HashMap<String, RunState>,
+    runs: FastMap<String, RunState>,
     /// Indices of pending approval items (index order = request order).
     pending: BTreeSet<usize>,
     total: Tally,
     usage_changed: bool,
     approvals_changed: bool,
     last_sequence: u64,
-    seen: HashSet<u128>,
+    seen: FastSet<u128>,
     counts: Counts,
 }
 
@@ -359,7 +360,7 @@ fn message_mut(item: &mut Item, stream: Stream) -> Option<&mut Message> {
     }
 }
 
-fn run_entry<'a>(runs: &'a mut HashMap<String, RunState>, key: &str) -> &'a mut RunState {
+fn run_entry<'a>(runs: &'a mut FastMap<String, RunState>, key: &str) -> &'a mut RunState {
     if !runs.contains_key(key) {
         runs.insert(key.to_owned(), RunState::default());
     }
@@ -380,10 +381,7 @@ fn owned(s: Option<&str>) -> Option<String> {
 
 /// The id as its 128 bits (ids are `evt_` + 32 hex digits), so the seen-set stays small.
 fn id_key(id: &EventId) -> u128 {
-    id.as_str()
-        .get(4..)
-        .and_then(|hex| u128::from_str_radix(hex, 16).ok())
-        .unwrap_or_else(|| fnv1a128(&[id.as_str()]))
+    id.bits()
 }
 
 impl Timeline {
@@ -542,7 +540,7 @@ impl Timeline {
         }
     }
 
-    fn ids(&mut self, stream: Stream) -> &mut HashMap<String, usize> {
+    fn ids(&mut self, stream: Stream) -> &mut FastMap<String, usize> {
         match stream {
             Stream::Message => &mut self.messages,
             Stream::Reasoning => &mut self.reasoning,
@@ -1102,6 +1100,7 @@ mod tests {
     use expect_test::{expect, Expect};
     use proptest::prelude::*;
     use serde_json::{json, Map};
+    use std::collections::HashSet;
 
     use super::*;
     use crate::core::event::{EventInit, Provider};

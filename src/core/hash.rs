@@ -1,0 +1,107 @@
+//! The hasher of the projection's maps (message, tool and run ids, seen event ids).
+//!
+//! In the browser (wasm32) the maps use FxHash, the multiply-rotate hash of rustc: the keys
+//! come from the page's own server, and SipHash (std's default, built against flooding) was a
+//! good part of the per-event cost of the wasm `Projector` (tests/js/src/projector.bench.ts).
+//! Natively, where the companion projects what providers print, the maps keep std's
+//! randomized SipHash.
+
+use std::hash::Hasher;
+
+/// FxHash: one multiply and rotate per 8 bytes. Not flooding-resistant.
+#[derive(Clone, Copy, Default)]
+pub struct FxHasher(u64);
+
+const K: u64 = 0x517c_c1b7_2722_0a95;
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(K);
+    }
+}
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            // The length in the top byte (always 0 in a part word): "a" and "a\0" differ.
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            word[7] = rest.len() as u8;
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    #[inline]
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+
+    #[inline]
+    fn write_u128(&mut self, n: u128) {
+        self.add(n as u64);
+        self.add((n >> 64) as u64);
+    }
+
+    #[inline]
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The maps' hasher: FxHash in the browser, std's SipHash natively (see the module docs).
+#[cfg(target_arch = "wasm32")]
+pub type Fast = std::hash::BuildHasherDefault<FxHasher>;
+#[cfg(not(target_arch = "wasm32"))]
+pub type Fast = std::collections::hash_map::RandomState;
+
+pub type FastMap<K, V> = std::collections::HashMap<K, V, Fast>;
+pub type FastSet<K> = std::collections::HashSet<K, Fast>;
+
+#[cfg(test)]
+mod tests {
+    use std::hash::{BuildHasher, BuildHasherDefault, Hash};
+
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    use super::*;
+
+    fn hash<T: Hash + ?Sized>(v: &T) -> u64 {
+        BuildHasherDefault::<FxHasher>::default().hash_one(v)
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn fx_tells_keys_apart_and_is_stable() {
+        // Ids that differ in their last byte, in a byte past a word, or only in length.
+        let keys = [
+            "msg_1",
+            "msg_2",
+            "msg_10",
+            "toolu_12345678",
+            "toolu_12345679",
+            "",
+            "a",
+            "a\0",
+        ];
+        let hashes: FastSet<u64> = keys.iter().map(|k| hash(*k)).collect();
+        assert_eq!(hashes.len(), keys.len());
+        assert_eq!(hash("msg_1"), hash("msg_1"));
+        assert_ne!(hash(&1u128), hash(&(1u128 << 64)));
+    }
+}
