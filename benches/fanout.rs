@@ -146,6 +146,7 @@ impl Bench {
                     session,
                     after: 0,
                     epoch: None,
+                    snapshot: None,
                 };
                 ws.send(Message::Text(sub.encode().into())).await.unwrap();
                 let mut latencies = Vec::with_capacity(events);

@@ -51,6 +51,7 @@ async fn a_hundred_sessions_and_fifty_subscribers_lose_nothing() {
                     session: s.clone(),
                     after: 0,
                     epoch: None,
+                    snapshot: None,
                 },
             )
             .await;

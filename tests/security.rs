@@ -446,6 +446,7 @@ async fn bogus_subscriptions_hold_no_memory_and_frames_stay_bounded() {
         session: name,
         after: 0,
         epoch: None,
+        snapshot: None,
     }
     .encode();
     let mut largest = 0;
@@ -458,6 +459,7 @@ async fn bogus_subscriptions_hold_no_memory_and_frames_stay_bounded() {
                 session: format!("ses_{i:x}"),
                 after: 0,
                 epoch: None,
+                snapshot: None,
             }
             .encode()
         };
@@ -487,6 +489,7 @@ async fn bogus_subscriptions_hold_no_memory_and_frames_stay_bounded() {
             session: session.clone(),
             after: 0,
             epoch: None,
+            snapshot: None,
         },
     )
     .await;

@@ -32,6 +32,7 @@ async fn a_demo_turn_streams_live_over_the_websocket_with_contiguous_sequences()
             session: session.clone(),
             after: 0,
             epoch: None,
+            snapshot: None,
         },
     )
     .await;
@@ -99,6 +100,7 @@ async fn resuming_from_every_cursor_and_after_drops_mid_turn_yields_the_same_log
                 session: session.clone(),
                 after,
                 epoch: Some(epoch),
+                snapshot: None,
             },
         )
         .await;
@@ -136,6 +138,7 @@ async fn a_restarted_server_resumes_on_the_same_file_and_marks_orphans_failed() 
             session: session.clone(),
             after: last,
             epoch: Some(epoch.clone()),
+            snapshot: None,
         },
     )
     .await;
@@ -162,6 +165,7 @@ async fn a_restarted_server_resumes_on_the_same_file_and_marks_orphans_failed() 
             session: session.clone(),
             after: 3,
             epoch: Some("not-this-one".into()),
+            snapshot: None,
         },
     )
     .await;
@@ -554,6 +558,7 @@ async fn kill_9_during_appends_loses_no_acknowledged_event() {
                     session: s.clone(),
                     after: 0,
                     epoch: None,
+                    snapshot: None,
                 },
             )
             .await;
@@ -771,6 +776,7 @@ async fn a_client_flooding_commands_without_reading_does_not_starve_the_others()
             session: session.clone(),
             after: 0,
             epoch: None,
+            snapshot: None,
         },
     )
     .await;
@@ -1001,6 +1007,7 @@ async fn two_companions_on_one_postgres_database_serve_each_others_sessions() {
             session: session.clone(),
             after: 0,
             epoch: None,
+            snapshot: None,
         },
     )
     .await;

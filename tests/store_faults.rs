@@ -404,6 +404,7 @@ impl Watcher {
                     session: session.clone(),
                     after: 0,
                     epoch: None,
+                    snapshot: None,
                 };
                 common::send(&mut socket, &subscribe).await;
                 // A client that did not ask (one older than `session_status`) is never told.

@@ -90,6 +90,7 @@ async fn a_slow_subscriber_is_resynced_from_the_store_not_skipped() {
         session: session.into(),
         after: 0,
         epoch: None,
+        snapshot: None,
     };
     in_tx
         .send(Incoming::Text(subscribe.encode()))

@@ -224,11 +224,15 @@ function onChange(batch) {
       else state.stalls.delete(b.session);
       sessionsChanged = true;
     }
-    const m = b.reset ? new SessionModel() : model(b.session);
+    // A reset with a `start` is a snapshot (the session opened at its end), not a rebuilt log.
+    const snapshot = b.reset && b.start !== undefined;
+    const m = b.reset ? new SessionModel(b.start ?? 0) : model(b.session);
     if (b.reset) {
       state.models.set(b.session, m);
-      state.resets += 1;
+      if (!snapshot) state.resets += 1;
     }
+    const older = b.older?.length ?? 0;
+    if (older) m.prepend(b.older, b.start);
     m.apply(b.changes);
     for (const n of b.notes ?? []) {
       if (n.note !== "store") continue;
@@ -238,14 +242,28 @@ function onChange(batch) {
     if (b.session !== state.current) continue;
     if (b.reset) {
       view.show(m);
-      notice("The server's log was replaced; the timeline was rebuilt from it.");
+      if (!snapshot) notice("The server's log was replaced; the timeline was rebuilt from it.");
+    } else {
+      if (older) view.prepended(older);
+      view.changed(b.changes);
     }
-    else view.changed(b.changes);
     for (const n of b.notes ?? []) if (n.note === "error") notice(`${n.code}: ${n.message}`);
   }
   if (sessionsChanged) renderSessions();
   renderHead();
   view.flush(); // this batch shows in this animation frame
+}
+
+/** At the top of a session opened from a snapshot: pages its older items in, one page at a time. */
+let paging = false;
+function olderAtTop() {
+  const id = state.current;
+  if (paging || typeof id !== "string" || $("timeline").scrollTop > 400) return;
+  if (!state.models.get(id)?.start) return;
+  paging = true;
+  state.client.history(id, 200).catch((e) => notice(`history: ${e.message}`)).finally(() => {
+    paging = false;
+  });
 }
 
 async function refreshSessions() {
@@ -269,7 +287,11 @@ async function main() {
   const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
   // `?fallback=off` keeps the page on the WebSocket (the chaos test that cuts it on purpose).
   const fallback = new URLSearchParams(location.search).get("fallback") !== "off";
-  state.client = new Client({ url, token, sessions: [], onChange, fallback });
+  // A session opens at its end (a snapshot of its last items); older ones are paged in when
+  // the timeline is scrolled to the top. `?snapshot=off` replays the whole log instead.
+  const snapshot = new URLSearchParams(location.search).get("snapshot") !== "off" ? { items: 200 } : undefined;
+  state.client = new Client({ url, token, sessions: [], onChange, fallback, snapshot });
+  $("timeline").addEventListener("scroll", olderAtTop);
   // Back from the background (or offline): check the connection now, not at the next timer.
   document.addEventListener("visibilitychange", () => {
     if (document.visibilityState === "visible") state.client.wake();

@@ -24,28 +24,39 @@ const OUTPUT_LINES = 30;
  * taken between two batches, which the next batch would then apply a second time).
  */
 export class SessionModel {
-  constructor() {
+  constructor(start = 0) {
     this.items = [];
+    // The index of items[0]: above 0 when the session was opened from a snapshot and its
+    // older items are not all paged in yet (change indices are absolute).
+    this.start = start;
     this.usage = undefined;
     this.pending = []; // request ids of the approvals pending
   }
 
+  /** Puts a history page's items before those held (a batch's `older`, from `start`). */
+  prepend(older, start) {
+    if (start + older.length !== this.start) throw new Error(`older items end at ${start + older.length}, not ${this.start}`);
+    this.items = older.concat(this.items);
+    this.start = start;
+  }
+
   /** Applies the changes of one session batch, in order. */
   apply(changes) {
+    const start = this.start;
     for (const c of changes) {
       switch (c.op) {
         case "insert":
-          if (c.index !== this.items.length) throw new Error(`insert at ${c.index} of ${this.items.length}`);
+          if (c.index !== start + this.items.length) throw new Error(`insert at ${c.index} of ${start + this.items.length}`);
           this.items.push(c.item);
           break;
         case "append": {
-          const item = this.items[c.index];
+          const item = this.items[c.index - start];
           if (item.kind === "tool_call") item.output += c.text;
           else item.text += c.text;
           break;
         }
         case "update":
-          this.items[c.index] = c.item;
+          this.items[c.index - start] = c.item;
           break;
         case "approvals":
           this.pending = c.pending;
@@ -96,10 +107,20 @@ export class TimelineView {
 
   /** Shows the changes just applied to the model shown: costs what changed. */
   changed(changes) {
+    const start = this.model.start;
     for (const c of changes) {
-      if (c.op === "insert") this.list.insert(c.index, this.model.items[c.index]);
-      else if (c.op === "append" || c.op === "update") this.list.update(c.index, this.model.items[c.index]);
+      const i = c.index - start;
+      if (c.op === "insert") this.list.insert(i, this.model.items[i]);
+      else if (c.op === "append" || c.op === "update") this.list.update(i, this.model.items[i]);
     }
+  }
+
+  /** Shows the `count` items just prepended to the model shown, keeping the scroll position. */
+  prepended(count) {
+    // Row indexes moved: what was expanded is folded again.
+    this.open.clear();
+    this.full.clear();
+    this.list.prepend(this.model.items.slice(0, count));
   }
 
   toggle(index) {

@@ -104,6 +104,24 @@ export class VirtualList {
     this.schedule();
   }
 
+  /** Puts `items` before the first row (older items paged in), keeping what is on screen
+   * where it is: the scroll offset grows by their estimated height. */
+  prepend(items) {
+    const n = items.length;
+    if (n === 0) return;
+    const heights = new Fenwick();
+    for (let i = 0; i < n; i++) heights.push(this.estimate);
+    for (let i = 0; i < this.items.length; i++) heights.push(this.heights.values[i]);
+    this.items = items.concat(this.items);
+    this.measured = new Array(n).fill(false).concat(this.measured);
+    this.heights = heights;
+    for (const el of this.rows.values()) el.remove();
+    this.rows.clear();
+    this.stickToBottom = false;
+    this.viewport.scrollTop += n * this.estimate;
+    this.schedule();
+  }
+
   update(index, item) {
     this.items[index] = item;
     const row = this.rows.get(index);

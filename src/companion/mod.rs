@@ -10,6 +10,7 @@
 //!   token); [`listen`]: the accept loop (connection cap, timeouts); [`ws`]: the WebSocket
 //!   protocol.
 //! * [`agui`]: `POST /ag-ui/{provider}`, the AG-UI 1.0 endpoint over SSE.
+//! * [`snapshot`]: the sessions' projections that snapshots and history pages come from.
 //! * [`tail`]: the `agentwire tail` terminal client.
 //! * [`demo_agent`]: `agentwire demo-agent`, a fake agent speaking Claude Code's stream-json.
 //! * Test tools, only with the `testkit` feature (which `cargo test` turns on; they are the
@@ -37,6 +38,7 @@ pub mod listen;
 pub mod seed;
 pub mod server;
 pub mod session;
+pub mod snapshot;
 pub mod store;
 pub mod tail;
 pub mod wire_http;

@@ -307,6 +307,7 @@ pub async fn run_connection<I>(
                 session,
                 after,
                 epoch,
+                snapshot,
             } => {
                 if let Some(old) = subscriptions.remove(&session) {
                     old.abort();
@@ -325,11 +326,15 @@ pub async fn run_connection<I>(
                     continue;
                 }
                 let status = wants_status.then(|| hub.watch_store(&session));
+                let snapshot = snapshot.map(|s| (hub.projections(), s.items));
                 let task = tokio::spawn(follow(
                     fanout.clone(),
                     session.clone(),
-                    after,
-                    epoch,
+                    Start {
+                        after,
+                        epoch,
+                        snapshot,
+                    },
                     max_frame,
                     out.clone(),
                     status,
@@ -394,6 +399,23 @@ pub async fn run_connection<I>(
             ClientMsg::DescribeSession { id, session } => {
                 send(reply(id, hub.describe(&session).await)).await;
             }
+            ClientMsg::History {
+                id,
+                session,
+                before,
+                limit,
+            } => {
+                // A cold projection takes a while to build: the connection goes on meanwhile.
+                tokio::spawn(history(
+                    hub.clone(),
+                    id,
+                    session,
+                    before,
+                    limit,
+                    max_frame,
+                    out.clone(),
+                ));
+            }
         }
     }
     for (_, task) in subscriptions {
@@ -418,18 +440,76 @@ fn reply(id: String, result: Result<serde_json::Value, CommandError>) -> ServerM
     }
 }
 
-/// One subscription: replay from `after`, then tail, in `max_frame`-bounded frames. With
+/// Answers `history`: the page as `history` frames (`message_part`s when it does not fit
+/// one), or a failed reply.
+async fn history(
+    hub: Arc<Hub>,
+    id: String,
+    session: String,
+    before: usize,
+    limit: usize,
+    max_frame: usize,
+    out: mpsc::Sender<Text>,
+) {
+    let refusal = |code: ErrorCode, message: String| {
+        reply(id.clone(), Err(CommandError::new(code, message)))
+            .encode()
+            .into()
+    };
+    let frames: Vec<Text> = match hub.store().get_session(&session).await {
+        Ok(None) => vec![refusal(
+            ErrorCode::UnknownSession,
+            format!("no session {session:?}"),
+        )],
+        Err(e) => vec![refusal(ErrorCode::StoreError, e.to_string())],
+        Ok(Some(_)) => match hub.projections().history(&session, before, limit).await {
+            Ok((start, items)) => {
+                let msg = ServerMsg::History {
+                    id: id.clone(),
+                    session: session.clone(),
+                    start,
+                    items,
+                };
+                wire::encode_message(&session, &msg, max_frame)
+                    .into_iter()
+                    .map(Text::from)
+                    .collect()
+            }
+            Err(e) => vec![refusal(ErrorCode::StoreError, e.to_string())],
+        },
+    };
+    for frame in frames {
+        if out.send(frame).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Where a subscription starts: the client's cursor, and whether (and from which
+/// projections, with how many items) it asked for a snapshot.
+struct Start {
+    after: u64,
+    epoch: Option<String>,
+    snapshot: Option<(Arc<super::snapshot::Projections>, usize)>,
+}
+
+/// One subscription: replay from `after` (or, asked for a snapshot with no cursor, the
+/// snapshot then the events after it), then tail, in `max_frame`-bounded frames. With
 /// `status` (the client asked for `session_status`), the store's status of the session
 /// first, then whenever it changes.
 async fn follow(
     fanout: Arc<Fanout>,
     session: String,
-    mut after: u64,
-    epoch: Option<String>,
+    start: Start,
     max_frame: usize,
     out: mpsc::Sender<Text>,
     mut status: Option<watch::Receiver<StoreStatus>>,
 ) {
+    let Start {
+        mut after,
+        epoch,
+        snapshot,
+    } = start;
     let store: &Arc<dyn Store> = fanout.store();
     let current = store.epoch().to_owned();
     let fail = |code: ErrorCode, message: String| -> Text {
@@ -471,6 +551,22 @@ async fn follow(
         };
         if out.send(reset.encode().into()).await.is_err() {
             return;
+        }
+    }
+    if let (Some((projections, items)), 0) = (snapshot, after) {
+        let snapshot = match projections.snapshot(&session, items).await {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = out.send(fail(ErrorCode::StoreError, e.to_string())).await;
+                return;
+            }
+        };
+        after = snapshot.after;
+        let msg = ServerMsg::Snapshot(Box::new(snapshot));
+        for frame in wire::encode_message(&session, &msg, max_frame) {
+            if out.send(frame.into()).await.is_err() {
+                return;
+            }
         }
     }
     let status_frame = |store: StoreStatus| -> Text {

@@ -66,6 +66,11 @@ pub struct ClientConfig {
     pub ws_short_ms: i64,
     /// On the fallback, how long before the WebSocket is tried again.
     pub ws_retry_ms: i64,
+    /// Ask for a snapshot of (at least) this many items when subscribing with no cursor:
+    /// the session's end is shown at once and older items are paged in with
+    /// [`Client::history`]. `None`: replay the log from the start. A subscription that has a
+    /// cursor always resumes from it, whatever this says.
+    pub snapshot: Option<usize>,
 }
 
 impl Default for ClientConfig {
@@ -83,6 +88,7 @@ impl Default for ClientConfig {
             ws_cuts_to_fall_back: 5,
             ws_short_ms: 5_000,
             ws_retry_ms: 5 * 60_000,
+            snapshot: None,
         }
     }
 }
@@ -435,6 +441,20 @@ impl Client {
         })
     }
 
+    /// Asks for up to `limit` items older than those held (a session that started from a
+    /// snapshot); they arrive in a batch's `older`, and the reply's result is `{start,
+    /// items}`: the first index now held and how many were added. With `start` 0 there is
+    /// nothing older.
+    pub fn history(&mut self, session: &str, limit: usize) -> Result<String, WireError> {
+        let before = self.projector.start(session);
+        self.command(false, |id| ClientMsg::History {
+            id,
+            session: session.to_owned(),
+            before,
+            limit,
+        })
+    }
+
     /// Reopens a session whose agent process is gone; the reply's result is the session.
     pub fn resume_session(&mut self, session: &str) -> Result<String, WireError> {
         self.command(false, |id| ClientMsg::ResumeSession {
@@ -692,14 +712,7 @@ impl Client {
             Transport::Sse => {
                 let mut frames = vec![self.hello()];
                 for session in &self.sessions {
-                    frames.push(match self.projector.cursor(session) {
-                        Some(cursor) => cursor.subscribe(session),
-                        None => ClientMsg::Subscribe {
-                            session: session.clone(),
-                            after: 0,
-                            epoch: None,
-                        },
-                    });
+                    frames.push(self.subscribe_msg(session));
                 }
                 let frames = serde_json::to_string(&frames).expect("client messages serialize");
                 Action::ConnectSse { conn, frames }
@@ -812,15 +825,26 @@ impl Client {
         }
     }
 
-    fn send_subscribe(&mut self, session: &str) {
-        let msg = match self.projector.cursor(session) {
-            Some(cursor) => cursor.subscribe(session),
-            None => ClientMsg::Subscribe {
+    /// The subscribe that resumes the session from its cursor; with no cursor (nothing
+    /// applied yet, or lost to a reset), one that asks for a snapshot when configured.
+    fn subscribe_msg(&self, session: &str) -> ClientMsg {
+        let snapshot = self
+            .config
+            .snapshot
+            .map(|items| crate::core::snapshot::SnapshotRequest { items });
+        match self.projector.cursor(session) {
+            Some(cursor) if cursor.after > 0 => cursor.subscribe(session),
+            cursor => ClientMsg::Subscribe {
                 session: session.to_owned(),
                 after: 0,
-                epoch: None,
+                epoch: cursor.and_then(|c| c.epoch.clone()),
+                snapshot,
             },
-        };
+        }
+    }
+
+    fn send_subscribe(&mut self, session: &str) {
+        let msg = self.subscribe_msg(session);
         self.send(&msg);
         self.awaiting_caught_up.insert(session.to_owned());
     }

@@ -40,7 +40,7 @@
 use std::collections::VecDeque;
 use std::fmt::{self, Write};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::error::ErrorCode;
@@ -50,7 +50,7 @@ use super::provider_error::{ErrorKind, ProviderError};
 use super::time::Timestamp;
 
 /// The session's lifecycle state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Lifecycle {
     Initializing,
@@ -200,7 +200,7 @@ struct Turn {
 }
 
 /// A turn that has been silent for a while (see [`TurnProjector::stalled`]).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stall {
     /// The stalled turn.
     pub run_id: String,
@@ -687,6 +687,123 @@ impl TurnProjector {
             // Only an empty session id can fail here; the turn still ends.
             Err(_) => self.end_turn(run_id, kind, id),
         }
+    }
+}
+
+/// A [`TurnProjector`]'s state, to go on from a snapshot ([`TurnProjector::checkpoint`],
+/// [`TurnProjector::restore`]): the turns in progress and what is known of the runs that
+/// ended, limited to the runs the caller keeps.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LifecycleCheckpoint {
+    pub lifecycle: Lifecycle,
+    #[serde(default)]
+    pub errored: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreground: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub active: Vec<TurnCheckpoint>,
+    /// Ended runs (kept ones) and the id of their terminal event.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub finished: Vec<(String, EventId)>,
+    /// Run ids that started (kept ones).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub started: Vec<String>,
+    pub last_sequence: u64,
+    #[serde(default)]
+    pub synthetic_count: u64,
+}
+
+/// A turn in progress in a [`LifecycleCheckpoint`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TurnCheckpoint {
+    pub run_id: String,
+    pub foreground: bool,
+    pub user_messages: u32,
+    pub last_activity_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_deadline_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalled: Option<Stall>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_approvals: Vec<String>,
+}
+
+impl TurnProjector {
+    /// The state to restore from: every turn in progress, and the ended or started runs
+    /// `keep` says (those a later event may still name; a later event of a run left out is
+    /// taken for one of a new run).
+    pub fn checkpoint(&self, keep: impl Fn(&str) -> bool) -> LifecycleCheckpoint {
+        let mut active: Vec<TurnCheckpoint> = self
+            .active
+            .iter()
+            .map(|(run_id, t)| {
+                let mut pending_approvals: Vec<String> =
+                    t.pending_approvals.iter().cloned().collect();
+                pending_approvals.sort_unstable();
+                TurnCheckpoint {
+                    run_id: run_id.clone(),
+                    foreground: t.foreground,
+                    user_messages: t.user_messages,
+                    last_activity_ms: t.last_activity_ms,
+                    cancel_deadline_ms: t.cancel_deadline_ms,
+                    stalled: t.stalled.clone(),
+                    pending_approvals,
+                }
+            })
+            .collect();
+        active.sort_unstable_by(|a, b| a.run_id.cmp(&b.run_id));
+        let mut finished: Vec<(String, EventId)> = self
+            .finished
+            .iter()
+            .filter(|(r, _)| keep(r))
+            .map(|(r, id)| (r.clone(), id.clone()))
+            .collect();
+        finished.sort_unstable();
+        let mut started: Vec<String> = self
+            .started_ids
+            .iter()
+            .filter(|r| keep(r) || self.active.contains_key(*r))
+            .cloned()
+            .collect();
+        started.sort_unstable();
+        LifecycleCheckpoint {
+            lifecycle: self.lifecycle,
+            errored: self.errored,
+            foreground: self.foreground.clone(),
+            active,
+            finished,
+            started,
+            last_sequence: self.last_sequence,
+            synthetic_count: self.synthetic_count,
+        }
+    }
+
+    /// A projector in the state `checkpoint` describes.
+    pub fn restore(config: LifecycleConfig, checkpoint: LifecycleCheckpoint) -> TurnProjector {
+        let mut p = TurnProjector::new(config);
+        p.lifecycle = checkpoint.lifecycle;
+        p.errored = checkpoint.errored;
+        p.foreground = checkpoint.foreground;
+        p.active = checkpoint
+            .active
+            .into_iter()
+            .map(|t| {
+                let turn = Turn {
+                    foreground: t.foreground,
+                    user_messages: t.user_messages,
+                    last_activity_ms: t.last_activity_ms,
+                    cancel_deadline_ms: t.cancel_deadline_ms,
+                    stalled: t.stalled,
+                    pending_approvals: t.pending_approvals.into_iter().collect(),
+                };
+                (t.run_id, turn)
+            })
+            .collect();
+        p.finished = checkpoint.finished.into_iter().collect();
+        p.started_ids = checkpoint.started.into_iter().collect();
+        p.last_sequence = checkpoint.last_sequence;
+        p.synthetic_count = checkpoint.synthetic_count;
+        p
     }
 }
 

@@ -54,6 +54,7 @@ pub mod normalize;
 pub mod projector;
 pub mod provider_error;
 pub mod render;
+pub mod snapshot;
 pub mod stream;
 pub mod time;
 pub mod timeline;

@@ -32,9 +32,10 @@ use super::error::ErrorCode;
 use super::event::{Event, Provider};
 use super::lifecycle::{Lifecycle, LifecycleConfig, Stall, TurnProjector, ViolationKind};
 use super::normalize::{Config, DiagnosticKind, Format, Normalizer};
+use super::snapshot::{Projection, Snapshot};
 use super::time::Timestamp;
 use super::timeline::{Change, Item, Timeline};
-use super::wire::{Cursor, DecodeError, ServerMsg, StoreStatus, WireError};
+use super::wire::{Cursor, DecodeError, MessageParts, ServerMsg, StoreStatus, WireError};
 
 /// What the transport should know about a frame it just handed over.
 #[derive(Clone, Debug, PartialEq)]
@@ -98,14 +99,14 @@ pub enum Note {
 }
 
 /// A session's lifecycle as a page shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct LifecycleState {
     pub state: Lifecycle,
     /// The turn in progress (the foreground one when there is one), if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_turn: Option<String>,
     /// Present while that turn is stalled: a `run_stalled` came and nothing since.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stalled: Option<Stall>,
 }
 
@@ -120,6 +121,14 @@ pub struct SessionBatch {
     /// Present when the lifecycle or the active turn changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<LifecycleState>,
+    /// The index of the first item held, when it changed: after a snapshot (with `reset`)
+    /// or a history page (with `older`). Absent: as before (0 after a plain `reset`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start: Option<usize>,
+    /// Older items, to put before those held (a history page): they end where the held
+    /// items began and begin at `start`. Applied before `changes`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub older: Vec<Item>,
     /// The cursor: the last sequence applied, and its epoch.
     pub after: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -164,6 +173,10 @@ struct Session {
     duplicates: u64,
     /// The store's state from the last `session_status` (none yet: available).
     store: StoreStatus,
+    /// The first item held moved (a snapshot, a history page) since the last drain.
+    start_moved: bool,
+    /// History items prepended since the last drain, oldest first.
+    older: Vec<Item>,
 }
 
 impl Session {
@@ -181,6 +194,8 @@ impl Session {
             reported_after: 0,
             duplicates: 0,
             store: StoreStatus::available(0),
+            start_moved: false,
+            older: Vec::new(),
         }
     }
 
@@ -194,6 +209,25 @@ impl Session {
         self.reset = true;
         self.reported_lifecycle = None;
         self.reported_after = 0;
+        self.start_moved = false;
+        self.older.clear();
+    }
+
+    /// Starts over from a snapshot: its items held, its cursor resumed. False (and nothing
+    /// changed) when the snapshot does not hold together.
+    fn restore(&mut self, snapshot: Snapshot) -> bool {
+        let epoch = snapshot.epoch.clone();
+        let Some(projection) = Projection::restore(snapshot) else {
+            return false;
+        };
+        let (dedup, lifecycle, timeline, after) = projection.into_parts();
+        self.reset(&epoch);
+        self.dedup = dedup;
+        self.lifecycle = lifecycle;
+        self.timeline = timeline;
+        self.cursor = Cursor::resume(after, Some(epoch));
+        self.start_moved = true;
+        true
     }
 
     /// One event the cursor admitted: dedup, lifecycle, timeline. Returns whether it was new.
@@ -241,7 +275,14 @@ impl Session {
         self.reported_after = self.cursor.after;
         let reset = mem::take(&mut self.reset);
         let notes = mem::take(&mut self.notes);
-        let empty = changes.is_empty() && lifecycle.is_none() && !moved && !reset;
+        let start = mem::take(&mut self.start_moved).then(|| self.timeline.start());
+        let older = mem::take(&mut self.older);
+        let empty = changes.is_empty()
+            && lifecycle.is_none()
+            && !moved
+            && !reset
+            && start.is_none()
+            && older.is_empty();
         if empty && notes.is_empty() {
             return None;
         }
@@ -250,6 +291,8 @@ impl Session {
             reset,
             changes,
             lifecycle,
+            start,
+            older,
             after: self.cursor.after,
             epoch: self.cursor.epoch.clone(),
             notes,
@@ -279,6 +322,8 @@ pub struct Projector {
     /// Admitted events are also kept for [`Projector::take_events`].
     keep_events: bool,
     kept: Vec<Event>,
+    /// `message_part`s being reassembled, by session.
+    parts: HashMap<String, MessageParts>,
 }
 
 impl Default for Projector {
@@ -301,6 +346,7 @@ impl Projector {
             notes: Vec::new(),
             keep_events: false,
             kept: Vec::new(),
+            parts: HashMap::new(),
         }
     }
 
@@ -398,6 +444,37 @@ impl Projector {
                     }
                 }
             }
+            ServerMsg::Snapshot(snapshot) => self.handle_snapshot(*snapshot),
+            ServerMsg::History {
+                id,
+                session,
+                start,
+                items,
+            } => self.handle_history(id, &session, start, items),
+            ServerMsg::MessagePart {
+                session,
+                index,
+                last,
+                text,
+            } => {
+                let parts = self.parts.entry(session.clone()).or_default();
+                match parts.accept(index, last, &text) {
+                    Ok(None) => Signal::None,
+                    Ok(Some(msg)) => self.handle_msg(msg, now_ms),
+                    Err(e) => {
+                        let i = self.session_index(&session);
+                        let message = e.to_string();
+                        self.note(
+                            i,
+                            Note::Error {
+                                code: e.code().as_str().to_owned(),
+                                message,
+                            },
+                        );
+                        Signal::None
+                    }
+                }
+            }
             ServerMsg::CaughtUp { session, latest } => {
                 let i = self.session_index(&session);
                 self.note(i, Note::CaughtUp { latest });
@@ -463,6 +540,63 @@ impl Projector {
                 Signal::Error { session, error }
             }
         }
+    }
+
+    /// A snapshot: the session starts over from it (the next batch has `reset` and `start`).
+    /// One that does not hold together is noted, and the session waits for the log from 0
+    /// (its next events make a gap, and the transport resubscribes).
+    fn handle_snapshot(&mut self, snapshot: Snapshot) -> Signal {
+        let i = self.session_index(&snapshot.session);
+        self.touch(i);
+        let epoch = snapshot.epoch.clone();
+        if !self.sessions[i].restore(snapshot) {
+            self.sessions[i].reset(&epoch);
+            self.note(
+                i,
+                Note::Error {
+                    code: ErrorCode::MalformedFrame.as_str().to_owned(),
+                    message: "a snapshot points outside its items".into(),
+                },
+            );
+        }
+        Signal::None
+    }
+
+    /// A history page: its items go before those held (the next batch has `older` and
+    /// `start`); one that does not end where they begin (a page asked twice, or before a
+    /// reset) is dropped. Answers the command with `{start, items}`: the first index held
+    /// and how many items were added.
+    fn handle_history(
+        &mut self,
+        id: String,
+        session: &str,
+        start: usize,
+        items: Vec<Item>,
+    ) -> Signal {
+        let i = self.session_index(session);
+        let s = &mut self.sessions[i];
+        let added = items.len();
+        let added = if s.timeline.prepend(start, items.clone()) {
+            let mut older = items;
+            older.append(&mut s.older);
+            s.older = older;
+            s.start_moved = true;
+            self.touch(i);
+            added
+        } else {
+            0
+        };
+        let s = &self.sessions[i];
+        Signal::Reply {
+            id,
+            result: Ok(serde_json::json!({ "start": s.timeline.start(), "items": added })),
+        }
+    }
+
+    /// The index of the first item held for `session` (0 unless it started from a snapshot
+    /// and has not paged back to the beginning): the `before` of the next history page.
+    pub fn start(&self, session: &str) -> usize {
+        self.timeline(session).map_or(0, Timeline::start)
     }
 
     /// Feeds a piece of a provider's raw output (any chunking) to a transcript projector.

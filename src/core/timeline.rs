@@ -29,7 +29,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
 use std::mem;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::event::{Event, EventId, EventType};
@@ -37,13 +37,13 @@ use super::hash::{FastMap, FastSet};
 use super::normalize::excerpt;
 
 /// One entry of the timeline, as a UI shows it. Serialized with a `kind` tag.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Item {
     /// The user's prompt (`message_sent`).
     UserMessage {
         text: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         run_id: Option<String>,
     },
     /// Assistant text, assembled from `message_streamed` and settled by `message_received`.
@@ -54,35 +54,35 @@ pub enum Item {
     /// The latest todo list of a run (`todo_updated` replaces the run's previous list).
     Todo {
         items: Value,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         run_id: Option<String>,
     },
     /// From `run_failed`, `error_occurred` and `session_failed`.
     Error {
         message: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         provider_error: Option<Value>,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         run_id: Option<String>,
     },
     Approval(Approval),
 }
 
 /// A text item: assistant message or reasoning.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Message {
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
     pub text: String,
     /// Deltas may still come; false once settled or once its run ended.
     pub streaming: bool,
     /// The provider abandoned it: a UI hides it.
     pub discarded: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
     pub tool_call_id: String,
     pub tool_name: String,
@@ -91,17 +91,17 @@ pub struct ToolCall {
     /// The tool's text output: the streamed `output_delta`s, replaced by `tool_output` when
     /// the call completes (non-string outputs as compact JSON).
     pub output: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_tool_use_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolStatus {
     Running,
@@ -121,19 +121,19 @@ impl ToolStatus {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Approval {
     pub request_id: String,
     pub tool_name: String,
     pub input: Value,
     pub status: ApprovalStatus,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalStatus {
     Pending,
@@ -185,7 +185,7 @@ impl Item {
 
 /// Token and cost totals. Per run: the latest value of each field reported for that run;
 /// per session: the sum over runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -227,7 +227,8 @@ pub struct Counts {
 #[derive(Default)]
 pub struct Timeline {
     session_id: Option<String>,
-    items: Vec<Item>,
+    /// The items held: all of them, or (restored from a snapshot) those from `items.start`.
+    items: Held<Item>,
     dirt: Dirt,
     messages: FastMap<String, usize>,
     reasoning: FastMap<String, usize>,
@@ -284,6 +285,52 @@ impl Tally {
     }
 }
 
+/// A list addressed by absolute index that holds only the entries from `start` on: what
+/// lets a timeline restored from a snapshot keep its indices without the items before it.
+struct Held<T> {
+    start: usize,
+    vec: Vec<T>,
+}
+
+impl<T> Default for Held<T> {
+    fn default() -> Self {
+        Held {
+            start: 0,
+            vec: Vec::new(),
+        }
+    }
+}
+
+impl<T> Held<T> {
+    /// The absolute index the next entry gets.
+    fn len(&self) -> usize {
+        self.start + self.vec.len()
+    }
+
+    fn push(&mut self, value: T) {
+        self.vec.push(value);
+    }
+
+    /// Puts `older` (the entries just before `start`) in front.
+    fn prepend(&mut self, older: Vec<T>) {
+        self.start -= older.len();
+        self.vec.splice(0..0, older);
+    }
+}
+
+impl<T> std::ops::Index<usize> for Held<T> {
+    type Output = T;
+    fn index(&self, idx: usize) -> &T {
+        &self.vec[idx - self.start]
+    }
+}
+
+impl<T> std::ops::IndexMut<usize> for Held<T> {
+    fn index_mut(&mut self, idx: usize) -> &mut T {
+        &mut self.vec[idx - self.start]
+    }
+}
+
 /// What an item owes the next drain.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Dirty {
@@ -299,7 +346,7 @@ enum Dirty {
 /// The per-item drain state and the list of items to visit, in order of first touch.
 #[derive(Default)]
 struct Dirt {
-    state: Vec<Dirty>,
+    state: Held<Dirty>,
     list: Vec<usize>,
 }
 
@@ -454,16 +501,25 @@ impl Timeline {
         out
     }
 
+    /// The items held: every item, unless the timeline was restored from a snapshot (then
+    /// those from [`Timeline::start`] on).
     pub fn items(&self) -> &[Item] {
-        &self.items
+        &self.items.vec
     }
 
+    /// How many items the session has (held or not): the index the next item gets.
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.items.len() == 0
+    }
+
+    /// The index of the first item held (0 unless restored from a snapshot and not paged
+    /// back to the start).
+    pub fn start(&self) -> usize {
+        self.items.start
     }
 
     /// The session's totals: the sum over runs of each run's latest usage.
@@ -913,7 +969,7 @@ impl Timeline {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let mut runs: HashMap<&str, usize> = HashMap::new();
-        for (i, item) in self.items.iter().enumerate() {
+        for (i, item) in (self.items.start..).zip(&self.items.vec) {
             let label = match item.run_id() {
                 Some(r) => {
                     let next = runs.len() + 1;
@@ -1090,6 +1146,226 @@ fn summarize(input: &Value) -> Option<String> {
                 .unwrap_or_else(|| cut(&input.to_string()).into_owned()),
         ),
         other => Some(cut(&other.to_string()).into_owned()),
+    }
+}
+
+/// What a timeline restored from a snapshot needs, besides its items, to go on projecting
+/// the events after the snapshot exactly as the whole log would: the ids, runs and pending
+/// approvals that point into the items it holds, and the usage tallies. Made by
+/// [`Timeline::checkpoint`], used by [`Timeline::restore`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimelineState {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The last sequence applied.
+    pub last_sequence: u64,
+    /// Id → index of the items held that later events may name, per kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<(String, usize)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<(String, usize)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<(String, usize)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<(String, usize)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<RunCheckpoint>,
+    /// Indices of the pending approvals.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<usize>,
+    /// The session's usage totals: tokens as in [`Usage`], cost in nano-dollars.
+    pub tokens: [u64; 5],
+    pub cost_nanos: i64,
+}
+
+/// One run's state in a [`TimelineState`] (`run` is `""` for what has no run).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunCheckpoint {
+    pub run: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_message: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_reasoning: Option<usize>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub open: Vec<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub todo: Option<usize>,
+    pub tokens: [u64; 5],
+    pub cost_nanos: i64,
+}
+
+/// Whether an item can still change without naming it: a streaming text, a running tool
+/// call, a pending approval.
+fn is_open(item: &Item) -> bool {
+    match item {
+        Item::AssistantMessage(m) | Item::Reasoning(m) => m.streaming,
+        Item::ToolCall(t) => t.status == ToolStatus::Running,
+        Item::Approval(a) => a.status == ApprovalStatus::Pending,
+        _ => false,
+    }
+}
+
+impl Timeline {
+    /// Where a snapshot of the last `n` items should start so that the events after it
+    /// project exactly: at most `n` items back, and further back to the first item that is
+    /// still open (streaming, running, pending) or belongs to a run in `active` (a turn still
+    /// in progress may name any of its items). O(items held).
+    pub fn snapshot_start(&self, n: usize, active: &[&str]) -> usize {
+        let mut start = self.items.len().saturating_sub(n).max(self.items.start);
+        for (i, item) in (self.items.start..).zip(&self.items.vec) {
+            if i >= start {
+                break;
+            }
+            if is_open(item) || item.run_id().is_some_and(|r| active.contains(&r)) {
+                start = i;
+                break;
+            }
+        }
+        start
+    }
+
+    /// The items from `start` on, and the state that lets [`Timeline::restore`] go on from
+    /// them. Everything that points before `start` is left out: an event after the snapshot
+    /// that names an item before `start` (a provider repeating the result of a call that
+    /// ended long ago) is applied as if that item were unknown. See
+    /// [`Timeline::snapshot_start`] for a `start` that keeps every open item.
+    pub fn checkpoint(&self, start: usize) -> (Vec<Item>, TimelineState) {
+        let start = start.clamp(self.items.start, self.items.len());
+        let items = self.items.vec[start - self.items.start..].to_vec();
+        let keep = |map: &HashMap<String, usize>| {
+            let mut v: Vec<(String, usize)> = map
+                .iter()
+                .filter(|(_, &i)| i >= start)
+                .map(|(k, &i)| (k.clone(), i))
+                .collect();
+            v.sort_unstable_by_key(|(_, i)| *i);
+            v
+        };
+        let in_window: HashSet<&str> = items.iter().filter_map(Item::run_id).collect();
+        let mut runs: Vec<RunCheckpoint> = self
+            .runs
+            .iter()
+            .filter(|(k, _)| k.is_empty() || in_window.contains(k.as_str()))
+            .map(|(k, r)| RunCheckpoint {
+                run: k.clone(),
+                open_message: r.open_message.filter(|&i| i >= start),
+                open_reasoning: r.open_reasoning.filter(|&i| i >= start),
+                open: r.open.iter().copied().filter(|&i| i >= start).collect(),
+                todo: r.todo.filter(|&i| i >= start),
+                tokens: r.usage.tokens,
+                cost_nanos: r.usage.cost_nanos,
+            })
+            .collect();
+        runs.sort_unstable_by(|a, b| a.run.cmp(&b.run));
+        let state = TimelineState {
+            session_id: self.session_id.clone(),
+            last_sequence: self.last_sequence,
+            messages: keep(&self.messages),
+            reasoning: keep(&self.reasoning),
+            tools: keep(&self.tools),
+            approvals: keep(&self.approvals),
+            runs,
+            pending: self
+                .pending
+                .iter()
+                .copied()
+                .filter(|&i| i >= start)
+                .collect(),
+            tokens: self.total.tokens,
+            cost_nanos: self.total.cost_nanos,
+        };
+        (items, state)
+    }
+
+    /// A timeline holding `items` from index `start` on, in `state` (from
+    /// [`Timeline::checkpoint`]). Its first drain inserts every item, then gives the usage
+    /// and the pending approvals. `None` when the state points outside the items.
+    pub fn restore(start: usize, items: Vec<Item>, state: TimelineState) -> Option<Timeline> {
+        let end = start + items.len();
+        let inside = |i: &usize| (start..end).contains(i);
+        let maps = [
+            &state.messages,
+            &state.reasoning,
+            &state.tools,
+            &state.approvals,
+        ];
+        let runs_inside = state.runs.iter().all(|r| {
+            r.open_message.iter().all(inside)
+                && r.open_reasoning.iter().all(inside)
+                && r.open.iter().all(inside)
+                && r.todo.iter().all(inside)
+        });
+        if !(maps.iter().all(|m| m.iter().all(|(_, i)| inside(i)))
+            && runs_inside
+            && state.pending.iter().all(inside))
+        {
+            return None;
+        }
+        let map = |v: Vec<(String, usize)>| v.into_iter().collect::<HashMap<_, _>>();
+        let n = items.len();
+        let mut t = Timeline {
+            session_id: state.session_id,
+            items: Held { start, vec: items },
+            messages: map(state.messages),
+            reasoning: map(state.reasoning),
+            tools: map(state.tools),
+            approvals: map(state.approvals),
+            runs: state
+                .runs
+                .into_iter()
+                .map(|r| {
+                    let run = RunState {
+                        open_message: r.open_message,
+                        open_reasoning: r.open_reasoning,
+                        open: r.open,
+                        todo: r.todo,
+                        usage: Tally {
+                            tokens: r.tokens,
+                            cost_nanos: r.cost_nanos,
+                        },
+                    };
+                    (r.run, run)
+                })
+                .collect(),
+            pending: state.pending.into_iter().collect(),
+            total: Tally {
+                tokens: state.tokens,
+                cost_nanos: state.cost_nanos,
+            },
+            usage_changed: true,
+            approvals_changed: true,
+            last_sequence: state.last_sequence,
+            ..Timeline::default()
+        };
+        t.dirt.state = Held {
+            start,
+            vec: vec![Dirty::Inserted; n],
+        };
+        t.dirt.list = (start..end).collect();
+        Some(t)
+    }
+
+    /// Items older than those held, just before [`Timeline::start`] (a page of history):
+    /// held from now on, reported by no drain (whoever asked for them has them). Returns
+    /// false, changing nothing, when they do not end where the held items begin.
+    pub fn prepend(&mut self, start: usize, items: Vec<Item>) -> bool {
+        if start + items.len() != self.items.start {
+            return false;
+        }
+        self.dirt.state.prepend(vec![Dirty::Clean; items.len()]);
+        self.items.prepend(items);
+        true
+    }
+
+    /// Up to `limit` items just before index `before` (clamped to what is held): the first
+    /// index of the page and its items, oldest first.
+    pub fn page_before(&self, before: usize, limit: usize) -> (usize, &[Item]) {
+        let end = before.clamp(self.items.start, self.items.len());
+        let start = end.saturating_sub(limit).max(self.items.start);
+        (
+            start,
+            &self.items.vec[start - self.items.start..end - self.items.start],
+        )
     }
 }
 

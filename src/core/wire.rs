@@ -13,7 +13,9 @@ use serde_json::Value;
 
 use super::error::ErrorCode;
 use super::event::Event;
+use super::snapshot::{Snapshot, SnapshotRequest};
 use super::time::Timestamp;
+use super::timeline::Item;
 
 /// The protocol versions this build speaks, newest last.
 pub const PROTOCOL_VERSIONS: &[u32] = &[1];
@@ -77,12 +79,27 @@ pub enum ClientMsg {
     },
     /// Follow a session from a cursor: `after` = the last sequence seen (0 for all), `epoch`
     /// = the epoch those sequences belong to (absent the first time).
+    ///
+    /// With `snapshot` and no cursor (`after` 0), the session is first sent as it stands
+    /// ([`ServerMsg::Snapshot`]), then the events after the snapshot's cursor; a client that
+    /// has a cursor resumes from it and the server ignores `snapshot`.
     Subscribe {
         session: String,
         #[serde(default)]
         after: u64,
         #[serde(default)]
         epoch: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        snapshot: Option<SnapshotRequest>,
+    },
+    /// Older items of a session: up to `limit` items just before item index `before` (a
+    /// snapshot's `start`, then each page's). Answered by [`ServerMsg::History`] (or a
+    /// failed `reply`).
+    History {
+        id: String,
+        session: String,
+        before: usize,
+        limit: usize,
     },
     Unsubscribe {
         session: String,
@@ -182,6 +199,27 @@ pub enum ServerMsg {
         session: String,
         epoch: String,
         sequence: u64,
+        index: u32,
+        last: bool,
+        text: String,
+    },
+    /// The session as it stands at the cursor `after`/`epoch` (asked for by a subscribe's
+    /// `snapshot`): the events after it follow. Sent as `message_part`s when it does not fit
+    /// a frame.
+    Snapshot(Box<Snapshot>),
+    /// The answer to `history`: the items from index `start` up to the `before` asked,
+    /// oldest first; older ones exist when `start` is above 0. Sent as `message_part`s when
+    /// it does not fit a frame.
+    History {
+        id: String,
+        session: String,
+        start: usize,
+        items: Vec<Item>,
+    },
+    /// A piece of the JSON text of one server message too large for a frame (a snapshot, a
+    /// history page); pieces of one message come in order, `last` ends it.
+    MessagePart {
+        session: String,
         index: u32,
         last: bool,
         text: String,
@@ -361,7 +399,8 @@ impl ClientMsg {
             | ClientMsg::SetMode { id, .. }
             | ClientMsg::SetModel { id, .. }
             | ClientMsg::ResumeSession { id, .. }
-            | ClientMsg::DescribeSession { id, .. } => Some(id),
+            | ClientMsg::DescribeSession { id, .. }
+            | ClientMsg::History { id, .. } => Some(id),
             ClientMsg::Ping { id } => id.as_deref(),
             ClientMsg::Hello { .. }
             | ClientMsg::Subscribe { .. }
@@ -380,7 +419,8 @@ impl ClientMsg {
             | ClientMsg::SetMode { session, .. }
             | ClientMsg::SetModel { session, .. }
             | ClientMsg::ResumeSession { session, .. }
-            | ClientMsg::DescribeSession { session, .. } => Some(session),
+            | ClientMsg::DescribeSession { session, .. }
+            | ClientMsg::History { session, .. } => Some(session),
             ClientMsg::Hello { .. } | ClientMsg::Ping { .. } => None,
         }
     }
@@ -525,6 +565,83 @@ pub fn frame_encoded<'a>(
     frames
 }
 
+/// Encodes one server message about `session` as frames of at most `max_frame` bytes: the
+/// message itself when it fits, else `message_part` frames carrying its JSON text in pieces.
+/// `max_frame` below [`MIN_MAX_FRAME`] is raised to it.
+pub fn encode_message(session: &str, msg: &ServerMsg, max_frame: usize) -> Vec<String> {
+    let max_frame = max_frame.max(MIN_MAX_FRAME);
+    let text = msg.encode();
+    if text.len() <= max_frame {
+        return vec![text];
+    }
+    let empty = ServerMsg::MessagePart {
+        session: session.to_owned(),
+        index: u32::MAX,
+        last: false,
+        text: String::new(),
+    }
+    .encode();
+    // JSON escaping can at most sextuple a character (`\u00XX`); leave room for it.
+    let room = (max_frame - empty.len()) / 6;
+    let mut parts = Vec::new();
+    let mut rest = text.as_str();
+    let mut index = 0u32;
+    while !rest.is_empty() {
+        let mut cut = room.min(rest.len());
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (piece, tail) = rest.split_at(cut);
+        rest = tail;
+        parts.push(
+            ServerMsg::MessagePart {
+                session: session.to_owned(),
+                index,
+                last: rest.is_empty(),
+                text: piece.to_owned(),
+            }
+            .encode(),
+        );
+        index += 1;
+    }
+    parts
+}
+
+/// Reassembles `message_part`s of one session into the message they carry.
+#[derive(Clone, Debug, Default)]
+pub struct MessageParts {
+    next: u32,
+    text: String,
+}
+
+impl MessageParts {
+    /// Takes the next piece; the whole message when its last piece arrives. A piece out of
+    /// order (a reconnect cut a message short) drops what was collected and is an error.
+    pub fn accept(
+        &mut self,
+        index: u32,
+        last: bool,
+        text: &str,
+    ) -> Result<Option<ServerMsg>, DecodeError> {
+        if index != self.next {
+            let expected = self.next;
+            *self = MessageParts::default();
+            if index != 0 {
+                return Err(DecodeError::Malformed(format!(
+                    "message part {index} came where part {expected} was expected"
+                )));
+            }
+        }
+        self.text.push_str(text);
+        self.next += 1;
+        if !last {
+            return Ok(None);
+        }
+        let whole = std::mem::take(self);
+        ServerMsg::decode(&whole.text, usize::MAX).map(Some)
+    }
+}
+
 fn encode_parts(
     session: &str,
     epoch: &str,
@@ -615,6 +732,7 @@ impl Cursor {
             session: session.to_owned(),
             after: self.after,
             epoch: self.epoch.clone(),
+            snapshot: None,
         }
     }
 

@@ -181,6 +181,14 @@ impl Options {
         if let Some(fallback) = get("fallback").as_bool() {
             config.fallback = fallback;
         }
+        // `snapshot: {items: N}`: a fresh subscription starts from the session's last items.
+        let snapshot = get("snapshot");
+        if snapshot.is_object() {
+            let items = js_sys::Reflect::get(&snapshot, &JsValue::from_str("items"))
+                .ok()
+                .and_then(|v| v.as_f64());
+            config.snapshot = Some(items.map_or(200, |n| n.max(1.0) as usize));
+        }
         let sep = if url.contains('?') { '&' } else { '?' };
         let authority = url.split_once("://").map_or("", |(_, rest)| rest);
         let authority = authority.split(['/', '?', '#']).next().unwrap_or("");
@@ -415,6 +423,25 @@ impl Client {
     pub fn describe_session(&self, session: &str) -> Promise {
         let sent = self.inner.borrow_mut().core.describe_session(session);
         self.command(sent, Resolve::Result)
+    }
+
+    /// Pages in up to `limit` items older than those held (a session opened from a
+    /// snapshot); they arrive in a batch's `older`. Resolves to `{start, items}`: the first
+    /// index now held (0: the beginning) and how many were added.
+    #[wasm_bindgen(unchecked_return_type = "Promise<{ start: number; items: number }>")]
+    pub fn history(&self, session: &str, limit: u32) -> Promise {
+        let sent = self
+            .inner
+            .borrow_mut()
+            .core
+            .history(session, limit as usize);
+        self.command(sent, Resolve::Result)
+    }
+
+    /// The index of the first item held for the session (above 0: older items can be paged
+    /// in with `history`).
+    pub fn start(&self, session: &str) -> f64 {
+        self.inner.borrow().core.projector().start(session) as f64
     }
 
     /// Reopens a session whose agent process is gone; resolves to the session record.

@@ -66,6 +66,12 @@ impl Projector {
         self.0.cursor(session).map_or(0.0, |c| c.after as f64)
     }
 
+    /// The index of the first item held for the session: above 0 after a `snapshot`, until
+    /// `history` pages bring the older items (the `before` of the next one).
+    pub fn start(&self, session: &str) -> f64 {
+        self.0.start(session) as f64
+    }
+
     /// The epoch of the session's cursor, once known.
     pub fn epoch(&self, session: &str) -> Option<String> {
         self.0.cursor(session).and_then(|c| c.epoch.clone())

@@ -218,6 +218,13 @@ export interface SessionBatch {
   changes: Change[];
   /** Present when the lifecycle or the active turn changed. */
   lifecycle?: LifecycleState;
+  /** The index of the first item held, when it moved: after a snapshot (with `reset`) or
+   *  a history page (with `older`). A `reset` without it starts at 0. Change indices are
+   *  absolute: the item at `index` is held at `index - start`. */
+  start?: number;
+  /** Older items (a history page), to put before those held; they begin at `start`. Apply
+   *  them before `changes`. */
+  older?: Item[];
   /** The cursor: the last sequence applied, and its epoch. */
   after: number;
   epoch?: string;
@@ -315,6 +322,10 @@ export interface ClientOptions {
   connectTimeoutMs?: number;
   /** Fall back to Server-Sent Events and HTTP where WebSockets do not get through (true). */
   fallback?: boolean;
+  /** Open each session with no cursor from a snapshot of its last `items` items (200 when
+   *  omitted) instead of replaying its log; page older ones in with `Client.history`. A
+   *  reconnect resumes from the cursor, never from a new snapshot. */
+  snapshot?: { items?: number };
 }
 
 /** Codes raised by this package. */

@@ -180,6 +180,8 @@ pub struct Hub {
     store_status: Mutex<HashMap<String, watch::Sender<StoreStatus>>>,
     /// The subscribers' shared tails ([`Hub::fanout`]), started on first use.
     fanout: std::sync::OnceLock<Arc<Fanout>>,
+    /// The sessions' projections for snapshots and history ([`Hub::projections`]).
+    projections: std::sync::OnceLock<Arc<super::snapshot::Projections>>,
 }
 
 /// Permits of [`Hub::tasks`]: more than sessions ever run at once.
@@ -198,7 +200,15 @@ impl Hub {
             lost: AtomicU64::new(0),
             store_status: Mutex::new(HashMap::new()),
             fanout: std::sync::OnceLock::new(),
+            projections: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The projections snapshots and history pages are taken from (bounded: see
+    /// [`super::snapshot`]).
+    pub fn projections(&self) -> Arc<super::snapshot::Projections> {
+        let make = || super::snapshot::Projections::new(self.store.clone());
+        self.projections.get_or_init(make).clone()
     }
 
     /// What every subscriber of a session shares (its encoded tail); needs a tokio runtime.

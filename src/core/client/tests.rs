@@ -629,3 +629,76 @@ proptest! {
         prop_assert_eq!(c.projector().cursor("s1").unwrap().after, log.len() as u64);
     }
 }
+
+#[wasm_bindgen_test(unsupported = test)]
+fn a_snapshot_is_asked_for_once_and_reconnects_resume_from_its_cursor() {
+    let log = log();
+    let mut server = crate::core::snapshot::Projection::new("s1");
+    let half = log.len() / 2;
+    log[..half].iter().for_each(|e| {
+        server.handle_event(e, 0);
+    });
+    let config = ClientConfig {
+        snapshot: Some(3),
+        ..ws_only()
+    };
+    let mut c = Client::new(config, 0);
+    c.subscribe("s1");
+    outbox(&mut c);
+    // No cursor: the subscribe asks for a snapshot.
+    c.handle_open(1, 0);
+    outbox(&mut c);
+    c.handle_frame(1, &welcome(500), 0);
+    let (_, sent) = outbox(&mut c);
+    assert_eq!(
+        sent,
+        [r#"{"t":"subscribe","session":"s1","after":0,"epoch":null,"snapshot":{"items":3}}"#]
+    );
+    let snapshot = ServerMsg::Snapshot(Box::new(server.snapshot("e1", 3)));
+    c.handle_frame(1, &snapshot.encode(), 0);
+    for f in encode_events("s1", "e1", &log[half..half + 2], 4096) {
+        c.handle_frame(1, &f.text, 0);
+    }
+    // (The transcript is one long turn: the window reaches back to its first item.)
+    let start = c.projector().start("s1");
+    assert_eq!(c.projector().cursor("s1").unwrap().after, half as u64 + 2);
+    // A drop: the next connection resumes from the cursor, with no snapshot.
+    c.handle_close(1, 0);
+    let now = c.poll_timeout().expect("a reconnect is scheduled");
+    c.handle_timeout(now);
+    outbox(&mut c);
+    c.handle_open(2, now);
+    outbox(&mut c);
+    c.handle_frame(2, &welcome(500), now);
+    let (_, sent) = outbox(&mut c);
+    let resume = format!(
+        r#"{{"t":"subscribe","session":"s1","after":{},"epoch":"e1"}}"#,
+        half + 2
+    );
+    assert_eq!(sent, [resume]);
+    for f in encode_events("s1", "e1", &log[half + 2..], 4096) {
+        c.handle_frame(2, &f.text, now);
+    }
+    let mut want = crate::core::timeline::Timeline::new();
+    log.iter().for_each(|e| want.handle_event(e));
+    assert_eq!(c.projector().items("s1"), &want.items()[start..]);
+    // A reset (the server's log was rebuilt) loses the cursor: then a snapshot is asked again.
+    let reset = ServerMsg::Reset {
+        session: "s1".into(),
+        epoch: "e2".into(),
+        reason: "stale_epoch".into(),
+    };
+    c.handle_frame(2, &reset.encode(), now);
+    c.handle_close(2, now);
+    let later = c.poll_timeout().expect("a reconnect is scheduled");
+    c.handle_timeout(later);
+    outbox(&mut c);
+    c.handle_open(3, later);
+    outbox(&mut c);
+    c.handle_frame(3, &welcome(500), later);
+    let (_, sent) = outbox(&mut c);
+    assert_eq!(
+        sent,
+        [r#"{"t":"subscribe","session":"s1","after":0,"epoch":"e2","snapshot":{"items":3}}"#]
+    );
+}

@@ -60,7 +60,8 @@ try {
     }).observe({ type: "event", durationThreshold: 16, buffered: true } as PerformanceObserverInit);
   });
   const started = Date.now();
-  await page.goto(`http://${addr}/?token=${TOKEN}#${SESSION}`);
+  // `snapshot=off`: the page replays the whole log (what this bench measures), not a snapshot.
+  await page.goto(`http://${addr}/?token=${TOKEN}&snapshot=off#${SESSION}`);
   await page.waitForFunction((s) => (window as any).agentwirePage?.state.current === s, SESSION);
   const replay = await interact(page, () =>
     document.querySelector("#connection")?.getAttribute("data-state") === "caught_up");

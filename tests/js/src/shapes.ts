@@ -230,7 +230,10 @@ export const note = tagged<Note, "note">("note", {
 });
 const sessionBatch = object<SessionBatch>(
   { session: str, changes: arrayOf(change.check), after: nat },
-  { reset: lit(true), lifecycle: lifecycleState, epoch: str, notes: arrayOf(note.check) },
+  {
+    reset: lit(true), lifecycle: lifecycleState, epoch: str, notes: arrayOf(note.check),
+    start: nat, older: arrayOf(item.check),
+  },
 );
 export const batch = object<Batch>({ sessions: arrayOf(sessionBatch.check) }, { notes: arrayOf(note.check) });
 export const clientBatch = object<ClientBatch>(
@@ -250,26 +253,38 @@ export function assertShape<T>(shape: Shape<T>, v: unknown, path = "value"): T {
   return v as T;
 }
 
-/** What a page does with a batch: mirror each session's items. */
+/** The index of the first item held, per model and session (above 0 after a snapshot). */
+const starts = new WeakMap<Map<string, Item[]>, Map<string, number>>();
+
+/** What a page does with a batch: mirror each session's items. Change indices are absolute:
+ * after a snapshot the items before its `start` are not held until history (`older`) brings
+ * them. */
 export function apply(model: Map<string, Item[]>, b: Batch): void {
+  if (!starts.has(model)) starts.set(model, new Map());
+  const first = starts.get(model)!;
   for (const s of b.sessions) {
-    const items = s.reset ? [] : (model.get(s.session) ?? []);
+    const held = s.reset ? [] : (model.get(s.session) ?? []);
+    let start = s.reset ? (s.start ?? 0) : (first.get(s.session) ?? 0);
+    const items = s.older?.length ? [...s.older, ...held] : held;
+    if (s.older?.length) start = s.start!;
+    first.set(s.session, start);
     model.set(s.session, items);
     for (const c of s.changes) {
+      const index = c.op === "usage" || c.op === "approvals" ? 0 : c.index - start;
       switch (c.op) {
         case "insert":
-          if (c.index !== items.length) throw new Error(`insert at ${c.index} of ${items.length}`);
+          if (index !== items.length) throw new Error(`insert at ${c.index} of ${start + items.length}`);
           items.push(c.item);
           break;
         case "append": {
-          const it = items[c.index];
+          const it = items[index];
           if (it?.kind === "assistant_message" || it?.kind === "reasoning") it.text += c.text;
           else if (it?.kind === "tool_call") it.output += c.text;
           else throw new Error(`append to ${JSON.stringify(it)}`);
           break;
         }
         case "update":
-          items[c.index] = c.item;
+          items[index] = c.item;
           break;
         case "usage":
         case "approvals":
