@@ -1232,7 +1232,7 @@ impl Timeline {
     pub fn checkpoint(&self, start: usize) -> (Vec<Item>, TimelineState) {
         let start = start.clamp(self.items.start, self.items.len());
         let items = self.items.vec[start - self.items.start..].to_vec();
-        let keep = |map: &HashMap<String, usize>| {
+        let keep = |map: &FastMap<String, usize>| {
             let mut v: Vec<(String, usize)> = map
                 .iter()
                 .filter(|(_, &i)| i >= start)
@@ -1241,7 +1241,7 @@ impl Timeline {
             v.sort_unstable_by_key(|(_, i)| *i);
             v
         };
-        let in_window: HashSet<&str> = items.iter().filter_map(Item::run_id).collect();
+        let in_window: FastSet<&str> = items.iter().filter_map(Item::run_id).collect();
         let mut runs: Vec<RunCheckpoint> = self
             .runs
             .iter()
@@ -1301,7 +1301,7 @@ impl Timeline {
         {
             return None;
         }
-        let map = |v: Vec<(String, usize)>| v.into_iter().collect::<HashMap<_, _>>();
+        let map = |v: Vec<(String, usize)>| v.into_iter().collect::<FastMap<_, _>>();
         let n = items.len();
         let mut t = Timeline {
             session_id: state.session_id,
