@@ -8,7 +8,9 @@
 //! Numbers go to BENCHMARKS.md; nothing here asserts.
 //!
 //! Run: `cargo bench --bench store` (add `-- --quick` for a shorter run, `-- postgres` for
-//! PostgreSQL only).
+//! PostgreSQL only). The sustained figure of issue 14 (100 sessions appending for
+//! `STORE_BENCH_SECS`, default 5, with the commit latency of a single append meanwhile) and
+//! its `BENCH` lines: `cargo bench --bench store -- sustained`.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -14,7 +14,9 @@
 //!   prepared once) into two b-trees: the events table, keyed by (session, sequence) with no
 //!   rowid, and the unique index on the id; a stored id is found by the insert's own probe.
 //!   Filters by run, type or time scan the session's rows in sequence order. The appending
-//!   task encodes the bodies (and the copies the recent tail keeps), not the writer.
+//!   task encodes the bodies (and the copies the recent tail keeps), not the writer; what a
+//!   group leaves to free (events evicted from the recent tail, bound bodies) is freed on a
+//!   dropper thread. New files have 16 KiB pages.
 //! * Checkpoints run on a thread and connection of their own (PASSIVE: they never block the
 //!   writer), woken every `CHECKPOINT_BYTES` of committed bodies; only if the WAL outgrew
 //!   `WAL_HARD_PAGES` all the same does the writer checkpoint between two groups.
@@ -123,6 +125,8 @@ const CHECKPOINT_BYTES: usize = 16 << 20;
 /// WAL pages beyond which the writer checkpoints itself (the checkpointer never caught up
 /// with the log: readers held it, or it failed), so the WAL stays bounded.
 const WAL_HARD_PAGES: i64 = 65_536;
+/// Bytes per page of a new file (SQLite's default is 4096).
+const PAGE_SIZE: i64 = 16_384;
 /// The writer's page cache, in KiB (a negative `cache_size`).
 const WRITER_CACHE_KIB: i64 = -65_536;
 
@@ -133,6 +137,7 @@ pub struct SqliteStore {
     requests: Option<mpsc::Sender<Request>>,
     writer: Option<JoinHandle<()>>,
     checkpointer: Option<JoinHandle<()>>,
+    dropper: Option<JoinHandle<()>>,
     readers: Arc<Readers>,
     recent: Arc<RecentTail>,
     committed: broadcast::Sender<Committed>,
@@ -153,12 +158,14 @@ struct RecentTail {
 }
 
 impl RecentTail {
-    fn extend(&self, session_id: &str, events: Vec<Event>) {
+    /// Adds the session's newest events; returns those it no longer keeps (for the caller to
+    /// drop outside the lock).
+    fn extend(&self, session_id: &str, events: Vec<Event>) -> Vec<Event> {
         let mut sessions = self.sessions.lock().expect("recent tail lock");
         let tail = sessions.entry(session_id.to_owned()).or_default();
         tail.extend(events);
         let excess = tail.len().saturating_sub(RECENT);
-        tail.drain(..excess);
+        tail.drain(..excess).collect()
     }
 
     /// The events after `after` (at most `limit`), if memory holds the next one.
@@ -193,6 +200,9 @@ impl SqliteStore {
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         make_private(path)?;
         let mut conn = Connection::open(path)?;
+        // Only a new (empty) file takes it: a split moves fewer cells per event stored. An
+        // existing file keeps its page size.
+        conn.pragma_update(None, "page_size", PAGE_SIZE)?;
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Database(format!(
@@ -211,6 +221,11 @@ impl SqliteStore {
         conn.set_prepared_statement_cache_capacity(32);
         let epoch = migrate(&mut conn)?;
 
+        let (trash, bins) = std::sync::mpsc::channel::<Trash>();
+        let dropper = std::thread::Builder::new()
+            .name("agentwire-store-dropper".into())
+            .spawn(move || bins.into_iter().for_each(drop))
+            .map_err(|e| StoreError::Database(format!("cannot start the dropper: {e}")))?;
         let wal_pages = Arc::new(AtomicI64::new(0));
         let (wake, woken) = std::sync::mpsc::sync_channel(1);
         let checkpointer = Checkpointer {
@@ -240,6 +255,7 @@ impl SqliteStore {
             wake,
             unchecked_bytes: 0,
             wal_pages,
+            trash,
         };
         let writer = std::thread::Builder::new()
             .name("agentwire-store-writer".into())
@@ -250,6 +266,7 @@ impl SqliteStore {
             requests: Some(requests),
             writer: Some(writer),
             checkpointer: Some(checkpointer),
+            dropper: Some(dropper),
             readers: Arc::new(Readers::new(path.to_owned())),
             recent,
             committed,
@@ -287,6 +304,9 @@ impl Drop for SqliteStore {
         // The writer's end closed the checkpointer's channel.
         if let Some(checkpointer) = self.checkpointer.take() {
             let _ = checkpointer.join();
+        }
+        if let Some(dropper) = self.dropper.take() {
+            let _ = dropper.join();
         }
     }
 }
@@ -422,7 +442,12 @@ struct Writer {
     unchecked_bytes: usize,
     /// The WAL's size in pages, as the checkpointer last saw it.
     wal_pages: Arc<AtomicI64>,
+    /// To the dropper thread: what a group leaves to free (evicted tail events, bodies).
+    trash: std::sync::mpsc::Sender<Trash>,
 }
+
+/// Freed on the dropper thread.
+type Trash = (Vec<Event>, Vec<String>);
 
 impl Writer {
     fn run(mut self, mut rx: mpsc::Receiver<Request>) {
@@ -454,6 +479,7 @@ impl Writer {
         // Events this group stored, per session in commit order, for the recent tail.
         let mut fresh: Vec<(String, Vec<Event>)> = Vec::new();
         let mut bytes = 0;
+        let mut spent: Vec<String> = Vec::new();
         let latest = &self.latest;
         let outcome = (|| -> Result<Vec<Result<Done, StoreError>>, StoreError> {
             let tx = self
@@ -476,10 +502,12 @@ impl Writer {
                     wrote: false,
                     tail: Vec::new(),
                     bytes: 0,
+                    spent: Vec::new(),
                 };
                 let result = step.apply(op);
                 let (writes, wrote, tail) = (step.writes, step.wrote, step.tail);
                 bytes += step.bytes;
+                spent.extend(step.spent);
                 match result {
                     Ok(done) => {
                         if guarded {
@@ -517,9 +545,12 @@ impl Writer {
                 self.commits.fetch_add(1, Ordering::Relaxed);
                 self.latest
                     .extend(pending.iter().map(|(k, v)| (k.clone(), *v)));
+                let mut evicted = Vec::new();
                 for (session_id, events) in fresh {
-                    self.recent.extend(&session_id, events);
+                    evicted.extend(self.recent.extend(&session_id, events));
                 }
+                // Freeing ten thousand events is the dropper's work, not the writer's.
+                let _ = self.trash.send((evicted, spent));
                 for (reply, result) in replies.into_iter().zip(results) {
                     // A caller that stopped waiting still had its request committed.
                     let _ = reply.send(result);
@@ -626,6 +657,8 @@ struct Step<'a> {
     tail: Vec<Event>,
     /// Body bytes an append wrote.
     bytes: usize,
+    /// The bodies it bound, freed by the dropper.
+    spent: Vec<String>,
 }
 
 impl Step<'_> {
@@ -759,6 +792,7 @@ impl Step<'_> {
             }
             seq += 1;
             self.bytes += body.len();
+            self.spent.push(body);
             self.tail.push(copy.into_sequenced(seq));
             out.push(Appended {
                 event: event.into_sequenced(seq),
