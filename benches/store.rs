@@ -8,7 +8,9 @@
 //! Numbers go to BENCHMARKS.md; nothing here asserts.
 //!
 //! Run: `cargo bench --bench store` (add `-- --quick` for a shorter run, `-- postgres` for
-//! PostgreSQL only).
+//! PostgreSQL only). The sustained figure of issue 14 (100 sessions appending for
+//! `STORE_BENCH_SECS`, default 5, with the commit latency of a single append meanwhile) and
+//! its `BENCH` lines: `cargo bench --bench store -- sustained`.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -251,6 +253,109 @@ fn sessions_at_once(c: &mut Criterion, name: &str, open: Open) {
     g.finish();
 }
 
+/// The sustained figure (issue 14, goal 4): 100 sessions appending batches of 100 for a few
+/// seconds, each session one append in flight (as each session's store queue does), every
+/// event acknowledged after its commit's fsync; meanwhile one more session appends single small
+/// events one after another, and the latency of each (call to acknowledgement) is recorded.
+/// Prints the machine lines `BENCH store.<name>.sessions_100x100` (events/s, target 200k) and
+/// `BENCH store.<name>.commit_latency_under_load.p50/p99` (ms). Seconds: `STORE_BENCH_SECS`
+/// (default 5).
+fn sustained(_c: &mut Criterion, name: &str, open: Open) {
+    const SESSIONS: usize = 100;
+    const BATCH: u64 = 100;
+    const TARGET: f64 = 200_000.0;
+    if !selected(&format!("{name}_sustained")) {
+        return;
+    }
+    let secs: f64 = std::env::var("STORE_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5.0);
+    let rt = runtime();
+    let bench = open(&rt);
+    let ids: Vec<String> = (0..=SESSIONS).map(|i| format!("s{i:03}")).collect();
+    for id in &ids {
+        rt.block_on(bench.store.create_session(SessionRecord {
+            id: id.clone(),
+            provider: "claude".to_owned(),
+            cwd: "/work/project".to_owned(),
+            state: SessionState::Running,
+            provider_session_id: None,
+            created_at: Timestamp::EPOCH,
+            updated_at: Timestamp::EPOCH,
+            node: "local".into(),
+        }))
+        .unwrap();
+    }
+    let commits_before = (bench.commits)();
+    let (events, latencies, elapsed) = rt.block_on(async {
+        let start = std::time::Instant::now();
+        let deadline = start + std::time::Duration::from_secs_f64(secs);
+        let loaders: Vec<_> = ids[..SESSIONS]
+            .iter()
+            .map(|id| {
+                let (store, id) = (bench.store.clone(), id.clone());
+                tokio::spawn(async move {
+                    let mut next = 0u64;
+                    while std::time::Instant::now() < deadline {
+                        // Built in each task, as each session's loop builds its own.
+                        let batch = (next..next + BATCH).map(|n| event(&id, n)).collect();
+                        store.append(&id, batch).await.unwrap();
+                        next += BATCH;
+                    }
+                    next
+                })
+            })
+            .collect();
+        let (store, probe) = (bench.store.clone(), ids[SESSIONS].clone());
+        let prober = tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut n = 0u64;
+            while std::time::Instant::now() < deadline {
+                let e = event(&probe, n);
+                let sent = std::time::Instant::now();
+                store.append(&probe, vec![e]).await.unwrap();
+                latencies.push(sent.elapsed().as_secs_f64() * 1e3);
+                n += 1;
+            }
+            latencies
+        });
+        let mut events = 0u64;
+        for l in loaders {
+            events += l.await.unwrap();
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        (events, prober.await.unwrap(), elapsed)
+    });
+    let rate = events as f64 / elapsed;
+    let mut sorted = latencies;
+    sorted.sort_by(f64::total_cmp);
+    let pct = |p: f64| sorted[((sorted.len() - 1) as f64 * p).round() as usize];
+    let commits = (bench.commits)() - commits_before;
+    eprintln!(
+        "{name}_sustained: {events} events in {elapsed:.2} s = {rate:.0} events/s, {commits} \
+         commits ({:.0} events per commit); a single append meanwhile: p50 {:.2} ms, p99 {:.2} \
+         ms ({} probes)",
+        events as f64 / commits.max(1) as f64,
+        pct(0.5),
+        pct(0.99),
+        sorted.len()
+    );
+    let backend = if name == "store" { "sqlite" } else { name };
+    println!(
+        "BENCH\tstore.{backend}.sessions_100x100\t{rate:.0}\tevents/s\ttarget {TARGET:.0}\t{:.2}x\t\
+         {SESSIONS} sessions x batches of {BATCH}, {secs} s, fsync per commit",
+        rate / TARGET
+    );
+    for (p, label) in [(0.5, "p50"), (0.99, "p99")] {
+        println!(
+            "BENCH\tstore.{backend}.commit_latency_under_load.{label}\t{:.2}\tms\t-\t-\t\
+             one 1-event append while {SESSIONS} sessions append batches",
+            pct(p)
+        );
+    }
+}
+
 fn reads(c: &mut Criterion, name: &str, open: Open) {
     const N: u64 = 100_000;
     if !selected(&format!("{name}_read_100k")) {
@@ -311,6 +416,14 @@ fn sqlite_appends(c: &mut Criterion) {
     appends(c, "store", sqlite);
 }
 
+fn sqlite_sustained(c: &mut Criterion) {
+    sustained(c, "store", sqlite);
+}
+
+fn postgres_sustained(c: &mut Criterion) {
+    sustained(c, "postgres", postgres);
+}
+
 fn sqlite_sessions(c: &mut Criterion) {
     sessions_at_once(c, "store", sqlite);
 }
@@ -333,6 +446,8 @@ fn postgres_reads(c: &mut Criterion) {
 
 criterion_group!(
     benches,
+    sqlite_sustained,
+    postgres_sustained,
     sqlite_sessions,
     sqlite_appends,
     sqlite_reads,

@@ -797,6 +797,158 @@ fn a_version_0_database_is_migrated_and_keeps_its_epoch() {
     assert_ne!(fresh.epoch(), epoch);
 }
 
+/// A log as schema version 3 left it (six b-trees per event: a rowid table, its primary key,
+/// the unique id, and indexes by run, type and time), with the epoch `epoch`.
+const SCHEMA_3: &str = "
+    CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) STRICT;
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY NOT NULL, provider TEXT NOT NULL, cwd TEXT NOT NULL,
+        state TEXT NOT NULL, provider_session_id TEXT, created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL, node TEXT NOT NULL DEFAULT ''
+    ) STRICT;
+    CREATE TABLE events (
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        seq INTEGER NOT NULL CHECK (seq >= 1), id TEXT NOT NULL UNIQUE, run_id TEXT,
+        type TEXT NOT NULL, timestamp_ms INTEGER NOT NULL, body TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) STRICT;
+    CREATE INDEX events_by_run  ON events (session_id, run_id, seq);
+    CREATE INDEX events_by_type ON events (session_id, type, seq);
+    CREATE INDEX events_by_time ON events (session_id, timestamp_ms);
+    CREATE TABLE nodes (name TEXT PRIMARY KEY NOT NULL, seen_at INTEGER NOT NULL) STRICT;
+    INSERT INTO meta VALUES ('epoch', '0123456789abcdef0123456789abcdef');
+    INSERT INTO sessions VALUES ('a', 'demo', '/tmp', 'closed', NULL, 1, 1, 'local');
+    INSERT INTO sessions VALUES ('b', 'demo', '/tmp', 'closed', NULL, 2, 2, 'local');
+    PRAGMA user_version = 3;";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_3_log_is_migrated_with_its_events_and_filters() {
+    let dir = temp_dir();
+    let path = dir.path().join("log.db");
+    // Session a: a turn r1 (started, two deltas), then r2 (one delta); b: one delta. Stored
+    // as version 3 stored them, the body with its sequence.
+    let old = [
+        (
+            "a",
+            1,
+            event_with_id("a", "a1", EventType::RunStarted, Some("r1"), 10),
+        ),
+        (
+            "a",
+            2,
+            event_with_id("a", "a2", EventType::MessageStreamed, Some("r1"), 20),
+        ),
+        (
+            "a",
+            3,
+            event_with_id("a", "a3", EventType::MessageStreamed, Some("r1"), 30),
+        ),
+        (
+            "a",
+            4,
+            event_with_id("a", "a4", EventType::MessageStreamed, Some("r2"), 40),
+        ),
+        (
+            "b",
+            1,
+            event_with_id("b", "b1", EventType::MessageStreamed, None, 15),
+        ),
+    ];
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(SCHEMA_3).unwrap();
+        for (session, seq, event) in &old {
+            let event = event.with_sequence(*seq);
+            conn.execute(
+                "INSERT INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                rusqlite::params![
+                    session,
+                    *seq as i64,
+                    event.id().as_str(),
+                    event.run_id(),
+                    event.kind().as_str(),
+                    event.timestamp().unix_millis(),
+                    event.to_json()
+                ],
+            )
+            .unwrap();
+        }
+    }
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.epoch(), "0123456789abcdef0123456789abcdef");
+    let want: Vec<Event> = old[..4]
+        .iter()
+        .map(|(_, n, e)| e.with_sequence(*n))
+        .collect();
+    let read = |query: EventQuery| {
+        let store = &store;
+        async move { store.get_events("a", &query).await.unwrap() }
+    };
+    assert_eq!(read(EventQuery::default()).await, want);
+    let run = EventQuery {
+        run_id: Some("r1".into()),
+        after: Some(1),
+        ..EventQuery::default()
+    };
+    assert_eq!(seqs(&read(run).await), [2, 3]);
+    let kind = EventQuery {
+        kind: Some(EventType::RunStarted),
+        ..EventQuery::default()
+    };
+    assert_eq!(seqs(&read(kind).await), [1]);
+    let since = EventQuery {
+        since: Some(Timestamp::from_unix_millis(30)),
+        limit: Some(1),
+        ..EventQuery::default()
+    };
+    assert_eq!(seqs(&read(since).await), [3]);
+    assert_eq!(store.latest_sequence("b").await.unwrap(), 1);
+
+    // Appends number on from the migrated rows, and a migrated id is still found stored.
+    let appended = store
+        .append(
+            "a",
+            vec![old[4].2.clone(), ev("a", "new"), old[1].2.clone()],
+        )
+        .await;
+    assert!(matches!(appended, Err(StoreError::SessionMismatch { .. })));
+    let appended = store
+        .append("a", vec![old[1].2.clone(), ev("a", "new")])
+        .await
+        .unwrap();
+    assert_eq!(appended_seqs(&appended), [(2, true), (5, false)]);
+    let appended = store.append("b", vec![old[4].2.clone()]).await.unwrap();
+    assert_eq!(appended_seqs(&appended), [(1, true)]);
+    drop(store);
+
+    assert_eq!(user_version(&path), SqliteStore::SCHEMA_VERSION);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let indexes: Vec<String> = conn
+        .prepare(
+            "SELECT name FROM sqlite_master
+             WHERE type = 'index' AND tbl_name = 'events' AND sql IS NOT NULL",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        indexes,
+        ["events_by_id"],
+        "one index beside the table's own key"
+    );
+    let without_rowid: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'events'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(without_rowid.contains("WITHOUT ROWID"), "{without_rowid}");
+}
+
 #[test]
 fn a_database_from_a_newer_build_is_refused() {
     let dir = temp_dir();

@@ -8,18 +8,19 @@
 //!   other) and numbers new events from the locked value. Nothing is cached across
 //!   transactions: another companion may have appended since.
 //! * **Idempotence is the unique index on `events.id`.** A group reads the stored events with
-//!   its ids before numbering, then inserts with `ON CONFLICT (id) DO NOTHING`. If the insert
-//!   skipped a row, another companion committed that id in between (in another session, whose
-//!   row this transaction does not hold): the transaction rolls back and the group runs again,
+//!   its ids before numbering, then inserts them. If the insert collides with a stored id
+//!   (a unique violation), another companion committed that id in between (in another
+//!   session, whose row this transaction does not hold): nothing commits and the group runs again,
 //!   now seeing the stored event. Deadlocks and serialization failures are retried the same way.
 //! * **One writer per store, group commit.** Each store has one writer task and connection;
 //!   it commits everything pending in ONE transaction. A refused request (unknown session,
 //!   duplicate session, corrupt stored row) is refused before it writes anything, so it never
 //!   needs a savepoint and never spoils its group.
-//! * **Four round trips per group, whatever it holds.** BEGIN; the session locks and the
-//!   stored ids, pipelined; one statement that inserts every new row of the group (`unnest`
-//!   arrays), advances its sessions and notifies; COMMIT. Statements are prepared once per
-//!   connection.
+//! * **Two round trips per group of appends, whatever it holds.** BEGIN, the session locks
+//!   and the stored ids, pipelined; then one statement that inserts every new row of the group
+//!   (`unnest` arrays), advances its sessions and notifies, pipelined with COMMIT (if the
+//!   insert fails, that COMMIT only ends the failed transaction). Other requests in the group
+//!   add one round trip each. Statements are prepared once per connection.
 //! * **LISTEN/NOTIFY is only a wake-up.** A group that moved a session sends
 //!   `pg_notify('agentwire_commits')` inside its transaction (delivered only if it commits). Each
 //!   store's listener connection, woken by any notification (the payload is ignored), re-reads
@@ -606,7 +607,6 @@ impl WriteConn {
                              (session_id, seq, id, run_id, type, timestamp_ms, body)
                          SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[],
                                               $5::text[], $6::int8[], $7::text[])
-                         ON CONFLICT (id) DO NOTHING
                          RETURNING 1
                      ), advanced AS (
                          UPDATE agentwire.sessions AS s SET latest_seq = u.seq
@@ -738,169 +738,196 @@ impl Writer {
             let client = connect(&self.config).await?;
             self.conn = Some(WriteConn::prepare(client).await?);
         }
-        let conn = self.conn.as_mut().expect("connected above");
-        let tx = conn.client.transaction().await?;
-
-        // Lock the sessions this group touches, in one order for every companion.
-        let mut ids: Vec<&str> = ops.iter().filter_map(Op::locks).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        // The events already stored under this group's ids.
-        let event_ids: Vec<&str> = ops
-            .iter()
-            .filter_map(|op| match op {
-                Op::Append { events, .. } => Some(events.iter().map(|e| e.id().as_str())),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        // Both reads in one round trip: tokio-postgres pipelines queries polled together.
-        let lock = async {
-            match ids.is_empty() {
-                true => Ok(Vec::new()),
-                false => tx.query(&conn.lock, &[&ids]).await,
-            }
-        };
-        let find = async {
-            match event_ids.is_empty() {
-                true => Ok(Vec::new()),
-                false => tx.query(&conn.find, &[&event_ids]).await,
-            }
-        };
-        let (locked, found) = futures_util::future::try_join(lock, find).await?;
-        let mut latest: HashMap<String, u64> = HashMap::new();
-        for row in locked {
-            let seq: i64 = row.try_get(1)?;
-            latest.insert(row.try_get(0)?, seq.max(0) as u64);
+        let conn = self.conn.as_ref().expect("connected above");
+        let outcome = run_group(conn, ops).await;
+        if outcome.is_err() {
+            // Whatever failed, the connection is left outside a transaction (a ROLLBACK
+            // outside one is only a warning); a broken connection is replaced next group.
+            let _ = conn.client.batch_execute("ROLLBACK").await;
         }
-        let before = latest.clone();
-        let mut stored: HashMap<String, (String, i64, String)> = HashMap::new();
-        for row in found {
-            stored.insert(
-                row.try_get(0)?,
-                (row.try_get(1)?, row.try_get(2)?, row.try_get(3)?),
-            );
-        }
-
-        let mut plan = Plan {
-            latest,
-            stored,
-            fresh: HashMap::new(),
-            rows: Rows::default(),
-        };
-        let mut results = Vec::with_capacity(ops.len());
-        for op in ops {
-            let result = match op {
-                Op::Append { session_id, events } => {
-                    plan.append(session_id, events).map(Done::Appended)
-                }
-                Op::CreateSession(record) => {
-                    let n = tx
-                        .execute(
-                            &conn.create,
-                            &[
-                                &record.id,
-                                &record.provider,
-                                &record.cwd,
-                                &record.state.as_str(),
-                                &record.provider_session_id,
-                                &record.created_at.unix_millis(),
-                                &record.updated_at.unix_millis(),
-                                &record.node,
-                            ],
-                        )
-                        .await?;
-                    if n == 0 {
-                        Err(StoreError::SessionExists(record.id.clone()))
-                    } else {
-                        plan.latest.insert(record.id.clone(), 0);
-                        Ok(Done::Session(record.clone()))
-                    }
-                }
-                Op::SetState { id, state, now } => {
-                    let params: [&(dyn ToSql + Sync); 3] =
-                        [id, &state.as_str(), &now.unix_millis()];
-                    match tx.execute(&conn.set_state, &params).await? {
-                        0 => Err(StoreError::UnknownSession(id.clone())),
-                        _ => Ok(Done::Unit),
-                    }
-                }
-                Op::SetProviderSessionId {
-                    id,
-                    provider_session_id,
-                } => {
-                    let params: [&(dyn ToSql + Sync); 2] = [id, provider_session_id];
-                    match tx.execute(&conn.set_provider_session_id, &params).await? {
-                        0 => Err(StoreError::UnknownSession(id.clone())),
-                        _ => Ok(Done::Unit),
-                    }
-                }
-                Op::Claim { id, node, now } => {
-                    let params: [&(dyn ToSql + Sync); 3] = [id, node, &now.unix_millis()];
-                    match tx.execute(&conn.claim, &params).await? {
-                        // The row is locked above: absent from the lock, it does not exist.
-                        0 if !plan.latest.contains_key(id) => {
-                            Err(StoreError::UnknownSession(id.clone()))
-                        }
-                        n => Ok(Done::Claimed(n == 1)),
-                    }
-                }
-                Op::Beat { node, now } => {
-                    let params: [&(dyn ToSql + Sync); 2] = [node, &now.unix_millis()];
-                    tx.execute(&conn.beat, &params).await?;
-                    Ok(Done::Unit)
-                }
-                Op::TakeOver { node, cutoff, now } => {
-                    let params: [&(dyn ToSql + Sync); 3] =
-                        [node, &cutoff.unix_millis(), &now.unix_millis()];
-                    let rows = tx.query(&conn.take_over, &params).await?;
-                    rows.iter()
-                        .map(session_row)
-                        .collect::<Result<Vec<_>, _>>()
-                        .map(Done::TakenOver)
-                }
-            };
-            results.push(result);
-        }
-
-        let moved: Vec<(String, u64)> = plan
-            .latest
-            .iter()
-            .filter(|(id, &seq)| seq > before.get(*id).copied().unwrap_or(0))
-            .map(|(id, &seq)| (id.clone(), seq))
-            .collect();
-        if !moved.is_empty() {
-            let rows = &plan.rows;
-            let (sessions, seqs): (Vec<&str>, Vec<i64>) = moved
-                .iter()
-                .map(|(id, seq)| (id.as_str(), *seq as i64))
-                .unzip();
-            let row = tx
-                .query_one(
-                    &conn.write,
-                    &[
-                        &rows.session_ids,
-                        &rows.seqs,
-                        &rows.ids,
-                        &rows.run_ids,
-                        &rows.types,
-                        &rows.timestamps,
-                        &rows.bodies,
-                        &sessions,
-                        &seqs,
-                    ],
-                )
-                .await?;
-            let inserted: i64 = row.try_get(0)?;
-            if inserted != rows.ids.len() as i64 {
-                // Another companion committed one of these ids after `find` read: its number
-                // would be a gap. Roll back (dropping `tx` does) and run again.
-                return Err(GroupError::Retry);
-            }
-        }
-        tx.commit().await?;
-        Ok(Outcome { results, moved })
+        outcome
     }
+}
+
+/// One try of a group: BEGIN, the locks and the stored ids in one round trip; the requests
+/// other than appends one by one; then the group's rows and COMMIT in one more. A row that
+/// collides with an id another companion committed meanwhile fails the insert (a unique
+/// violation): the COMMIT after it then only rolls back, and the group runs again.
+async fn run_group(conn: &WriteConn, ops: &[Op]) -> Result<Outcome, GroupError> {
+    let tx = &conn.client;
+
+    // Lock the sessions this group touches, in one order for every companion.
+    let mut ids: Vec<&str> = ops.iter().filter_map(Op::locks).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    // The events already stored under this group's ids.
+    let event_ids: Vec<&str> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Append { events, .. } => Some(events.iter().map(|e| e.id().as_str())),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    // BEGIN and both reads in one round trip: tokio-postgres sends queries polled
+    // together back to back, in the order first polled.
+    let begin = tx.batch_execute("BEGIN");
+    let lock = async {
+        match ids.is_empty() {
+            true => Ok(Vec::new()),
+            false => tx.query(&conn.lock, &[&ids]).await,
+        }
+    };
+    let find = async {
+        match event_ids.is_empty() {
+            true => Ok(Vec::new()),
+            false => tx.query(&conn.find, &[&event_ids]).await,
+        }
+    };
+    let (began, locked, found) = futures_util::future::join3(begin, lock, find).await;
+    began?;
+    let (locked, found) = (locked?, found?);
+    let mut latest: HashMap<String, u64> = HashMap::new();
+    for row in locked {
+        let seq: i64 = row.try_get(1)?;
+        latest.insert(row.try_get(0)?, seq.max(0) as u64);
+    }
+    let before = latest.clone();
+    let mut stored: HashMap<String, (String, i64, String)> = HashMap::new();
+    for row in found {
+        stored.insert(
+            row.try_get(0)?,
+            (row.try_get(1)?, row.try_get(2)?, row.try_get(3)?),
+        );
+    }
+
+    let mut plan = Plan {
+        latest,
+        stored,
+        fresh: HashMap::new(),
+        rows: Rows::default(),
+    };
+    let mut results = Vec::with_capacity(ops.len());
+    for op in ops {
+        let result = match op {
+            Op::Append { session_id, events } => {
+                plan.append(session_id, events).map(Done::Appended)
+            }
+            Op::CreateSession(record) => {
+                let n = tx
+                    .execute(
+                        &conn.create,
+                        &[
+                            &record.id,
+                            &record.provider,
+                            &record.cwd,
+                            &record.state.as_str(),
+                            &record.provider_session_id,
+                            &record.created_at.unix_millis(),
+                            &record.updated_at.unix_millis(),
+                            &record.node,
+                        ],
+                    )
+                    .await?;
+                if n == 0 {
+                    Err(StoreError::SessionExists(record.id.clone()))
+                } else {
+                    plan.latest.insert(record.id.clone(), 0);
+                    Ok(Done::Session(record.clone()))
+                }
+            }
+            Op::SetState { id, state, now } => {
+                let params: [&(dyn ToSql + Sync); 3] = [id, &state.as_str(), &now.unix_millis()];
+                match tx.execute(&conn.set_state, &params).await? {
+                    0 => Err(StoreError::UnknownSession(id.clone())),
+                    _ => Ok(Done::Unit),
+                }
+            }
+            Op::SetProviderSessionId {
+                id,
+                provider_session_id,
+            } => {
+                let params: [&(dyn ToSql + Sync); 2] = [id, provider_session_id];
+                match tx.execute(&conn.set_provider_session_id, &params).await? {
+                    0 => Err(StoreError::UnknownSession(id.clone())),
+                    _ => Ok(Done::Unit),
+                }
+            }
+            Op::Claim { id, node, now } => {
+                let params: [&(dyn ToSql + Sync); 3] = [id, node, &now.unix_millis()];
+                match tx.execute(&conn.claim, &params).await? {
+                    // The row is locked above: absent from the lock, it does not exist.
+                    0 if !plan.latest.contains_key(id) => {
+                        Err(StoreError::UnknownSession(id.clone()))
+                    }
+                    n => Ok(Done::Claimed(n == 1)),
+                }
+            }
+            Op::Beat { node, now } => {
+                let params: [&(dyn ToSql + Sync); 2] = [node, &now.unix_millis()];
+                tx.execute(&conn.beat, &params).await?;
+                Ok(Done::Unit)
+            }
+            Op::TakeOver { node, cutoff, now } => {
+                let params: [&(dyn ToSql + Sync); 3] =
+                    [node, &cutoff.unix_millis(), &now.unix_millis()];
+                let rows = tx.query(&conn.take_over, &params).await?;
+                rows.iter()
+                    .map(session_row)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Done::TakenOver)
+            }
+        };
+        results.push(result);
+    }
+
+    let moved: Vec<(String, u64)> = plan
+        .latest
+        .iter()
+        .filter(|(id, &seq)| seq > before.get(*id).copied().unwrap_or(0))
+        .map(|(id, &seq)| (id.clone(), seq))
+        .collect();
+    if !moved.is_empty() {
+        let rows = &plan.rows;
+        let (sessions, seqs): (Vec<&str>, Vec<i64>) = moved
+            .iter()
+            .map(|(id, seq)| (id.as_str(), *seq as i64))
+            .unzip();
+        let params: [&(dyn ToSql + Sync); 9] = [
+            &rows.session_ids,
+            &rows.seqs,
+            &rows.ids,
+            &rows.run_ids,
+            &rows.types,
+            &rows.timestamps,
+            &rows.bodies,
+            &sessions,
+            &seqs,
+        ];
+        let write = tx.query_one(&conn.write, &params);
+        // If the insert fails, this COMMIT ends the failed transaction: it rolls back.
+        let commit = tx.batch_execute("COMMIT");
+        let (written, committed) = futures_util::future::join(write, commit).await;
+        let row = match written {
+            // Another companion committed one of these ids after `find` read: its
+            // number would be a gap. Nothing was committed; run again.
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                return Err(GroupError::Retry)
+            }
+            other => other?,
+        };
+        committed?;
+        let inserted: i64 = row.try_get(0)?;
+        if inserted != rows.ids.len() as i64 {
+            return Err(GroupError::Failed(StoreError::Database(format!(
+                "inserted {inserted} of {} rows",
+                rows.ids.len()
+            ))));
+        }
+        return Ok(Outcome { results, moved });
+    }
+    tx.batch_execute("COMMIT").await?;
+    Ok(Outcome { results, moved })
 }
 
 /// The new rows of a group, as the columns of one `INSERT … SELECT FROM unnest(…)`.

@@ -11,8 +11,15 @@
 //!   anything, and one that fails after writing (an I/O error) fails its whole group, which
 //!   its callers retry (appends are idempotent by id).
 //! * An append costs one statement per new event (`INSERT … ON CONFLICT (id) DO NOTHING`,
-//!   prepared once): a stored id is found by the insert's own probe. Checkpoints run every
-//!   `CHECKPOINT_PAGES` WAL pages, so a hot index page is copied once per many groups.
+//!   prepared once) into two b-trees: the events table, keyed by (session, sequence) with no
+//!   rowid, and the unique index on the id; a stored id is found by the insert's own probe.
+//!   Filters by run, type or time scan the session's rows in sequence order. The appending
+//!   task encodes the bodies (and the copies the recent tail keeps), not the writer; what a
+//!   group leaves to free (events evicted from the recent tail, bound bodies) is freed on a
+//!   dropper thread. New files have 16 KiB pages.
+//! * Checkpoints run on a thread and connection of their own (PASSIVE: they never block the
+//!   writer), woken every `CHECKPOINT_BYTES` of committed bodies; only if the WAL outgrew
+//!   `WAL_HARD_PAGES` all the same does the writer checkpoint between two groups.
 //! * A request is answered only after its group's COMMIT returned; [`Committed`] is broadcast
 //!   only after the answers. So whoever hears of a commit can read its events.
 //! * Reads never touch the writer: a small pool of WAL reader connections runs them through
@@ -28,7 +35,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -82,6 +89,25 @@ const MIGRATIONS: &[&str] = &[
          name    TEXT PRIMARY KEY NOT NULL,
          seen_at INTEGER NOT NULL
      ) STRICT;",
+    // 4: two b-trees per event instead of six: the (session, sequence) key is the table's own
+    // (no rowid), the id is the only index; run, type and time filters scan the session's
+    // rows in sequence order.
+    "CREATE TABLE events_v4 (
+         session_id   TEXT NOT NULL REFERENCES sessions(id),
+         seq          INTEGER NOT NULL CHECK (seq >= 1),
+         id           TEXT NOT NULL,
+         run_id       TEXT,
+         type         TEXT NOT NULL,
+         timestamp_ms INTEGER NOT NULL,
+         body         TEXT NOT NULL,
+         PRIMARY KEY (session_id, seq)
+     ) STRICT, WITHOUT ROWID;
+     INSERT INTO events_v4 (session_id, seq, id, run_id, type, timestamp_ms, body)
+         SELECT session_id, seq, id, run_id, type, timestamp_ms, body FROM events
+         ORDER BY session_id, seq;
+     DROP TABLE events;
+     ALTER TABLE events_v4 RENAME TO events;
+     CREATE UNIQUE INDEX events_by_id ON events (id);",
 ];
 
 /// Requests waiting for the writer before `append` callers wait for room.
@@ -93,8 +119,14 @@ const READERS: usize = 4;
 /// Room in the [`Committed`] broadcast before slow receivers lag (and must re-read).
 const BROADCAST: usize = 1024;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// WAL pages between automatic checkpoints (SQLite's default is 1000).
-const CHECKPOINT_PAGES: i64 = 8192;
+/// Bytes of event bodies committed between two wake-ups of the checkpointer (about as many
+/// WAL pages again are index and interior pages).
+const CHECKPOINT_BYTES: usize = 16 << 20;
+/// WAL pages beyond which the writer checkpoints itself (the checkpointer never caught up
+/// with the log: readers held it, or it failed), so the WAL stays bounded.
+const WAL_HARD_PAGES: i64 = 65_536;
+/// Bytes per page of a new file (SQLite's default is 4096).
+const PAGE_SIZE: i64 = 16_384;
 /// The writer's page cache, in KiB (a negative `cache_size`).
 const WRITER_CACHE_KIB: i64 = -65_536;
 
@@ -104,6 +136,8 @@ pub struct SqliteStore {
     /// `None` only while dropping.
     requests: Option<mpsc::Sender<Request>>,
     writer: Option<JoinHandle<()>>,
+    checkpointer: Option<JoinHandle<()>>,
+    dropper: Option<JoinHandle<()>>,
     readers: Arc<Readers>,
     recent: Arc<RecentTail>,
     committed: broadcast::Sender<Committed>,
@@ -124,12 +158,14 @@ struct RecentTail {
 }
 
 impl RecentTail {
-    fn extend(&self, session_id: &str, events: Vec<Event>) {
+    /// Adds the session's newest events; returns those it no longer keeps (for the caller to
+    /// drop outside the lock).
+    fn extend(&self, session_id: &str, events: Vec<Event>) -> Vec<Event> {
         let mut sessions = self.sessions.lock().expect("recent tail lock");
         let tail = sessions.entry(session_id.to_owned()).or_default();
         tail.extend(events);
         let excess = tail.len().saturating_sub(RECENT);
-        tail.drain(..excess);
+        tail.drain(..excess).collect()
     }
 
     /// The events after `after` (at most `limit`), if memory holds the next one.
@@ -164,6 +200,9 @@ impl SqliteStore {
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         make_private(path)?;
         let mut conn = Connection::open(path)?;
+        // Only a new (empty) file takes it: a split moves fewer cells per event stored. An
+        // existing file keeps its page size.
+        conn.pragma_update(None, "page_size", PAGE_SIZE)?;
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Database(format!(
@@ -176,10 +215,32 @@ impl SqliteStore {
         // re-read index pages from the file; savepoint journals stay in memory.
         conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
         conn.pragma_update(None, "temp_store", "MEMORY")?;
-        conn.pragma_update(None, "wal_autocheckpoint", CHECKPOINT_PAGES)?;
+        // Checkpoints run on the checkpointer's own thread and connection.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.set_prepared_statement_cache_capacity(32);
         let epoch = migrate(&mut conn)?;
+
+        let (trash, bins) = std::sync::mpsc::channel::<Trash>();
+        let dropper = std::thread::Builder::new()
+            .name("agentwire-store-dropper".into())
+            .spawn(move || bins.into_iter().for_each(drop))
+            .map_err(|e| StoreError::Database(format!("cannot start the dropper: {e}")))?;
+        let wal_pages = Arc::new(AtomicI64::new(0));
+        let (wake, woken) = std::sync::mpsc::sync_channel(1);
+        let checkpointer = Checkpointer {
+            conn: Connection::open(path)?,
+            woken,
+            wal_pages: wal_pages.clone(),
+        };
+        checkpointer
+            .conn
+            .pragma_update(None, "synchronous", "FULL")?;
+        checkpointer.conn.busy_timeout(BUSY_TIMEOUT)?;
+        let checkpointer = std::thread::Builder::new()
+            .name("agentwire-store-checkpointer".into())
+            .spawn(move || checkpointer.run())
+            .map_err(|e| StoreError::Database(format!("cannot start the checkpointer: {e}")))?;
 
         let (requests, rx) = mpsc::channel(QUEUE);
         let (committed, _) = broadcast::channel(BROADCAST);
@@ -191,6 +252,10 @@ impl SqliteStore {
             recent: recent.clone(),
             committed: committed.clone(),
             commits: commits.clone(),
+            wake,
+            unchecked_bytes: 0,
+            wal_pages,
+            trash,
         };
         let writer = std::thread::Builder::new()
             .name("agentwire-store-writer".into())
@@ -200,6 +265,8 @@ impl SqliteStore {
             epoch,
             requests: Some(requests),
             writer: Some(writer),
+            checkpointer: Some(checkpointer),
+            dropper: Some(dropper),
             readers: Arc::new(Readers::new(path.to_owned())),
             recent,
             committed,
@@ -233,6 +300,13 @@ impl Drop for SqliteStore {
         if let Some(writer) = self.writer.take() {
             // A panicked writer has already failed its requests; nothing more to report.
             let _ = writer.join();
+        }
+        // The writer's end closed the checkpointer's channel.
+        if let Some(checkpointer) = self.checkpointer.take() {
+            let _ = checkpointer.join();
+        }
+        if let Some(dropper) = self.dropper.take() {
+            let _ = dropper.join();
         }
     }
 }
@@ -298,7 +372,7 @@ struct Request {
 enum Op {
     Append {
         session_id: String,
-        events: Vec<Event>,
+        rows: Vec<Row>,
     },
     CreateSession(SessionRecord),
     SetState {
@@ -326,6 +400,26 @@ enum Op {
     },
 }
 
+/// An event made ready for the writer by the appending task: its body encoded (with sequence
+/// 0: the row's sequence is authoritative) and the copy the recent tail keeps, so the writer
+/// only numbers and inserts.
+struct Row {
+    event: Event,
+    body: String,
+    copy: Event,
+}
+
+impl Row {
+    fn new(event: Event) -> Row {
+        let event = event.into_sequenced(0);
+        Row {
+            body: event.to_json(),
+            copy: event.clone(),
+            event,
+        }
+    }
+}
+
 enum Done {
     Appended(Vec<Appended>),
     Session(SessionRecord),
@@ -342,7 +436,18 @@ struct Writer {
     recent: Arc<RecentTail>,
     committed: broadcast::Sender<Committed>,
     commits: Arc<AtomicU64>,
+    /// Wakes the checkpointer (a full channel means it is already awake).
+    wake: std::sync::mpsc::SyncSender<()>,
+    /// Body bytes committed since the checkpointer was last woken.
+    unchecked_bytes: usize,
+    /// The WAL's size in pages, as the checkpointer last saw it.
+    wal_pages: Arc<AtomicI64>,
+    /// To the dropper thread: what a group leaves to free (evicted tail events, bodies).
+    trash: std::sync::mpsc::Sender<Trash>,
 }
+
+/// Freed on the dropper thread.
+type Trash = (Vec<Event>, Vec<String>);
 
 impl Writer {
     fn run(mut self, mut rx: mpsc::Receiver<Request>) {
@@ -373,6 +478,8 @@ impl Writer {
         let mut touched: Vec<String> = Vec::new();
         // Events this group stored, per session in commit order, for the recent tail.
         let mut fresh: Vec<(String, Vec<Event>)> = Vec::new();
+        let mut bytes = 0;
+        let mut spent: Vec<String> = Vec::new();
         let latest = &self.latest;
         let outcome = (|| -> Result<Vec<Result<Done, StoreError>>, StoreError> {
             let tx = self
@@ -393,25 +500,21 @@ impl Writer {
                     pending: &pending,
                     writes: Vec::new(),
                     wrote: false,
+                    tail: Vec::new(),
+                    bytes: 0,
+                    spent: Vec::new(),
                 };
                 let result = step.apply(op);
-                let (writes, wrote) = (step.writes, step.wrote);
+                let (writes, wrote, tail) = (step.writes, step.wrote, step.tail);
+                bytes += step.bytes;
+                spent.extend(step.spent);
                 match result {
                     Ok(done) => {
                         if guarded {
                             tx.execute_batch("RELEASE request")?;
                         }
-                        if let (Done::Appended(appended), Some((session, _))) =
-                            (&done, writes.first())
-                        {
-                            let new: Vec<Event> = appended
-                                .iter()
-                                .filter(|a| !a.duplicate)
-                                .map(|a| a.event.clone())
-                                .collect();
-                            if !new.is_empty() {
-                                fresh.push((session.clone(), new));
-                            }
+                        if let (false, Some((session, _))) = (tail.is_empty(), writes.first()) {
+                            fresh.push((session.clone(), tail));
                         }
                         for (session, seq) in writes {
                             let new_events = match pending.get(&session).or(latest.get(&session)) {
@@ -442,9 +545,12 @@ impl Writer {
                 self.commits.fetch_add(1, Ordering::Relaxed);
                 self.latest
                     .extend(pending.iter().map(|(k, v)| (k.clone(), *v)));
+                let mut evicted = Vec::new();
                 for (session_id, events) in fresh {
-                    self.recent.extend(&session_id, events);
+                    evicted.extend(self.recent.extend(&session_id, events));
                 }
+                // Freeing ten thousand events is the dropper's work, not the writer's.
+                let _ = self.trash.send((evicted, spent));
                 for (reply, result) in replies.into_iter().zip(results) {
                     // A caller that stopped waiting still had its request committed.
                     let _ = reply.send(result);
@@ -456,6 +562,7 @@ impl Writer {
                         latest_sequence,
                     });
                 }
+                self.after_commit(bytes);
             }
             Err(e) => {
                 // The transaction rolled back (dropping it does), so the cache should still
@@ -478,6 +585,65 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// Wakes the checkpointer every `CHECKPOINT_BYTES`; checkpoints here only if the WAL grew
+    /// past `WAL_HARD_PAGES` all the same.
+    fn after_commit(&mut self, bytes: usize) {
+        self.unchecked_bytes += bytes;
+        if self.unchecked_bytes >= CHECKPOINT_BYTES {
+            self.unchecked_bytes = 0;
+            let _ = self.wake.try_send(());
+        }
+        if self.wal_pages.load(Ordering::Relaxed) > WAL_HARD_PAGES {
+            // RESTART: the next commit writes the WAL from its start again. A failure (busy,
+            // disk full) leaves the WAL as it was; the next commit tries again.
+            let log = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(RESTART)", [], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+                });
+            if let Ok((0, _)) = log {
+                self.wal_pages.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Copies the WAL back into the database file on its own thread and connection, so commits
+/// do not wait for it. Woken by the writer; a PASSIVE checkpoint never blocks the writer or
+/// the readers, and once it has copied the whole WAL the writer's next transaction starts the
+/// WAL over.
+struct Checkpointer {
+    conn: Connection,
+    woken: std::sync::mpsc::Receiver<()>,
+    wal_pages: Arc<AtomicI64>,
+}
+
+impl Checkpointer {
+    fn run(self) {
+        while self.woken.recv().is_ok() {
+            // Commits made while it copies are copied by the next round.
+            for _ in 0..4 {
+                let done = self
+                    .conn
+                    .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                        Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+                    });
+                match done {
+                    Ok((log, copied)) => {
+                        self.wal_pages.store(log, Ordering::Relaxed);
+                        if copied >= log {
+                            break;
+                        }
+                    }
+                    // Disk full, I/O error: the writer's hard limit takes over.
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+}
+
 /// One request inside the group's transaction.
 struct Step<'a> {
     conn: &'a Connection,
@@ -487,14 +653,18 @@ struct Step<'a> {
     writes: Vec<(String, u64)>,
     /// Whether an append tried to write (after which its failure cannot be undone alone).
     wrote: bool,
+    /// The events an append stored, for the recent tail.
+    tail: Vec<Event>,
+    /// Body bytes an append wrote.
+    bytes: usize,
+    /// The bodies it bound, freed by the dropper.
+    spent: Vec<String>,
 }
 
 impl Step<'_> {
     fn apply(&mut self, op: Op) -> Result<Done, StoreError> {
         match op {
-            Op::Append { session_id, events } => {
-                self.append(session_id, events).map(Done::Appended)
-            }
+            Op::Append { session_id, rows } => self.append(session_id, rows).map(Done::Appended),
             Op::CreateSession(record) => self.create_session(record).map(Done::Session),
             Op::SetState { id, state, now } => {
                 let n = self.conn.execute(
@@ -576,15 +746,11 @@ impl Step<'_> {
         Ok(max.unwrap_or(0) as u64)
     }
 
-    fn append(
-        &mut self,
-        session_id: String,
-        events: Vec<Event>,
-    ) -> Result<Vec<Appended>, StoreError> {
+    fn append(&mut self, session_id: String, rows: Vec<Row>) -> Result<Vec<Appended>, StoreError> {
         let mut seq = self.latest_of(&session_id)?;
-        let mut out: Vec<Appended> = Vec::with_capacity(events.len());
+        let mut out: Vec<Appended> = Vec::with_capacity(rows.len());
         // Id -> index in `out` of its first occurrence in this batch.
-        let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut seen: HashMap<String, usize> = HashMap::with_capacity(rows.len());
         // One statement per new event: an id already stored is found by the insert's own
         // unique-index probe (it inserts nothing), and only then read back.
         let mut insert = self.conn.prepare_cached(
@@ -592,7 +758,7 @@ impl Step<'_> {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (id) DO NOTHING",
         )?;
-        for event in events {
+        for Row { event, body, copy } in rows {
             let id = event.id().as_str();
             if let Some(&first) = seen.get(id) {
                 out.push(Appended {
@@ -602,25 +768,22 @@ impl Step<'_> {
                 continue;
             }
             seen.insert(id.to_owned(), out.len());
-            let event = event.into_sequenced(seq + 1);
             self.wrote = true;
             let inserted = insert.execute(params![
                 session_id,
                 (seq + 1) as i64,
-                event.id().as_str(),
+                id,
                 event.run_id(),
                 event.kind().as_str(),
                 event.timestamp().unix_millis(),
-                event.to_json(),
+                body,
             ])?;
             if inserted == 0 {
                 let mut find = self
                     .conn
                     .prepare_cached("SELECT session_id, seq, body FROM events WHERE id = ?1")?;
-                let (stored_session, stored_seq, body): (String, i64, String) = find
-                    .query_row([event.id().as_str()], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                    })?;
+                let (stored_session, stored_seq, body): (String, i64, String) =
+                    find.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
                 out.push(Appended {
                     event: decode(&stored_session, stored_seq, &body)?,
                     duplicate: true,
@@ -628,8 +791,11 @@ impl Step<'_> {
                 continue;
             }
             seq += 1;
+            self.bytes += body.len();
+            self.spent.push(body);
+            self.tail.push(copy.into_sequenced(seq));
             out.push(Appended {
-                event,
+                event: event.into_sequenced(seq),
                 duplicate: false,
             });
         }
@@ -980,9 +1146,10 @@ impl Store for SqliteStore {
         events: Vec<Event>,
     ) -> Result<Vec<Appended>, StoreError> {
         super::check_batch(session_id, &events)?;
+        // Encoded here, on the appending task, not on the writer.
         let op = Op::Append {
             session_id: session_id.to_owned(),
-            events,
+            rows: events.into_iter().map(Row::new).collect(),
         };
         match self.submit(op).await? {
             Done::Appended(appended) => Ok(appended),
