@@ -164,6 +164,43 @@ fn projection(c: &mut Criterion) {
         );
     }
     g.finish();
+    projection_lines();
+}
+
+/// The projection figures as `BENCH` lines for scripts/bench: the median of a few timed runs
+/// per size (criterion's own report is above), unless criterion's filter leaves `project` out.
+fn projection_lines() {
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    if filter
+        .is_some_and(|f| !"project/timeline+lifecycle".contains(f.split('/').next().unwrap_or("")))
+    {
+        return;
+    }
+    let quick = std::env::args().any(|a| a == "--quick");
+    for n in [1_000, 10_000, 100_000] {
+        let events = synthetic_session(n);
+        let mut times: Vec<f64> = (0..if quick { 3 } else { 7 })
+            .map(|_| {
+                let start = std::time::Instant::now();
+                let mut lifecycle =
+                    TurnProjector::new(LifecycleConfig::new("s1", Provider::Claude));
+                let mut timeline = Timeline::new();
+                for (i, e) in events.iter().enumerate() {
+                    lifecycle.handle_event(e, i as i64);
+                    timeline.handle_event(e);
+                }
+                black_box((lifecycle.lifecycle(), timeline.render().len()));
+                start.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        let ms = times[times.len() / 2];
+        let per_s = n as f64 / ms * 1e3 / 1e6;
+        println!(
+            "BENCH\tcore.project.{}k\t{ms:.2}\tms\t-\t-\ttimeline+lifecycle, native, {per_s:.2} M events/s",
+            n / 1000
+        );
+    }
 }
 
 criterion_group!(benches, normalization, projection);

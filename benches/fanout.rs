@@ -5,31 +5,47 @@
 //! * `live 100x5`: 100 sessions, 5 subscribers each, each session appending one event every
 //!   20 ms (≈ 5,000 events/s in all);
 //! * `burst 1x1000`: one session, 1,000 subscribers, events appended one at a time as fast as
-//!   the store acknowledges them: deliveries/s at saturation.
+//!   the store acknowledges them: deliveries/s at saturation;
+//! * `line 1x1000` and `line 100x5`: the same two live loads through the whole pipeline: demo
+//!   agents (`agentwire demo-agent`, a chunk every 20 ms) hosted by a real `Hub`, their lines
+//!   read, normalized and queued by each session's task as in `agentwire serve`.
 //!
-//! Latency is per event and subscriber, from the start of `Store::append` (where an event the
-//! companion normalized from a line enters the store; durable: WAL + fsync) to the subscriber's
-//! socket receiving it. The subscribers are plain WebSocket clients in the same process, which
-//! find each event's stamp without decoding the frame. Prints p50/p99/max and deliveries/s per
-//! load, beside the figures of BENCHMARKS.md measured before frames were shared; numbers go to
-//! BENCHMARKS.md.
+//! Latency is per event and subscriber. In the append loads, from the start of `Store::append`
+//! (durable: WAL + fsync) to the subscriber's socket receiving it, split where the store
+//! announced the commit (`commit`: the writer's queue, the transaction and its fsync; heard on
+//! a thread of its own) and the rest (`fan-out`: dispatch, follower, encoding, WebSocket write,
+//! the client's read). In the line loads, from the event's timestamp (stamped when the host
+//! read the agent's line, in whole milliseconds, so up to 1 ms early) to the socket, split also
+//! at the append's start (`line->append`: normalizer, session, store queue), found by wrapping
+//! the store. The subscribers are plain WebSocket clients in
+//! the same process, which find each event's stamp without decoding the frame. Prints
+//! p50/p99/max and deliveries/s per load, and one `BENCH` line per figure (see scripts/bench);
+//! numbers go to BENCHMARKS.md.
 //!
-//! Run: `cargo bench --bench fanout` (`-- --seconds N` for the live loads' length, `-- --only
-//! NAME` for one load (`live1000`, `live100x5`, `burst`), `-- --store postgres` for a
-//! PostgreSQL store on a throwaway server started as the tests do).
+//! Run: `cargo bench --bench fanout` (`-- --quick` for 3 s loads, `-- --seconds N` for the live
+//! loads' length, `-- --only NAME` for one load (`live1000`, `live100x5`, `burst`, `line1000`,
+//! `line100x5`), `-- --store postgres` for a PostgreSQL store on a throwaway server started as
+//! the tests do).
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use agentwire::companion::host::{Hub, HubConfig};
 use agentwire::companion::listen::ListenLimits;
 use agentwire::companion::server::{self, AppState, ServerConfig};
-use agentwire::companion::store::{PostgresStore, SessionRecord, SessionState, SqliteStore, Store};
+use agentwire::companion::store::{
+    Appended, Committed, EventQuery, PostgresStore, SessionRecord, SessionState, SqliteStore,
+    Store, StoreError,
+};
 use agentwire::core::event::{Event, EventId, EventInit, EventType, Provider};
 use agentwire::core::time::Timestamp;
 use agentwire::core::wire::ClientMsg;
+use async_trait::async_trait;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
+use tokio::sync::broadcast;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 #[path = "../tests/common/postgres.rs"]
@@ -41,34 +57,170 @@ fn arg(name: &str) -> Option<String> {
     args.get(i + 1).cloned()
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+fn flag(name: &str) -> bool {
+    std::env::args().any(|a| a == name)
 }
 
-/// The `sent_ns` stamps of the events in one `events` frame, found without decoding it.
-fn stamps(frame: &str) -> impl Iterator<Item = u64> + '_ {
-    const KEY: &str = "\"sent_ns\":";
-    frame.match_indices(KEY).map(|(at, _)| {
-        let digits = &frame[at + KEY.len()..];
+/// Wall-clock nanoseconds since the Unix epoch: the line loads compare with event timestamps.
+fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// The value at quantile `p` of sorted nanoseconds, in ms.
+fn pct_ms(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize] as f64 / 1e6
+}
+
+/// The numbers after each `key` in one `events` frame, found without decoding it.
+fn numbers<'a>(frame: &'a str, key: &'static str) -> impl Iterator<Item = u64> + 'a {
+    frame.match_indices(key).map(move |(at, _)| {
+        let digits = &frame[at + key.len()..];
         let end = digits
             .find(|c: char| !c.is_ascii_digit())
             .unwrap_or(digits.len());
-        digits[..end].parse().expect("a stamp")
+        digits[..end].parse().expect("a number")
     })
 }
 
+/// One machine line for scripts/bench: id, value, unit, baseline or target, ratio, note.
+fn bench_line(id: &str, value: f64, unit: &str, target: Option<(f64, &str)>, note: &str) {
+    let (target, ratio) = match target {
+        Some((t, what)) => (format!("{what} {t}"), format!("{:.2}x", t / value)),
+        None => ("-".into(), "-".into()),
+    };
+    println!("BENCH\t{id}\t{value:.2}\t{unit}\t{target}\t{ratio}\t{note}");
+}
+
+/// Per event (session index, sequence): when the host read its line (line loads), when its
+/// append started and when the store acknowledged it, in wall-clock ns.
+#[derive(Clone, Copy, Default)]
+struct Stamps {
+    read: u64,
+    append: u64,
+    acked: u64,
+}
+
+type Ledger = Arc<Mutex<HashMap<(String, u64), Stamps>>>;
+
+/// Per session, each commit's latest sequence and when the store announced it (wall ns), heard
+/// on a thread of its own, so the tokio workers' queues do not delay the stamp.
+type Commits = Arc<Mutex<HashMap<String, Vec<(u64, u64)>>>>;
+
+/// When the commit that made `seq` durable was announced.
+fn durable_at(commits: &HashMap<String, Vec<(u64, u64)>>, session: &str, seq: u64) -> Option<u64> {
+    let list = commits.get(session)?;
+    let i = list.partition_point(|(latest, _)| *latest < seq);
+    list.get(i).map(|(_, at)| *at)
+}
+
+/// The store, with every appended event's append and acknowledgement times noted.
+struct Timed {
+    inner: Arc<dyn Store>,
+    ledger: Ledger,
+}
+
+#[async_trait]
+impl Store for Timed {
+    fn epoch(&self) -> &str {
+        self.inner.epoch()
+    }
+    fn subscribe(&self) -> broadcast::Receiver<Committed> {
+        self.inner.subscribe()
+    }
+    async fn create_session(&self, s: SessionRecord) -> Result<SessionRecord, StoreError> {
+        self.inner.create_session(s).await
+    }
+    async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        self.inner.get_session(id).await
+    }
+    async fn list_sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
+        self.inner.list_sessions().await
+    }
+    async fn set_session_state(
+        &self,
+        id: &str,
+        state: SessionState,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        self.inner.set_session_state(id, state, now).await
+    }
+    async fn set_provider_session_id(&self, id: &str, p: &str) -> Result<(), StoreError> {
+        self.inner.set_provider_session_id(id, p).await
+    }
+    async fn claim_session(
+        &self,
+        id: &str,
+        node: &str,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.inner.claim_session(id, node, now).await
+    }
+    async fn beat(&self, node: &str, now: Timestamp) -> Result<(), StoreError> {
+        self.inner.beat(node, now).await
+    }
+    async fn take_over_stale(
+        &self,
+        node: &str,
+        cutoff: Timestamp,
+        now: Timestamp,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        self.inner.take_over_stale(node, cutoff, now).await
+    }
+    async fn append(&self, session: &str, events: Vec<Event>) -> Result<Vec<Appended>, StoreError> {
+        let append = wall_ns();
+        let appended = self.inner.append(session, events).await?;
+        let acked = wall_ns();
+        let mut ledger = self.ledger.lock().unwrap();
+        for a in appended.iter().filter(|a| !a.duplicate) {
+            let read = a.event.timestamp().unix_millis() as u64 * 1_000_000;
+            let stamps = Stamps {
+                read,
+                append,
+                acked,
+            };
+            ledger.insert((session.to_owned(), a.event.sequence()), stamps);
+        }
+        Ok(appended)
+    }
+    async fn get_events(&self, id: &str, q: &EventQuery) -> Result<Vec<Event>, StoreError> {
+        self.inner.get_events(id, q).await
+    }
+    async fn latest_sequence(&self, id: &str) -> Result<u64, StoreError> {
+        self.inner.latest_sequence(id).await
+    }
+    async fn wait_events(
+        &self,
+        id: &str,
+        q: &EventQuery,
+        wait_ms: u64,
+    ) -> Result<Vec<Event>, StoreError> {
+        self.inner.wait_events(id, q, wait_ms).await
+    }
+}
+
+/// What one subscriber saw: per event, its sequence and when its frame arrived (wall ns).
+type Seen = Vec<(u64, u64)>;
+
 struct Bench {
     store: Arc<dyn Store>,
+    hub: Arc<Hub>,
+    ledger: Ledger,
+    commits: Commits,
     addr: std::net::SocketAddr,
     token: String,
-    origin: Instant,
     _dir: tempfile::TempDir,
 }
 
 impl Bench {
     async fn start(backend: &str) -> Bench {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let store: Arc<dyn Store> = match backend {
+        let inner: Arc<dyn Store> = match backend {
             "sqlite" => Arc::new(SqliteStore::open(&dir.path().join("bench.db")).unwrap()),
             "postgres" => {
                 let url = postgres::fresh_database().await;
@@ -76,25 +228,49 @@ impl Bench {
             }
             other => panic!("--store {other}: expected sqlite or postgres"),
         };
-        let hub = Hub::new(
-            store.clone(),
-            HubConfig::new(std::env::current_exe().unwrap()),
-        );
+        let ledger = Ledger::default();
+        let commits = Commits::default();
+        let mut heard = inner.subscribe();
+        let noted = commits.clone();
+        std::thread::spawn(move || loop {
+            match heard.blocking_recv() {
+                Ok(c) => {
+                    let at = wall_ns();
+                    let mut noted = noted.lock().unwrap();
+                    noted
+                        .entry(c.session_id)
+                        .or_default()
+                        .push((c.latest_sequence, at));
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        });
+        let store: Arc<dyn Store> = Arc::new(Timed {
+            inner,
+            ledger: ledger.clone(),
+        });
+        // The demo agent is `agentwire demo-agent`, a chunk every 20 ms (≈ 50 events/s).
+        let mut hub_config = HubConfig::new(env!("CARGO_BIN_EXE_agentwire").into());
+        hub_config.demo_delay_ms = 20;
+        let hub = Hub::new(store.clone(), hub_config);
         let token = "bench-token-0123456789".to_owned();
         let mut config = ServerConfig::new(token.clone(), dir.path().into());
         config.listen = ListenLimits {
             max_connections: 4096,
             ..ListenLimits::default()
         };
-        let state = AppState::new(hub, Arc::new(config));
+        let state = AppState::new(hub.clone(), Arc::new(config));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(server::serve(listener, state, std::future::pending()));
         Bench {
             store,
+            hub,
+            ledger,
+            commits,
             addr,
             token,
-            origin: Instant::now(),
             _dir: dir,
         }
     }
@@ -116,25 +292,30 @@ impl Bench {
             .unwrap();
     }
 
-    /// `subscribers` clients of `session`, each returning its latencies once it has `events`;
-    /// returns when all of them are caught up.
+    /// `subscribers` clients of `session`, each returning what it saw once the session's
+    /// `done` flag is set and it has every event up to `done`'s sequence; returns when all of
+    /// them are caught up.
     async fn subscribe(
         &self,
         session: &str,
         subscribers: usize,
-        events: usize,
-    ) -> Vec<tokio::task::JoinHandle<Vec<Duration>>> {
+        done: tokio::sync::watch::Receiver<u64>,
+    ) -> Vec<tokio::task::JoinHandle<Seen>> {
         let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(subscribers);
         let mut clients = Vec::new();
         for _ in 0..subscribers {
             let url = format!("ws://{}/ws?token={}", self.addr, self.token);
             let ready = ready_tx.clone();
-            let origin = self.origin;
             let session = session.to_owned();
+            let mut done = done.clone();
             clients.push(tokio::spawn(async move {
-                let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
-                    .await
-                    .unwrap();
+                // tungstenite zeroes its whole read buffer (128 KiB by default) before every
+                // read: with a thousand clients that memset was a third of the bench's CPU.
+                let config = WebSocketConfig::default().read_buffer_size(8 << 10);
+                let (mut ws, _) =
+                    tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), true)
+                        .await
+                        .unwrap();
                 let hello = ClientMsg::Hello {
                     protocols: vec![1],
                     max_frame: None,
@@ -149,10 +330,19 @@ impl Bench {
                     snapshot: None,
                 };
                 ws.send(Message::Text(sub.encode().into())).await.unwrap();
-                let mut latencies = Vec::with_capacity(events);
+                let mut seen = Seen::new();
                 let mut ready = Some(ready);
-                while latencies.len() < events {
-                    let Some(Ok(Message::Text(text))) = ws.next().await else {
+                let mut last = 0;
+                loop {
+                    let end = *done.borrow_and_update();
+                    if end > 0 && last >= end {
+                        return seen;
+                    }
+                    let frame = tokio::select! {
+                        frame = ws.next() => frame,
+                        _ = done.changed() => continue,
+                    };
+                    let Some(Ok(Message::Text(text))) = frame else {
                         panic!("socket closed")
                     };
                     if text.starts_with(r#"{"t":"caught_up""#) {
@@ -161,11 +351,16 @@ impl Bench {
                             ready.send(()).await.unwrap();
                         }
                     } else if text.starts_with(r#"{"t":"events""#) {
-                        let now = origin.elapsed();
-                        latencies.extend(stamps(&text).map(|ns| now - Duration::from_nanos(ns)));
+                        let now = wall_ns();
+                        for seq in numbers(&text, "\"sequence\":") {
+                            last = seq;
+                            // Events stored before the subscriber was ready are no deliveries.
+                            if ready.is_none() {
+                                seen.push((seq, now));
+                            }
+                        }
                     }
                 }
-                latencies
             }));
         }
         for _ in 0..subscribers {
@@ -174,16 +369,12 @@ impl Bench {
         clients
     }
 
-    /// Appends `n` events to `session`, one per append, `every` apart (back to back if zero).
-    async fn append(
-        store: Arc<dyn Store>,
-        origin: Instant,
-        session: String,
-        n: usize,
-        every: Duration,
-    ) {
+    /// Appends `n` events to `session`, one per append, `every` apart (back to back if zero);
+    /// returns the last sequence.
+    async fn append(store: Arc<dyn Store>, session: String, n: usize, every: Duration) -> u64 {
         let mut ticker = tokio::time::interval(every.max(Duration::from_micros(1)));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last = 0;
         for i in 0..n {
             if !every.is_zero() {
                 ticker.tick().await;
@@ -193,97 +384,223 @@ impl Bench {
             init.id = Some(EventId::derive(&[&session, &i.to_string()]));
             init.data
                 .insert("delta".into(), json!("twenty chars of text"));
-            init.data
-                .insert("sent_ns".into(), json!(origin.elapsed().as_nanos() as u64));
-            store
+            let appended = store
                 .append(&session, vec![Event::new(init).unwrap()])
                 .await
                 .unwrap();
+            last = appended.last().map_or(last, |a| a.event.sequence());
         }
+        last
+    }
+
+    /// Runs demo-agent turns (the `slow` answer: 200 chunks) in `session` until `until`;
+    /// returns the last stored sequence once its last turn ended.
+    async fn drive(hub: Arc<Hub>, store: Arc<dyn Store>, session: String, until: Instant) -> u64 {
+        let mut after = 0;
+        while Instant::now() < until {
+            let turn = hub
+                .start_turn(&session, "a slow answer, please".into(), None)
+                .await
+                .unwrap();
+            // Wait for the turn's terminal event.
+            'turn: loop {
+                let query = EventQuery {
+                    after: Some(after),
+                    ..EventQuery::default()
+                };
+                for e in store.wait_events(&session, &query, 1_000).await.unwrap() {
+                    after = e.sequence();
+                    if e.run_id() == Some(turn.as_str()) && e.kind().is_run_terminal() {
+                        break 'turn;
+                    }
+                }
+            }
+        }
+        store.latest_sequence(&session).await.unwrap()
     }
 }
 
-/// Runs one load: `sessions` × `subscribers`, `events` per session `every` apart.
+/// What to run: `sessions` × `subscribers`, fed by appends or by demo agents.
+#[derive(Clone, Copy)]
+enum Feed {
+    /// `events` appends per session, `every` apart.
+    Appends { events: usize, every: Duration },
+    /// Demo agents streaming for this long.
+    Agents { seconds: f64 },
+}
+
+/// Runs one load; prints its figures and BENCH lines under `id`.
 async fn load(
     backend: &str,
-    name: &str,
+    id: &str,
     sessions: usize,
     subscribers: usize,
-    events: usize,
-    every: Duration,
-    before: &str,
+    feed: Feed,
+    target: &[(f64, f64)],
 ) {
     let bench = Bench::start(backend).await;
     let mut clients = Vec::new();
-    let ids: Vec<String> = (0..sessions).map(|i| format!("ses_fa{i:03}")).collect();
-    for id in &ids {
-        bench.session(id).await;
-        clients.extend(bench.subscribe(id, subscribers, events).await);
+    let mut ids = Vec::new();
+    let mut dones = Vec::new();
+    for i in 0..sessions {
+        let id = match feed {
+            Feed::Appends { .. } => {
+                let id = format!("ses_fa{i:03}");
+                bench.session(&id).await;
+                id
+            }
+            Feed::Agents { .. } => {
+                let record = bench.hub.create_session("demo", None).await.unwrap();
+                record.id
+            }
+        };
+        let (done_tx, done_rx) = tokio::sync::watch::channel(0u64);
+        clients.push((id.clone(), bench.subscribe(&id, subscribers, done_rx).await));
+        ids.push(id);
+        dones.push(done_tx);
     }
     let started = Instant::now();
-    let appenders: Vec<_> = (ids.iter().enumerate())
+    let feeders: Vec<_> = (ids.iter().enumerate())
         .map(|(i, id)| {
-            let (store, origin, id) = (bench.store.clone(), bench.origin, id.clone());
-            // Spread the sessions' ticks over one period.
-            let offset = every.mul_f64(i as f64 / sessions as f64);
+            let (store, hub, id) = (bench.store.clone(), bench.hub.clone(), id.clone());
             tokio::spawn(async move {
-                tokio::time::sleep(offset).await;
-                Bench::append(store, origin, id, events, every).await
+                match feed {
+                    Feed::Appends { events, every } => {
+                        // Spread the sessions' ticks over one period.
+                        tokio::time::sleep(every.mul_f64(i as f64 / sessions as f64)).await;
+                        Bench::append(store, id, events, every).await
+                    }
+                    Feed::Agents { seconds } => {
+                        let until = Instant::now() + Duration::from_secs_f64(seconds);
+                        Bench::drive(hub, store, id, until).await
+                    }
+                }
             })
         })
         .collect();
-    for a in appenders {
-        a.await.unwrap();
+    for (f, done) in feeders.into_iter().zip(&dones) {
+        done.send_replace(f.await.unwrap());
     }
     let appended = started.elapsed();
-    let mut all: Vec<Duration> = Vec::new();
-    for c in clients {
-        all.extend(c.await.unwrap());
+    if let Feed::Agents { .. } = feed {
+        bench.hub.shutdown().await;
+    }
+    let ledger = bench.ledger.lock().unwrap().clone();
+    let commits = bench.commits.lock().unwrap().clone();
+    // Per delivery: total, before the append, the append until durable, after that.
+    let (mut total, mut before, mut commit, mut after) = (vec![], vec![], vec![], vec![]);
+    for (session, handles) in clients {
+        for c in handles {
+            for (seq, at) in c.await.unwrap() {
+                let Some(s) = ledger.get(&(session.clone(), seq)) else {
+                    continue;
+                };
+                let start = match feed {
+                    Feed::Appends { .. } => s.append,
+                    Feed::Agents { .. } => s.read,
+                };
+                let durable = durable_at(&commits, &session, seq).unwrap_or(s.acked);
+                total.push(at.saturating_sub(start));
+                before.push(s.append.saturating_sub(s.read));
+                commit.push(durable.saturating_sub(s.append));
+                after.push(at.saturating_sub(durable));
+            }
+        }
     }
     let elapsed = started.elapsed();
-    all.sort_unstable();
+    for v in [&mut total, &mut before, &mut commit, &mut after] {
+        v.sort_unstable();
+    }
+    let rate = total.len() as f64 / elapsed.as_secs_f64();
+    let from = match feed {
+        Feed::Appends { .. } => "append->socket",
+        Feed::Agents { .. } => "line->socket",
+    };
     println!(
-        "{name:<13} ({backend}): {sessions} x {subscribers} subscribers, {events} events each = {} \
-         deliveries in {:.2} s (appended in {:.2} s); append->socket p50 {:.2} ms, p99 {:.2} ms, \
-         max {:.2} ms; {:.0} deliveries/s",
-        all.len(),
+        "{id:<16} ({backend}): {sessions} x {subscribers} subscribers = {} deliveries in {:.2} s \
+         (fed in {:.2} s); {from} p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {rate:.0} deliveries/s",
+        total.len(),
         elapsed.as_secs_f64(),
         appended.as_secs_f64(),
-        percentile(&all, 0.50).as_secs_f64() * 1e3,
-        percentile(&all, 0.99).as_secs_f64() * 1e3,
-        all.last().unwrap().as_secs_f64() * 1e3,
-        all.len() as f64 / elapsed.as_secs_f64(),
+        pct_ms(&total, 0.50),
+        pct_ms(&total, 0.99),
+        pct_ms(&total, 1.0),
     );
-    println!("{:<13}  before shared frames (BENCHMARKS.md): {before}", "");
+    let parts: &[(&str, &[u64])] = match feed {
+        Feed::Appends { .. } => &[("commit", &commit), ("fan-out", &after)],
+        Feed::Agents { .. } => &[
+            ("line->append", &before),
+            ("commit", &commit),
+            ("fan-out", &after),
+        ],
+    };
+    for (name, v) in parts {
+        println!(
+            "{:<16}   {name:<13} p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            "",
+            pct_ms(v, 0.5),
+            pct_ms(v, 0.99),
+            pct_ms(v, 1.0)
+        );
+    }
+    let note = format!("{from}, {backend}, {sessions}x{subscribers}");
+    let quantiles = [("p50", 0.5), ("p99", 0.99)];
+    for (q, p) in quantiles {
+        let t = target
+            .iter()
+            .find(|(tp, _)| *tp == p)
+            .map(|(_, t)| (*t, "target"));
+        bench_line(&format!("{id}.{q}"), pct_ms(&total, p), "ms", t, &note);
+    }
+    for (name, v) in parts {
+        let name = name.replace("->", "_").replace('-', "");
+        bench_line(
+            &format!("{id}.{name}.p99"),
+            pct_ms(v, 0.99),
+            "ms",
+            None,
+            &note,
+        );
+    }
+    bench_line(&format!("{id}.rate"), rate, "deliveries/s", None, &note);
 }
 
 #[tokio::main]
 async fn main() {
     let backend = arg("--store").unwrap_or_else(|| "sqlite".into());
-    let seconds: f64 = arg("--seconds").map_or(10.0, |s| s.parse().unwrap());
+    let quick = flag("--quick") || std::env::var_os("BENCH_QUICK").is_some();
+    let seconds: f64 =
+        arg("--seconds").map_or(if quick { 3.0 } else { 10.0 }, |s| s.parse().unwrap());
     let only = arg("--only");
     let run = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let tick = Duration::from_millis(20);
     let live = (seconds / tick.as_secs_f64()) as usize;
+    let appends = Feed::Appends {
+        events: live,
+        every: tick,
+    };
+    // Issue 14's targets: (quantile, ms).
+    let one = [(0.99, 10.0)];
+    let hundred = [(0.5, 5.0), (0.99, 20.0)];
     if run("live1000") {
-        let before = "p50 15 ms, p99 37-40 ms (demo agents, line->socket)";
-        load(&backend, "live 1x1000", 1, 1000, live, tick, before).await;
+        load(&backend, "fanout.append.1x1000", 1, 1000, appends, &one).await;
     }
     if run("live100x5") {
-        let before = "p50 14 ms, p99 42-44 ms (demo agents, line->socket)";
-        load(&backend, "live 100x5", 100, 5, live, tick, before).await;
+        load(&backend, "fanout.append.100x5", 100, 5, appends, &hundred).await;
+    }
+    if run("line1000") {
+        let agents = Feed::Agents { seconds };
+        load(&backend, "fanout.line.1x1000", 1, 1000, agents, &one).await;
+    }
+    if run("line100x5") {
+        let agents = Feed::Agents { seconds };
+        load(&backend, "fanout.line.100x5", 100, 5, agents, &hundred).await;
     }
     if run("burst") {
-        let before = "p99 600 ms at 1,000 subscribers; 143-154k deliveries/s at 100";
-        load(
-            &backend,
-            "burst 1x1000",
-            1,
-            1000,
-            500,
-            Duration::ZERO,
-            before,
-        )
-        .await;
+        let burst = Feed::Appends {
+            events: if quick { 200 } else { 500 },
+            every: Duration::ZERO,
+        };
+        load(&backend, "fanout.burst.1x1000", 1, 1000, burst, &[]).await;
     }
 }

@@ -2,6 +2,7 @@
 // scripts/test: `node tests/js/build/bench.js [events...]`. A recorded-like session (turns of
 // a prompt, 40 streamed deltas, a tool call, usage, a terminal) is sent as live frames (one
 // event each) and as catch-up frames (100 events each); the page drains once per 16 frames.
+// Prints a `BENCH` line per figure for scripts/bench (BENCH_QUICK=1: 1k and 10k events only).
 
 import { Projector } from "../../../pkg-web/agentwire.js";
 import { loadPackage } from "./fixtures.js";
@@ -41,7 +42,7 @@ function frames(events: object[], perFrame: number): string[] {
   return out;
 }
 
-function run(label: string, fs: string[], events: number, drain: (p: Projector) => unknown): void {
+function run(id: string, label: string, fs: string[], events: number, drain: (p: Projector) => unknown): void {
   const p = new Projector();
   const times: number[] = [];
   const start = performance.now();
@@ -58,15 +59,18 @@ function run(label: string, fs: string[], events: number, drain: (p: Projector) 
   console.log(
     `${label.padEnd(34)} ${String(events).padStart(7)} events  ${(events / ms * 1000 / 1e3).toFixed(0).padStart(5)}k events/s  p99 ${(p99 * 1000).toFixed(0)} µs/frame`,
   );
+  const k = events >= 1000 ? `${events / 1000}k` : String(events);
+  console.log(["BENCH", `wasm.${id}.${k}`, ms.toFixed(1), "ms", "-", "-", `${label}, Node ${process.versions.node}`].join("\t"));
   p.free();
 }
 
 const sizes = process.argv.slice(2).map(Number);
-for (const n of sizes.length ? sizes : [1_000, 10_000, 100_000]) {
+const quick = process.env.BENCH_QUICK === "1";
+for (const n of sizes.length ? sizes : quick ? [1_000, 10_000] : [1_000, 10_000, 100_000]) {
   const evs = session(n);
-  for (const [name, per] of [["live (1 event/frame)", 1], ["catch-up (100 events/frame)", 100]] as const) {
+  for (const [id, name, per] of [["live", "live (1 event/frame)", 1], ["catchup", "catch-up (100 events/frame)", 100]] as const) {
     const fs = frames(evs, per);
-    run(`${name}, drain()`, fs, n, (p) => p.drain());
-    run(`${name}, drainJson()+parse`, fs, n, (p) => JSON.parse(p.drainJson()));
+    run(`${id}.drain`, `${name}, drain()`, fs, n, (p) => p.drain());
+    run(`${id}.drainJson`, `${name}, drainJson()+parse`, fs, n, (p) => JSON.parse(p.drainJson()));
   }
 }

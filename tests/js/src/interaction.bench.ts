@@ -3,6 +3,8 @@
 //
 //   node tests/js/build/interaction.bench.js [events] [tool updates]
 //
+// (BENCH_QUICK=1: 20k events by default.) Prints a `BENCH` line per figure for scripts/bench.
+//
 // A session of `events` (100k) events is seeded straight into a SQLite log (`agentwire-testkit
 // seed`), one of its tool calls getting `tool updates` (300) output deltas; a real `agentwire
 // serve` (release build if there is one) serves it, and the page subscribes to it from 0.
@@ -21,7 +23,7 @@ import { type Page } from "playwright-core";
 
 import { bin, launchChromium, root, testkitBin } from "./fixtures.js";
 
-const events = Number(process.argv[2] ?? 100_000);
+const events = Number(process.argv[2] ?? (process.env.BENCH_QUICK === "1" ? 20_000 : 100_000));
 const updates = Number(process.argv[3] ?? 300);
 const TOKEN = "bench-token-0123456789abcdef";
 const SESSION = "ses_be9c4";
@@ -70,8 +72,13 @@ try {
   const after = await interact(page, undefined, 40);
   console.log(`interaction latency of the demo page, ${seeded} events (one tool call with ${updates} updates), ${program === release ? "release" : "debug"} server`);
   console.log(`  caught up after ${caughtUpMs} ms, ${items} items`);
-  report("during the replay", replay);
-  report("caught up (baseline)", after);
+  const build = program === release ? "release" : "debug";
+  const k = `${Math.round(Number(seeded) / 1000)}k`;
+  console.log(["BENCH", `interaction.catchup.${k}`, String(caughtUpMs), "ms", "-", "-", `page caught up, ${items} items, ${build} server`].join("\t"));
+  const p98 = report("during the replay", replay);
+  const base = report("caught up (baseline)", after);
+  console.log(["BENCH", `interaction.replay.${k}.p98`, p98.toFixed(0), "ms", `caught up ${base.toFixed(0)}`,
+    p98 > 0 ? `${(base / p98).toFixed(2)}x` : "-", `input to next paint during the replay, ${build} server`].join("\t"));
 } finally {
   await context.close();
   server.kill("SIGTERM");
@@ -106,11 +113,13 @@ interface Run {
   interactions: number;
 }
 
-function report(what: string, { durations, interactions }: Run) {
+/** Prints the run's figures; returns its p98 (ms). */
+function report(what: string, { durations, interactions }: Run): number {
   const sorted = [...durations].sort((a, b) => a - b);
   const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
   console.log(
     `  ${what.padEnd(22)} ${sorted.length} of ${interactions} interactions over 16 ms;` +
     ` p50 ${at(0.5).toFixed(0)} ms, p98 ${at(0.98).toFixed(0)} ms, max ${(sorted.at(-1) ?? 0).toFixed(0)} ms`,
   );
+  return at(0.98);
 }
