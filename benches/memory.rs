@@ -163,6 +163,7 @@ async fn main() {
         session: SESSION.into(),
         after: 0,
         epoch: None,
+        snapshot: None,
     };
     ws.send(Message::Text(sub.encode().into())).await.unwrap();
     let replay = Instant::now();
