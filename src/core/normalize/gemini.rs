@@ -33,8 +33,10 @@
 //! placeholders (`<DURATION>`) make them invalid JSON are diagnostics of the framing; a turn
 //! whose `result` line was lost stays open (no terminal is invented at the end of input).
 
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::fast::{present, Stamp, Str};
 use super::turn::OpenTools;
 use super::{Decoder, Out};
 use crate::core::event::EventType;
@@ -79,9 +81,57 @@ impl Decoder for Gemini {
         }
     }
 
+    fn record_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
+        let Ok(line) = serde_json::from_str::<Line<'_>>(text) else {
+            return false;
+        };
+        match &*line.ty {
+            "message" => {
+                let (Some(role), Some(content)) = (&line.role, &line.content) else {
+                    return false;
+                };
+                if !matches!(&**role, "user" | "assistant") {
+                    return false;
+                }
+                out.set_timestamp(line.timestamp);
+                self.message_parts(role, content, line.delta.unwrap_or(false), out);
+            }
+            "tool_use" => {
+                let Some(id) = &line.tool_id else {
+                    return false;
+                };
+                out.set_timestamp(line.timestamp);
+                self.tool_use_parts(id, line.tool_name.as_deref(), line.parameters, out);
+            }
+            _ => return false,
+        }
+        true
+    }
+
     fn finish(&mut self, out: &mut Out<'_>) {
         self.flush(out);
     }
+}
+
+/// The fields of the records the typed fast path reads (`message`, `tool_use`).
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: Str<'a>,
+    #[serde(default)]
+    timestamp: Stamp,
+    #[serde(default, borrow)]
+    role: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    content: Option<Str<'a>>,
+    #[serde(default)]
+    delta: Option<bool>,
+    #[serde(default, borrow)]
+    tool_id: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    tool_name: Option<Str<'a>>,
+    #[serde(default, deserialize_with = "present")]
+    parameters: Option<Value>,
 }
 
 impl Gemini {
@@ -113,6 +163,10 @@ impl Gemini {
             return out.missing("content");
         };
         let delta = obj.get("delta").and_then(Value::as_bool).unwrap_or(false);
+        self.message_parts(role, content, delta, out);
+    }
+
+    fn message_parts(&mut self, role: &str, content: &str, delta: bool, out: &mut Out<'_>) {
         match role {
             "user" => {
                 self.flush(out);
@@ -151,13 +205,21 @@ impl Gemini {
         let Some(id) = obj.get("tool_id").and_then(Value::as_str) else {
             return out.missing("tool_id");
         };
+        let name = obj.get("tool_name").and_then(Value::as_str);
+        self.tool_use_parts(id, name, obj.get("parameters").cloned(), out);
+    }
+
+    fn tool_use_parts(
+        &mut self,
+        id: &str,
+        name: Option<&str>,
+        input: Option<Value>,
+        out: &mut Out<'_>,
+    ) {
         self.flush(out);
         let run = self.ensure_run(out);
-        let name = obj
-            .get("tool_name")
-            .and_then(Value::as_str)
-            .map_or_else(|| name_from_id(id), str::to_owned);
-        let input = obj.get("parameters").cloned().unwrap_or_else(|| json!({}));
+        let name = name.map_or_else(|| name_from_id(id), str::to_owned);
+        let input = input.unwrap_or_else(|| json!({}));
         let data = json!({"tool_call_id": id, "tool_name": name, "tool_input": input});
         out.emit_full(
             EventType::ToolCallStarted,
