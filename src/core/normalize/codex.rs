@@ -743,7 +743,11 @@ impl TurnState {
     }
 
     fn emit_started(out: &mut Out<'_>, run: &str, id: &str, name: &str, input: &Value) {
-        let data = json!({ "tool_call_id": id, "tool_name": name, "tool_input": input });
+        let data = Value::Object(Map::from_iter([
+            ("tool_call_id".to_owned(), Value::from(id)),
+            ("tool_name".to_owned(), Value::from(name)),
+            ("tool_input".to_owned(), input.clone()),
+        ]));
         out.emit_full(
             EventType::ToolCallStarted,
             Some(run),

@@ -103,6 +103,15 @@ impl Decoder for Gemini {
                 out.set_timestamp(line.timestamp);
                 self.tool_use_parts(id, line.tool_name.as_deref(), line.parameters, out);
             }
+            "tool_result" => {
+                let Some(id) = &line.tool_id else {
+                    return false;
+                };
+                out.set_timestamp(line.timestamp);
+                let status = line.status.as_deref();
+                let (error, output) = (line.error.as_ref(), line.output.as_ref());
+                self.tool_result_parts(id, status, error, output, out);
+            }
             _ => return false,
         }
         true
@@ -113,7 +122,8 @@ impl Decoder for Gemini {
     }
 }
 
-/// The fields of the records the typed fast path reads (`message`, `tool_use`).
+/// The fields of the records the typed fast path reads (`message`, `tool_use`,
+/// `tool_result`).
 #[derive(Deserialize)]
 struct Line<'a> {
     #[serde(rename = "type", borrow)]
@@ -132,6 +142,12 @@ struct Line<'a> {
     tool_name: Option<Str<'a>>,
     #[serde(default, deserialize_with = "present")]
     parameters: Option<Value>,
+    #[serde(default, borrow)]
+    status: Option<Str<'a>>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    output: Option<Value>,
 }
 
 impl Gemini {
@@ -236,6 +252,18 @@ impl Gemini {
         let Some(id) = obj.get("tool_id").and_then(Value::as_str) else {
             return out.missing("tool_id");
         };
+        let status = obj.get("status").and_then(Value::as_str);
+        self.tool_result_parts(id, status, obj.get("error"), obj.get("output"), out);
+    }
+
+    fn tool_result_parts(
+        &mut self,
+        id: &str,
+        status: Option<&str>,
+        error: Option<&Value>,
+        output: Option<&Value>,
+        out: &mut Out<'_>,
+    ) {
         self.flush(out);
         let run = self.ensure_run(out);
         let (name, input) = match self.tools.close(id) {
@@ -257,14 +285,12 @@ impl Gemini {
         data.insert("tool_call_id".into(), json!(id));
         data.insert("tool_name".into(), name);
         data.insert("tool_input".into(), input);
-        let status = obj.get("status").and_then(Value::as_str);
-        let error = obj.get("error");
         let failed = status == Some("error") || (status.is_none() && error.is_some());
         let kind = if failed {
             let message = error
                 .and_then(|e| e.get("message"))
                 .and_then(Value::as_str)
-                .or_else(|| obj.get("output").and_then(Value::as_str))
+                .or_else(|| output.and_then(Value::as_str))
                 .unwrap_or("tool call failed");
             data.insert("error".into(), json!(message));
             if let Some(ty) = error.and_then(|e| e.get("type")) {
@@ -272,7 +298,7 @@ impl Gemini {
             }
             EventType::ToolCallFailed
         } else {
-            let output = obj.get("output").cloned().unwrap_or_else(|| json!(""));
+            let output = output.cloned().unwrap_or_else(|| json!(""));
             data.insert("tool_output".into(), output);
             EventType::ToolCallCompleted
         };

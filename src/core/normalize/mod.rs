@@ -509,7 +509,7 @@ impl Normalizer {
             }
         }
         match serde_json::from_str::<Value>(text) {
-            Ok(value) => self.handle_record(line_no, &value, now),
+            Ok(value) => self.handle_record(line_no, value, now),
             Err(e) => {
                 let msg = format!("{e}; line starts {:?}", excerpt(text, 60));
                 self.state
@@ -527,11 +527,16 @@ impl Normalizer {
                 return self.state.diagnose(1, DiagnosticKind::InvalidJson, msg);
             }
         };
-        let records: Vec<&Value> = match &value {
-            Value::Array(items) => items.iter().collect(),
-            Value::Object(obj) => match obj.get("updates") {
-                Some(Value::Array(items)) => items.iter().collect(),
-                _ => vec![&value],
+        let records: Vec<Value> = match value {
+            Value::Array(items) => items,
+            Value::Object(mut obj) => match obj.remove("updates") {
+                Some(Value::Array(items)) => items,
+                updates => {
+                    if let Some(u) = updates {
+                        obj.insert("updates".to_owned(), u);
+                    }
+                    vec![Value::Object(obj)]
+                }
             },
             other => vec![other],
         };
@@ -542,12 +547,31 @@ impl Normalizer {
         }
     }
 
-    fn handle_record(&mut self, line_no: u64, value: &Value, now: Timestamp) {
+    fn handle_record(&mut self, line_no: u64, value: Value, now: Timestamp) {
+        if self.ready_for(line_no, &value) {
+            if let Some(decoder) = &mut self.decoder {
+                decoder.record_owned(value, &mut self.state.out(line_no, now));
+            }
+        }
+    }
+
+    /// [`Normalizer::handle_record`] for a borrowed record.
+    fn handle_record_ref(&mut self, line_no: u64, value: &Value, now: Timestamp) {
+        if self.ready_for(line_no, value) {
+            if let Some(decoder) = &mut self.decoder {
+                decoder.record(value, &mut self.state.out(line_no, now));
+            }
+        }
+    }
+
+    /// Sets the decoder for `value` (detecting the format on the first record); `false` (and
+    /// a diagnostic) when it is not an object.
+    fn ready_for(&mut self, line_no: u64, value: &Value) -> bool {
         if !value.is_object() {
             let msg = format!("expected a JSON object, got {}", json_kind(value));
-            return self
-                .state
+            self.state
                 .diagnose(line_no, DiagnosticKind::NotAnObject, msg);
+            return false;
         }
         if self.decoder.is_none() {
             let format = Format::detect(value).unwrap_or(Format::Generic);
@@ -555,8 +579,7 @@ impl Normalizer {
             self.state.provider = format.provider();
             self.decoder = Some(format.decoder());
         }
-        let decoder = self.decoder.as_mut().expect("decoder set above");
-        decoder.record(value, &mut self.state.out(line_no, now));
+        true
     }
 }
 
@@ -787,6 +810,11 @@ impl Out<'_> {
 pub(crate) trait Decoder: Send {
     /// One JSON object read from the stream.
     fn record(&mut self, record: &Value, out: &mut Out<'_>);
+    /// [`Decoder::record`] with the record owned, for decoders that move parts of it into
+    /// their events instead of cloning them.
+    fn record_owned(&mut self, record: Value, out: &mut Out<'_>) {
+        self.record(&record, out);
+    }
     /// The typed fast path: reads `text` (one line that starts as a JSON object) without a
     /// `Value` tree and returns `true` when it handled it; `false`, having emitted nothing,
     /// sends the record down [`Decoder::record`] (see the `fast` module for the rule).
