@@ -1,10 +1,13 @@
 //! Core benchmarks: normalization throughput per provider (MB/s and events/s) and projection
 //! throughput at 1k, 10k and 100k events. Numbers go to BENCHMARKS.md; nothing here asserts.
 //!
-//! Run: `cargo bench --bench core` (add `-- --quick` for a shorter run).
+//! Run: `cargo bench --bench core` (add `-- --quick` for a shorter run). Besides Criterion's
+//! report, the normalization part prints one `BENCH` line per format (MB/s, 10^6 bytes per
+//! second, the median of timed runs, against the 300 MB/s target of issue 14).
 
 use std::hint::black_box;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use serde_json::{json, Map, Value};
@@ -60,6 +63,7 @@ fn normalization(c: &mut Criterion) {
             "normalize/{format}: {} bytes -> {events} events per iteration",
             input.len()
         );
+        bench_line(format, &input, events);
         g.throughput(Throughput::Bytes(input.len() as u64));
         g.bench_with_input(BenchmarkId::from_parameter(format), &input, |b, input| {
             b.iter(|| {
@@ -73,6 +77,55 @@ fn normalization(c: &mut Criterion) {
         });
     }
     g.finish();
+}
+
+/// The normalization throughput target of issue 14, in MB/s.
+const TARGET_MB_S: f64 = 300.0;
+
+/// Times whole-input normalizations for about a second and prints the `BENCH` line of one
+/// format: the median run's MB/s against the target. The value is per second of this
+/// thread's CPU time (the machine is shared; wall time is in the note).
+fn bench_line(format: Format, input: &[u8], events: usize) {
+    let mut cpu = Vec::new();
+    let mut wall = Vec::new();
+    let start = Instant::now();
+    while cpu.len() < 11 || (start.elapsed() < Duration::from_secs(1) && cpu.len() < 1000) {
+        let (t, c) = (Instant::now(), thread_cpu());
+        black_box(normalize(
+            Some(format),
+            Config::new("s1"),
+            black_box(input),
+            Timestamp::EPOCH,
+        ));
+        cpu.push(thread_cpu() - c);
+        wall.push(t.elapsed());
+    }
+    cpu.sort();
+    wall.sort();
+    let (median, median_wall) = (cpu[cpu.len() / 2], wall[wall.len() / 2]);
+    let mb_s = |d: Duration| input.len() as f64 / d.as_secs_f64() / 1e6;
+    println!(
+        "BENCH\tnormalize.{format}\t{:.1}\tMB/s\ttarget {TARGET_MB_S:.0} MB/s\t{:.2}x\t{:.2} MB, {events} events, median of {} runs: {:.2} ms CPU, {:.2} ms wall ({:.1} MB/s)",
+        mb_s(median),
+        mb_s(median) / TARGET_MB_S,
+        input.len() as f64 / 1e6,
+        cpu.len(),
+        median.as_secs_f64() * 1e3,
+        median_wall.as_secs_f64() * 1e3,
+        mb_s(median_wall),
+    );
+}
+
+/// This thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// A seeded coding-agent session like the one in reference/anchors.md: per turn a prompt,

@@ -191,7 +191,18 @@ impl EventId {
     /// Derives an id from stable parts (FNV-1a, 128 bits). The same parts always give the
     /// same id; parts are length-prefixed so `["ab", "c"]` and `["a", "bc"]` differ.
     pub fn derive(parts: &[&str]) -> EventId {
-        EventId(format!("evt_{:032x}", fnv1a128(parts)))
+        EventId::from_hash(fnv1a128(parts))
+    }
+
+    /// The id of a finished [`Fnv128`] hash: `evt_` and its 32 hex digits.
+    pub(crate) fn from_hash(hash: u128) -> EventId {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut s = String::with_capacity(36);
+        s.push_str("evt_");
+        for i in (0..32).rev() {
+            s.push(char::from(HEX[((hash >> (i * 4)) & 0xf) as usize]));
+        }
+        EventId(s)
     }
 
     /// The id's 128 bits (its 32 hex digits): a key as unique as the id, cheaper to hash.
@@ -231,29 +242,70 @@ impl fmt::Display for EventId {
 /// differ in one byte give ids that differ everywhere. Stable across Rust versions, unlike
 /// std's hasher.
 pub(crate) fn fnv1a128(parts: &[&str]) -> u128 {
+    let mut h = Fnv128::new();
+    for part in parts {
+        h.part(part.as_bytes());
+    }
+    h.finish()
+}
+
+/// [`fnv1a128`] fed one part at a time. It is `Copy`, so that the state after a common prefix
+/// of parts (the session, the source, the line) can be kept and resumed for each id.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fnv128(u128);
+
+impl Fnv128 {
     const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
     const PRIME: u128 = 0x0000000001000000000000000000013b;
-    let mut h = OFFSET;
-    let mut eat = |bytes: &[u8]| {
+
+    pub(crate) const fn new() -> Fnv128 {
+        Fnv128(Fnv128::OFFSET)
+    }
+
+    fn eat(&mut self, bytes: &[u8]) {
+        let mut h = self.0;
         for &b in bytes {
             h ^= u128::from(b);
-            h = h.wrapping_mul(PRIME);
+            h = h.wrapping_mul(Fnv128::PRIME);
         }
-    };
-    for part in parts {
-        eat(&(part.len() as u64).to_le_bytes());
-        eat(part.as_bytes());
+        self.0 = h;
     }
-    // SplitMix64's finalizer on each half, each half seeded by the other.
-    let mix = |mut z: u64| {
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
-        z ^ (z >> 31)
-    };
-    let (hi, lo) = ((h >> 64) as u64, h as u64);
-    let lo = mix(lo ^ mix(hi));
-    let hi = mix(hi ^ lo);
-    (u128::from(hi) << 64) | u128::from(lo)
+
+    /// Hashes one part, length-prefixed.
+    pub(crate) fn part(&mut self, part: &[u8]) {
+        self.eat(&(part.len() as u64).to_le_bytes());
+        self.eat(part);
+    }
+
+    /// Hashes the decimal digits of `n` as one part (what `part(n.to_string())` hashes).
+    pub(crate) fn part_u64(&mut self, n: u64) {
+        let mut buf = [0u8; 20];
+        let mut i = buf.len();
+        let mut n = n;
+        loop {
+            i -= 1;
+            buf[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.part(&buf[i..]);
+    }
+
+    /// The hash: SplitMix64's finalizer on each half, each half seeded by the other.
+    pub(crate) fn finish(self) -> u128 {
+        let mix = |mut z: u64| {
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+            z ^ (z >> 31)
+        };
+        let h = self.0;
+        let (hi, lo) = ((h >> 64) as u64, h as u64);
+        let lo = mix(lo ^ mix(hi));
+        let hi = mix(hi ^ lo);
+        (u128::from(hi) << 64) | u128::from(lo)
+    }
 }
 
 /// Why an event could not be built or read.

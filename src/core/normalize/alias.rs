@@ -153,7 +153,7 @@ pub fn normalize_batch(
     n.state.provider = provider;
     for (i, raw) in raw_events.iter().enumerate() {
         n.state.stats.records += 1;
-        n.handle_record(i as u64 + 1, raw, now);
+        n.handle_record_ref(i as u64 + 1, raw, now);
     }
     n.handle_eof(now);
     Normalized {

@@ -29,6 +29,10 @@ impl Amp {
 }
 
 impl Decoder for Amp {
+    fn record_owned(&mut self, record: Value, out: &mut Out<'_>) {
+        self.0.record_owned(record, out);
+    }
+
     fn record(&mut self, record: &Value, out: &mut Out<'_>) {
         self.0.record(record, out);
     }

@@ -530,7 +530,7 @@ impl Claude {
         &mut self,
         id: &str,
         outcome: Outcome,
-        sidecar: Option<&Value>,
+        sidecar: Option<Value>,
         lane: Option<&str>,
         out: &mut Out<'_>,
     ) {
@@ -582,12 +582,14 @@ impl Claude {
             }
         };
         if let Some(sidecar) = sidecar {
-            data.insert("details".into(), json!({ "tool_use_result": sidecar }));
+            let details = Map::from_iter([("tool_use_result".to_owned(), sidecar)]);
+            data.insert("details".into(), Value::Object(details));
         }
         emit(out, self.run.as_deref(), kind, data, lane, Some(id));
     }
 
-    fn user(&mut self, rec: &Map<String, Value>, out: &mut Out<'_>) {
+    /// A `user` line; `sidecar` is its `tool_use_result`, taken out of `rec` by the caller.
+    fn user(&mut self, rec: &Map<String, Value>, sidecar: Option<Value>, out: &mut Out<'_>) {
         let Some(message) = rec.get("message").and_then(Value::as_object) else {
             return out.missing("message");
         };
@@ -612,7 +614,7 @@ impl Claude {
                     .iter()
                     .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
                     .count();
-                let sidecar = rec.get("tool_use_result").filter(|_| results == 1);
+                let mut sidecar = sidecar.filter(|_| results == 1);
                 for block in blocks {
                     match block.get("type").and_then(Value::as_str) {
                         Some("text") => {
@@ -635,7 +637,8 @@ impl Claude {
                             } else {
                                 Outcome::Output(text.into())
                             };
-                            self.tool_finished(id, outcome, sidecar, lane, out);
+                            // One result: its call takes the sidecar.
+                            self.tool_finished(id, outcome, sidecar.take(), lane, out);
                         }
                         _ => {}
                     }
@@ -1095,6 +1098,20 @@ impl Claude {
 }
 
 impl Decoder for Claude {
+    fn record_owned(&mut self, mut record: Value, out: &mut Out<'_>) {
+        // A `user` line's `tool_use_result` (often the whole file read) is moved into its
+        // event rather than cloned.
+        let user = record.get("type").and_then(Value::as_str) == Some("user");
+        match record.as_object_mut() {
+            Some(rec) if user => {
+                let sidecar = rec.remove("tool_use_result");
+                out.use_timestamp(rec.get("timestamp"));
+                self.user(rec, sidecar, out);
+            }
+            _ => self.record(&record, out),
+        }
+    }
+
     fn record(&mut self, record: &Value, out: &mut Out<'_>) {
         let Some(rec) = record.as_object() else {
             return out.unknown("record");
@@ -1106,7 +1123,7 @@ impl Decoder for Claude {
         match ty {
             "system" => self.system(rec, out),
             "assistant" => self.assistant(rec, out),
-            "user" => self.user(rec, out),
+            "user" => self.user(rec, rec.get("tool_use_result").cloned(), out),
             "stream_event" => self.stream_event(rec, out),
             "result" => self.result(rec, out),
             "control_request" => self.control_request(rec, out),

@@ -38,8 +38,10 @@
 //! `message_received`, both before the run terminal; at end of input only the streamed text
 //! is closed (the run stays open for the lifecycle projection).
 
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::fast::{present, Stamp, Str};
 use super::turn::OpenTools;
 use super::{Decoder, Out};
 use crate::core::event::EventType;
@@ -62,23 +64,10 @@ impl Decoder for Codex {
                 let Some(id) = str_field(record, "thread_id") else {
                     return out.missing("thread_id");
                 };
-                out.emit(
-                    EventType::SessionStarted,
-                    None,
-                    json!({ "provider_session_id": id }),
-                );
+                self.thread_started(id, out);
             }
-            "turn.started" => {
-                self.turn.abandon(out);
-                self.turn.open_run(out, Map::new());
-            }
-            "turn.completed" => {
-                let run = self.turn.ensure_run(out);
-                if let Some(usage) = record.get("usage").and_then(usage_data) {
-                    out.emit(EventType::TokenUsageUpdated, Some(&run), usage);
-                }
-                self.turn.end_run(out, EventType::RunCompleted, Map::new());
-            }
+            "turn.started" => self.turn_started(out),
+            "turn.completed" => self.turn_completed(record.get("usage"), out),
             "turn.failed" => {
                 let message = record
                     .get("error")
@@ -90,9 +79,9 @@ impl Decoder for Codex {
                 self.turn.ensure_run(out);
                 self.turn.end_run(out, EventType::RunFailed, data);
             }
-            "item.started" => self.item(Phase::Started, record, out),
-            "item.updated" => self.item(Phase::Updated, record, out),
-            "item.completed" => self.item(Phase::Completed, record, out),
+            "item.started" => self.item(Phase::Started, record.get("item"), out),
+            "item.updated" => self.item(Phase::Updated, record.get("item"), out),
+            "item.completed" => self.item(Phase::Completed, record.get("item"), out),
             "item.plan.delta" => {
                 let (Some(id), Some(delta)) =
                     (str_field(record, "item_id"), str_field(record, "delta"))
@@ -140,9 +129,58 @@ impl Decoder for Codex {
         }
     }
 
+    fn record_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
+        let Ok(line) = serde_json::from_str::<Line<'_>>(text) else {
+            return false;
+        };
+        let phase = match &*line.ty {
+            "thread.started" => {
+                let Some(id) = &line.thread_id else {
+                    return false;
+                };
+                out.set_timestamp(line.timestamp);
+                self.thread_started(id, out);
+                return true;
+            }
+            "turn.started" => {
+                out.set_timestamp(line.timestamp);
+                self.turn_started(out);
+                return true;
+            }
+            "turn.completed" => {
+                out.set_timestamp(line.timestamp);
+                self.turn_completed(line.usage.as_ref(), out);
+                return true;
+            }
+            "item.started" => Phase::Started,
+            "item.updated" => Phase::Updated,
+            "item.completed" => Phase::Completed,
+            _ => return false,
+        };
+        out.set_timestamp(line.timestamp);
+        self.item(phase, line.item.as_ref(), out);
+        true
+    }
+
     fn finish(&mut self, out: &mut Out<'_>) {
         self.turn.close_streams(out);
     }
+}
+
+/// The fields of the records the typed fast path reads (thread, turn and item records; the
+/// item itself stays a `Value`, as its decoding needs many of its fields).
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: Str<'a>,
+    #[serde(default)]
+    timestamp: Stamp,
+    #[serde(default, borrow)]
+    thread_id: Option<Str<'a>>,
+    #[serde(default, deserialize_with = "present")]
+    usage: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    item: Option<Value>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -153,8 +191,29 @@ enum Phase {
 }
 
 impl Codex {
-    fn item(&mut self, phase: Phase, record: &Value, out: &mut Out<'_>) {
-        let Some(item) = record.get("item").filter(|i| i.is_object()) else {
+    fn thread_started(&mut self, id: &str, out: &mut Out<'_>) {
+        out.emit(
+            EventType::SessionStarted,
+            None,
+            json!({ "provider_session_id": id }),
+        );
+    }
+
+    fn turn_started(&mut self, out: &mut Out<'_>) {
+        self.turn.abandon(out);
+        self.turn.open_run(out, Map::new());
+    }
+
+    fn turn_completed(&mut self, usage: Option<&Value>, out: &mut Out<'_>) {
+        let run = self.turn.ensure_run(out);
+        if let Some(usage) = usage.and_then(usage_data) {
+            out.emit(EventType::TokenUsageUpdated, Some(&run), usage);
+        }
+        self.turn.end_run(out, EventType::RunCompleted, Map::new());
+    }
+
+    fn item(&mut self, phase: Phase, item: Option<&Value>, out: &mut Out<'_>) {
+        let Some(item) = item.filter(|i| i.is_object()) else {
             return out.missing("item");
         };
         let Some(ty) = str_field(item, "type") else {
@@ -684,7 +743,11 @@ impl TurnState {
     }
 
     fn emit_started(out: &mut Out<'_>, run: &str, id: &str, name: &str, input: &Value) {
-        let data = json!({ "tool_call_id": id, "tool_name": name, "tool_input": input });
+        let data = Value::Object(Map::from_iter([
+            ("tool_call_id".to_owned(), Value::from(id)),
+            ("tool_name".to_owned(), Value::from(name)),
+            ("tool_input".to_owned(), input.clone()),
+        ]));
         out.emit_full(
             EventType::ToolCallStarted,
             Some(run),

@@ -33,8 +33,10 @@
 //! placeholders (`<DURATION>`) make them invalid JSON are diagnostics of the framing; a turn
 //! whose `result` line was lost stays open (no terminal is invented at the end of input).
 
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::fast::{present, Stamp, Str};
 use super::turn::OpenTools;
 use super::{Decoder, Out};
 use crate::core::event::EventType;
@@ -79,9 +81,73 @@ impl Decoder for Gemini {
         }
     }
 
+    fn record_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
+        let Ok(line) = serde_json::from_str::<Line<'_>>(text) else {
+            return false;
+        };
+        match &*line.ty {
+            "message" => {
+                let (Some(role), Some(content)) = (&line.role, &line.content) else {
+                    return false;
+                };
+                if !matches!(&**role, "user" | "assistant") {
+                    return false;
+                }
+                out.set_timestamp(line.timestamp);
+                self.message_parts(role, content, line.delta.unwrap_or(false), out);
+            }
+            "tool_use" => {
+                let Some(id) = &line.tool_id else {
+                    return false;
+                };
+                out.set_timestamp(line.timestamp);
+                self.tool_use_parts(id, line.tool_name.as_deref(), line.parameters, out);
+            }
+            "tool_result" => {
+                let Some(id) = &line.tool_id else {
+                    return false;
+                };
+                out.set_timestamp(line.timestamp);
+                let status = line.status.as_deref();
+                let (error, output) = (line.error.as_ref(), line.output.as_ref());
+                self.tool_result_parts(id, status, error, output, out);
+            }
+            _ => return false,
+        }
+        true
+    }
+
     fn finish(&mut self, out: &mut Out<'_>) {
         self.flush(out);
     }
+}
+
+/// The fields of the records the typed fast path reads (`message`, `tool_use`,
+/// `tool_result`).
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: Str<'a>,
+    #[serde(default)]
+    timestamp: Stamp,
+    #[serde(default, borrow)]
+    role: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    content: Option<Str<'a>>,
+    #[serde(default)]
+    delta: Option<bool>,
+    #[serde(default, borrow)]
+    tool_id: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    tool_name: Option<Str<'a>>,
+    #[serde(default, deserialize_with = "present")]
+    parameters: Option<Value>,
+    #[serde(default, borrow)]
+    status: Option<Str<'a>>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    output: Option<Value>,
 }
 
 impl Gemini {
@@ -113,6 +179,10 @@ impl Gemini {
             return out.missing("content");
         };
         let delta = obj.get("delta").and_then(Value::as_bool).unwrap_or(false);
+        self.message_parts(role, content, delta, out);
+    }
+
+    fn message_parts(&mut self, role: &str, content: &str, delta: bool, out: &mut Out<'_>) {
         match role {
             "user" => {
                 self.flush(out);
@@ -151,13 +221,21 @@ impl Gemini {
         let Some(id) = obj.get("tool_id").and_then(Value::as_str) else {
             return out.missing("tool_id");
         };
+        let name = obj.get("tool_name").and_then(Value::as_str);
+        self.tool_use_parts(id, name, obj.get("parameters").cloned(), out);
+    }
+
+    fn tool_use_parts(
+        &mut self,
+        id: &str,
+        name: Option<&str>,
+        input: Option<Value>,
+        out: &mut Out<'_>,
+    ) {
         self.flush(out);
         let run = self.ensure_run(out);
-        let name = obj
-            .get("tool_name")
-            .and_then(Value::as_str)
-            .map_or_else(|| name_from_id(id), str::to_owned);
-        let input = obj.get("parameters").cloned().unwrap_or_else(|| json!({}));
+        let name = name.map_or_else(|| name_from_id(id), str::to_owned);
+        let input = input.unwrap_or_else(|| json!({}));
         let data = json!({"tool_call_id": id, "tool_name": name, "tool_input": input});
         out.emit_full(
             EventType::ToolCallStarted,
@@ -174,6 +252,18 @@ impl Gemini {
         let Some(id) = obj.get("tool_id").and_then(Value::as_str) else {
             return out.missing("tool_id");
         };
+        let status = obj.get("status").and_then(Value::as_str);
+        self.tool_result_parts(id, status, obj.get("error"), obj.get("output"), out);
+    }
+
+    fn tool_result_parts(
+        &mut self,
+        id: &str,
+        status: Option<&str>,
+        error: Option<&Value>,
+        output: Option<&Value>,
+        out: &mut Out<'_>,
+    ) {
         self.flush(out);
         let run = self.ensure_run(out);
         let (name, input) = match self.tools.close(id) {
@@ -195,14 +285,12 @@ impl Gemini {
         data.insert("tool_call_id".into(), json!(id));
         data.insert("tool_name".into(), name);
         data.insert("tool_input".into(), input);
-        let status = obj.get("status").and_then(Value::as_str);
-        let error = obj.get("error");
         let failed = status == Some("error") || (status.is_none() && error.is_some());
         let kind = if failed {
             let message = error
                 .and_then(|e| e.get("message"))
                 .and_then(Value::as_str)
-                .or_else(|| obj.get("output").and_then(Value::as_str))
+                .or_else(|| output.and_then(Value::as_str))
                 .unwrap_or("tool call failed");
             data.insert("error".into(), json!(message));
             if let Some(ty) = error.and_then(|e| e.get("type")) {
@@ -210,7 +298,7 @@ impl Gemini {
             }
             EventType::ToolCallFailed
         } else {
-            let output = obj.get("output").cloned().unwrap_or_else(|| json!(""));
+            let output = output.cloned().unwrap_or_else(|| json!(""));
             data.insert("tool_output".into(), output);
             EventType::ToolCallCompleted
         };

@@ -25,6 +25,7 @@ mod amp;
 mod claude;
 mod codex;
 mod codex_app_server;
+mod fast;
 mod gemini;
 mod opencode;
 mod turn;
@@ -35,7 +36,7 @@ use std::fmt;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::event::{Event, EventId, EventInit, EventType, Provider};
+use super::event::{Event, EventId, EventInit, EventType, Fnv128, Provider};
 use super::time::Timestamp;
 
 pub use alias::{canonical_type, filter_by_run, filter_by_type, normalize_batch, sort_events};
@@ -278,6 +279,9 @@ pub struct Normalizer {
     document: Option<Vec<u8>>,
     seen_content: bool,
     ended: bool,
+    /// The typed fast paths and owned records are in use (always, but in the test that
+    /// compares them with the `Value` path).
+    fast: bool,
 }
 
 impl Normalizer {
@@ -290,6 +294,12 @@ impl Normalizer {
             state: EmitState {
                 session_id: config.session_id.clone(),
                 source: config.source.clone(),
+                id_prefix: {
+                    let mut h = Fnv128::new();
+                    h.part(config.session_id.as_bytes());
+                    h.part(config.source.as_bytes());
+                    h
+                },
                 provider: format.map_or(Provider::Generic, Format::provider),
                 sequence,
                 turn_counter: 0,
@@ -305,6 +315,7 @@ impl Normalizer {
             document: None,
             seen_content: false,
             ended: false,
+            fast: true,
         }
     }
 
@@ -345,14 +356,18 @@ impl Normalizer {
                 self.line_too_long(len);
                 continue;
             }
-            let line = if self.partial.is_empty() {
-                head.to_vec()
+            if self.partial.is_empty() {
+                self.handle_line(head, now);
             } else {
-                let mut l = std::mem::take(&mut self.partial);
-                l.extend_from_slice(head);
-                l
-            };
-            self.handle_line(line, now);
+                let mut line = std::mem::take(&mut self.partial);
+                line.extend_from_slice(head);
+                self.handle_line(&line, now);
+                // Keep a small buffer for the next split line.
+                if line.capacity() <= 1 << 16 {
+                    line.clear();
+                    self.partial = line;
+                }
+            }
             if let Some(doc) = &mut self.document {
                 doc.extend_from_slice(bytes);
                 return self.check_document_size();
@@ -378,7 +393,7 @@ impl Normalizer {
         }
         if !self.partial.is_empty() {
             let line = std::mem::take(&mut self.partial);
-            self.handle_line(line, now);
+            self.handle_line(&line, now);
         }
         self.dispatch_sse(now);
         if let Some(doc) = self.document.take() {
@@ -431,10 +446,8 @@ impl Normalizer {
         }
     }
 
-    fn handle_line(&mut self, mut line: Vec<u8>, now: Timestamp) {
-        if line.last() == Some(&b'\r') {
-            line.pop();
-        }
+    fn handle_line(&mut self, line: &[u8], now: Timestamp) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
         let blank = line.iter().all(u8::is_ascii_whitespace);
         if blank {
             self.dispatch_sse(now);
@@ -443,13 +456,13 @@ impl Normalizer {
         let trimmed = line.trim_ascii();
         if !self.seen_content && (trimmed == b"[" || trimmed == b"{") {
             self.seen_content = true;
-            let mut doc = line;
+            let mut doc = line.to_vec();
             doc.push(b'\n');
             self.document = Some(doc);
             return;
         }
         self.seen_content = true;
-        let text = match std::str::from_utf8(&line) {
+        let text = match std::str::from_utf8(line) {
             Ok(t) => t,
             Err(e) => {
                 self.dispatch_sse(now);
@@ -492,8 +505,15 @@ impl Normalizer {
     }
 
     fn handle_json_text(&mut self, line_no: u64, text: &str, now: Timestamp) {
+        if let Some(decoder) = self.decoder.as_mut().filter(|_| self.fast) {
+            if fast::is_object_text(text)
+                && decoder.record_text(text, &mut self.state.out(line_no, now))
+            {
+                return;
+            }
+        }
         match serde_json::from_str::<Value>(text) {
-            Ok(value) => self.handle_record(line_no, &value, now),
+            Ok(value) => self.handle_record(line_no, value, now),
             Err(e) => {
                 let msg = format!("{e}; line starts {:?}", excerpt(text, 60));
                 self.state
@@ -511,11 +531,16 @@ impl Normalizer {
                 return self.state.diagnose(1, DiagnosticKind::InvalidJson, msg);
             }
         };
-        let records: Vec<&Value> = match &value {
-            Value::Array(items) => items.iter().collect(),
-            Value::Object(obj) => match obj.get("updates") {
-                Some(Value::Array(items)) => items.iter().collect(),
-                _ => vec![&value],
+        let records: Vec<Value> = match value {
+            Value::Array(items) => items,
+            Value::Object(mut obj) => match obj.remove("updates") {
+                Some(Value::Array(items)) => items,
+                updates => {
+                    if let Some(u) = updates {
+                        obj.insert("updates".to_owned(), u);
+                    }
+                    vec![Value::Object(obj)]
+                }
             },
             other => vec![other],
         };
@@ -526,12 +551,36 @@ impl Normalizer {
         }
     }
 
-    fn handle_record(&mut self, line_no: u64, value: &Value, now: Timestamp) {
+    fn handle_record(&mut self, line_no: u64, value: Value, now: Timestamp) {
+        if self.ready_for(line_no, &value) {
+            if let Some(decoder) = &mut self.decoder {
+                let out = &mut self.state.out(line_no, now);
+                if self.fast {
+                    decoder.record_owned(value, out);
+                } else {
+                    decoder.record(&value, out);
+                }
+            }
+        }
+    }
+
+    /// [`Normalizer::handle_record`] for a borrowed record.
+    fn handle_record_ref(&mut self, line_no: u64, value: &Value, now: Timestamp) {
+        if self.ready_for(line_no, value) {
+            if let Some(decoder) = &mut self.decoder {
+                decoder.record(value, &mut self.state.out(line_no, now));
+            }
+        }
+    }
+
+    /// Sets the decoder for `value` (detecting the format on the first record); `false` (and
+    /// a diagnostic) when it is not an object.
+    fn ready_for(&mut self, line_no: u64, value: &Value) -> bool {
         if !value.is_object() {
             let msg = format!("expected a JSON object, got {}", json_kind(value));
-            return self
-                .state
+            self.state
                 .diagnose(line_no, DiagnosticKind::NotAnObject, msg);
+            return false;
         }
         if self.decoder.is_none() {
             let format = Format::detect(value).unwrap_or(Format::Generic);
@@ -539,8 +588,7 @@ impl Normalizer {
             self.state.provider = format.provider();
             self.decoder = Some(format.decoder());
         }
-        let decoder = self.decoder.as_mut().expect("decoder set above");
-        decoder.record(value, &mut self.state.out(line_no, now));
+        true
     }
 }
 
@@ -563,15 +611,13 @@ pub fn normalize(
     let mut n = Normalizer::new(format, config);
     n.handle_bytes(input, now);
     n.handle_eof(now);
-    let mut out = Normalized {
+    // What polling would give, in the same order, without moving every event again.
+    Normalized {
         format: n.format(),
-        ..Normalized::default()
-    };
-    out.events.extend(std::iter::from_fn(|| n.poll_event()));
-    out.diagnostics
-        .extend(std::iter::from_fn(|| n.poll_diagnostic()));
-    out.stats = n.stats();
-    out
+        events: Vec::from(std::mem::take(&mut n.state.events)),
+        diagnostics: Vec::from(std::mem::take(&mut n.state.diagnostics)),
+        stats: n.stats(),
+    }
 }
 
 enum SseField<'a> {
@@ -613,6 +659,8 @@ pub(crate) fn excerpt(s: &str, max: usize) -> &str {
 struct EmitState {
     session_id: String,
     source: String,
+    /// The id hash after the parts every event id shares: the session and the source.
+    id_prefix: Fnv128,
     provider: Provider,
     sequence: u64,
     turn_counter: u64,
@@ -624,9 +672,12 @@ struct EmitState {
 
 impl EmitState {
     fn out(&mut self, line: u64, now: Timestamp) -> Out<'_> {
+        let mut line_hash = self.id_prefix;
+        line_hash.part_u64(line);
         Out {
             state: self,
             line,
+            line_hash,
             index: 0,
             timestamp: now,
         }
@@ -648,6 +699,8 @@ impl EmitState {
 pub(crate) struct Out<'a> {
     state: &'a mut EmitState,
     line: u64,
+    /// The id hash after (session, source, line).
+    line_hash: Fnv128,
     index: u32,
     timestamp: Timestamp,
 }
@@ -655,6 +708,13 @@ pub(crate) struct Out<'a> {
 impl Out<'_> {
     pub(crate) fn provider(&self) -> Provider {
         self.state.provider
+    }
+
+    /// Stamps this record's events with a time read by the typed fast path.
+    pub(crate) fn set_timestamp(&mut self, stamp: fast::Stamp) {
+        if let Some(t) = stamp.0 {
+            self.timestamp = t;
+        }
     }
 
     /// Stamps this record's events with the time the provider wrote into it, when it parses.
@@ -701,12 +761,9 @@ impl Out<'_> {
             other => Map::from_iter([("value".to_owned(), other)]),
         };
         let state = &mut *self.state;
-        let id = EventId::derive(&[
-            &state.session_id,
-            &state.source,
-            &self.line.to_string(),
-            &self.index.to_string(),
-        ]);
+        let mut hash = self.line_hash;
+        hash.part_u64(u64::from(self.index));
+        let id = EventId::from_hash(hash.finish());
         self.index += 1;
         let init = EventInit {
             id: Some(id),
@@ -762,6 +819,17 @@ impl Out<'_> {
 pub(crate) trait Decoder: Send {
     /// One JSON object read from the stream.
     fn record(&mut self, record: &Value, out: &mut Out<'_>);
+    /// [`Decoder::record`] with the record owned, for decoders that move parts of it into
+    /// their events instead of cloning them.
+    fn record_owned(&mut self, record: Value, out: &mut Out<'_>) {
+        self.record(&record, out);
+    }
+    /// The typed fast path: reads `text` (one line that starts as a JSON object) without a
+    /// `Value` tree and returns `true` when it handled it; `false`, having emitted nothing,
+    /// sends the record down [`Decoder::record`] (see the `fast` module for the rule).
+    fn record_text(&mut self, _text: &str, _out: &mut Out<'_>) -> bool {
+        false
+    }
     /// The stream ended: close or discard what is still open (a turn with no terminal event
     /// stays open for the lifecycle projection; a partial message that never closed is
     /// discarded or emitted whole, never left dangling).

@@ -70,8 +70,11 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
+use serde::de::IgnoredAny;
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::fast::Str;
 use super::turn::cancel_tool_call;
 use super::{Decoder, Out};
 use crate::core::event::{CancelReason, EventType};
@@ -163,9 +166,138 @@ impl Decoder for Opencode {
         self.run_line(ty, obj, out);
     }
 
+    fn record_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
+        // Only the serve events that carry nothing once read: the ignored types, and a
+        // session's updates after its `session_started`.
+        let Ok(line) = serde_json::from_str::<ServeLine<'_>>(text) else {
+            return false;
+        };
+        let Some(props) = &line.properties else {
+            return false;
+        };
+        match &*line.ty {
+            "session.created" | "session.updated" if self.session_started => {
+                let Props::Session { info: Some(info) } = props else {
+                    return false;
+                };
+                self.accept(info.id.as_deref(), info.parent.as_deref());
+                out.ignore();
+                true
+            }
+            ty if ignored_event(ty) => {
+                out.ignore();
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn finish(&mut self, out: &mut Out<'_>) {
         self.discard_streams(out);
     }
+}
+
+/// A serve event as the fast path reads it: its type, and of its `properties` only the
+/// session ids of a `session.*` info.
+#[derive(Deserialize)]
+struct ServeLine<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: Str<'a>,
+    #[serde(default, borrow, deserialize_with = "props")]
+    properties: Option<Props<'a>>,
+}
+
+enum Props<'a> {
+    Session { info: Option<Ids<'a>> },
+    Other,
+}
+
+#[derive(Deserialize)]
+struct SessionProps<'a> {
+    #[serde(default, borrow)]
+    info: Option<Ids<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Ids<'a> {
+    #[serde(default, borrow)]
+    id: Option<Str<'a>>,
+    #[serde(default, borrow, rename = "parentID")]
+    parent: Option<Str<'a>>,
+}
+
+/// `properties` when it is an object whose `info` (if any) reads as [`Ids`]; anything else
+/// (present, even `null`) is `Other`.
+fn props<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Props<'de>>, D::Error> {
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = Props<'de>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("properties")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Props<'de>, A::Error> {
+            let p = SessionProps::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+            Ok(Props::Session { info: p.info })
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Props<'de>, A::Error> {
+            IgnoredAny::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+            Ok(Props::Other)
+        }
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Props<'de>, E> {
+            Ok(Props::Other)
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Props<'de>, E> {
+            Ok(Props::Other)
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Props<'de>, E> {
+            Ok(Props::Other)
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Props<'de>, E> {
+            Ok(Props::Other)
+        }
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Props<'de>, E> {
+            Ok(Props::Other)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Props<'de>, E> {
+            Ok(Props::Other)
+        }
+    }
+    d.deserialize_any(V).map(Some)
+}
+
+/// The serve event types that carry nothing for the canonical model.
+fn ignored_event(ty: &str) -> bool {
+    matches!(
+        ty,
+        "server.connected"
+            | "server.heartbeat"
+            | "server.instance.disposed"
+            | "session.diff"
+            | "session.deleted"
+            | "message.removed"
+            | "message.part.removed"
+            | "command.executed"
+            | "question.asked"
+            | "question.replied"
+            | "question.rejected"
+    ) || [
+        "file.",
+        "lsp.",
+        "installation.",
+        "ide.",
+        "vcs.",
+        "project.",
+        "pty.",
+        "tui.",
+        "mcp.",
+        // 1.18 announces its plugins and catalogs while it boots.
+        "plugin.",
+        "catalog.",
+        "integration.",
+        "reference.",
+    ]
+    .iter()
+    .any(|p| ty.starts_with(p))
 }
 
 // `opencode run --format json` lines.
@@ -408,38 +540,7 @@ impl Opencode {
                     json!({"items": items}),
                 );
             }
-            "server.connected"
-            | "server.heartbeat"
-            | "server.instance.disposed"
-            | "session.diff"
-            | "session.deleted"
-            | "message.removed"
-            | "message.part.removed"
-            | "command.executed"
-            | "question.asked"
-            | "question.replied"
-            | "question.rejected" => out.ignore(),
-            t if [
-                "file.",
-                "lsp.",
-                "installation.",
-                "ide.",
-                "vcs.",
-                "project.",
-                "pty.",
-                "tui.",
-                "mcp.",
-                // 1.18 announces its plugins and catalogs while it boots.
-                "plugin.",
-                "catalog.",
-                "integration.",
-                "reference.",
-            ]
-            .iter()
-            .any(|p| t.starts_with(p)) =>
-            {
-                out.ignore()
-            }
+            t if ignored_event(t) => out.ignore(),
             other => out.unknown(format_args!("event type {other:?}")),
         }
     }

@@ -269,3 +269,158 @@ proptest! {
         }
     }
 }
+
+/// Normalizes `input` as `format` twice: as always (typed fast paths, owned records), and
+/// with every record read through `Decoder::record` from a `serde_json::Value`. Events (as
+/// JSON), diagnostics and stats must be the same, byte for byte.
+fn check_fast_path(format: Format, input: &[u8]) {
+    let run = |fast: bool| {
+        let mut n = Normalizer::new(Some(format), Config::new("s1"));
+        n.fast = fast;
+        n.handle_bytes(input, Timestamp::EPOCH);
+        n.handle_eof(Timestamp::EPOCH);
+        let events: Vec<String> = std::iter::from_fn(|| n.poll_event())
+            .map(|e| e.to_json())
+            .collect();
+        let diagnostics: Vec<String> = std::iter::from_fn(|| n.poll_diagnostic())
+            .map(|d| d.to_string())
+            .collect();
+        (events, diagnostics, n.stats())
+    };
+    let (fast, slow) = (run(true), run(false));
+    assert_eq!(fast, slow, "{format}: {}", String::from_utf8_lossy(input));
+}
+
+#[wasm_bindgen_test(unsupported = test)]
+fn the_fast_paths_read_every_record_as_the_value_path_does() {
+    // Escapes, nulls, fields of another type, duplicate fields, absent fields, timestamps of
+    // every JSON type, leading space, arrays, trailing garbage, invalid JSON.
+    let common = [
+        r#"  {"type":"message","role":"user","content":"lead space"}"#,
+        r#"[{"type":"message","role":"user","content":"x"}]"#,
+        r#"{"type":"message","role":"user","content":"x"} trailing"#,
+        r#"{"type":"message","role":"user","content":"x","#,
+        r#"{"type":5}"#,
+        r#"{"type":null}"#,
+        r#"{}"#,
+        "\"just a string\"",
+    ];
+    let gemini = [
+        r#"{"type":"init","timestamp":"2026-11-29T21:31:07.000Z","session_id":"s-1","model":"m"}"#,
+        r#"{"type":"message","role":"assistant","content":"a\"b\u00e9\n","delta":true,"timestamp":"2026-11-29T21:31:07.200Z"}"#,
+        r#"{"type":"message","role":"assistant","content":"x","delta":"yes"}"#,
+        r#"{"type":"message","role":"assistant","content":"x","delta":null}"#,
+        r#"{"type":"message","role":"assistant","content":"whole"}"#,
+        r#"{"type":"message","role":null,"content":"x"}"#,
+        r#"{"type":"message","role":"system","content":"x"}"#,
+        r#"{"type":"message","role":"user"}"#,
+        r#"{"type":"message","role":"user","content":7}"#,
+        r#"{"type":"message","type":"tool_use","role":"user","content":"dup"}"#,
+        r#"{"type":"message","role":"user","content":"a","content":"b"}"#,
+        r#"{"type":"tool_use","tool_id":"t1","parameters":null}"#,
+        r#"{"type":"tool_use","tool_id":"t1","tool_name":"n","parameters":{"a":[1,2.5,-3,"x"]}}"#,
+        r#"{"type":"tool_use","tool_id":"run_shell__1"}"#,
+        r#"{"type":"tool_use","tool_id":"t9","tool_name":3}"#,
+        r#"{"type":"tool_use"}"#,
+        r#"{"type":"tool_result","tool_id":"t1","error":null}"#,
+        r#"{"type":"tool_result","tool_id":"t2","status":"error","output":"boom"}"#,
+        r#"{"type":"tool_result","tool_id":"t3","output":{"a":1},"timestamp":1700000000000}"#,
+        r#"{"type":"tool_result","tool_id":"t4","status":"error","error":{"message":"m","type":"x"},"timestamp":-5}"#,
+        r#"{"type":"tool_result","tool_id":"t5","status":5,"timestamp":1.5}"#,
+        r#"{"type":"tool_result","tool_id":"t6","timestamp":18446744073709551615}"#,
+        r#"{"type":"tool_result","tool_id":"t7","timestamp":[1]}"#,
+        r#"{"type":"tool_result","tool_id":"t8","timestamp":{"a":1}}"#,
+        r#"{"type":"tool_result","tool_id":"t9","timestamp":true}"#,
+        r#"{"type":"tool_result","tool_id":"t10","timestamp":"not a time"}"#,
+        r#"{"type":"error","severity":"warning","message":"Loop detected"}"#,
+        r#"{"type":"result","status":"success","stats":{"input_tokens":1}}"#,
+    ];
+    let codex = [
+        r#"{"type":"thread.started","thread_id":"th\u0041"}"#,
+        r#"{"type":"thread.started"}"#,
+        r#"{"type":"thread.started","thread_id":5}"#,
+        r#"{"type":"turn.started","timestamp":"2026-11-29T21:31:07.000Z"}"#,
+        r#"{"type":"item.started","item":{"id":"c1","type":"command_execution","command":"ls","status":"in_progress"}}"#,
+        r#"{"type":"item.updated","item":{"id":"c1","type":"command_execution","command":"ls","aggregated_output":"a"}}"#,
+        r#"{"type":"item.completed","item":{"id":"c1","type":"command_execution","command":"ls","aggregated_output":"ab","exit_code":0}}"#,
+        r#"{"type":"item.completed","item":{"id":"w1","type":"web_search","id":"ws_2","query":"q"}}"#,
+        r#"{"type":"item.completed","item":null}"#,
+        r#"{"type":"item.completed","item":[1]}"#,
+        r#"{"type":"item.completed"}"#,
+        r#"{"type":"item.completed","item":{"id":"i1","type":"agent_message","text":"hi","phase":null}}"#,
+        r#"{"type":"item.completed","item":{"id":"i2","type":"reasoning","text":"hm"},"item":{}}"#,
+        r#"{"type":"item.completed","item":{"id":"i3","type":"future_item"}}"#,
+        r#"{"type":"item.plan.delta","item_id":"p1","delta":"d"}"#,
+        r#"{"type":"turn.completed","usage":null}"#,
+        r#"{"type":"turn.started"}"#,
+        r#"{"type":"turn.completed","usage":{"input_tokens":3,"cached_input_tokens":1.5}}"#,
+        r#"{"type":"turn.completed","usage":7}"#,
+        r#"{"type":"error","message":"Reconnecting... 1/1"}"#,
+    ];
+    let opencode = [
+        r#"{"type":"server.connected","properties":{}}"#,
+        r#"{"type":"plugin.added","properties":null}"#,
+        r#"{"type":"plugin.added","properties":[1,{"a":2}]}"#,
+        r#"{"type":"plugin.added"}"#,
+        r#"{"type":"session.updated","properties":{"info":{"id":"ses_0"}}}"#,
+        r#"{"type":"session.created","properties":{"info":{"id":"ses_1","version":"1","directory":"/d","title":"t"}}}"#,
+        r#"{"type":"session.updated","properties":{"info":{"id":"ses_1"}}}"#,
+        r#"{"type":"session.updated","properties":{"info":{"id":5}}}"#,
+        r#"{"type":"session.updated","properties":{"info":null}}"#,
+        r#"{"type":"session.updated","properties":{}}"#,
+        r#"{"type":"session.updated","properties":"x"}"#,
+        r#"{"type":"session.created","properties":{"info":{"id":"ses_2","parentID":"ses_1"}}}"#,
+        r#"{"type":"session.updated","properties":{"info":{"id":"ses_1"},"info":{"id":"ses_3"}}}"#,
+        r#"{"type":"session.diff","properties":{"sessionID":"ses_1","diff":[]}}"#,
+        r#"{"type":"lsp.updated","properties":{"info":{"id":[]}}}"#,
+        r#"{"type":"session.status","properties":{"sessionID":"ses_1","status":{"type":"busy"}}}"#,
+    ];
+    let cases: [(Format, &[&str]); 6] = [
+        (Format::Gemini, &gemini),
+        (Format::Codex, &codex),
+        (Format::Opencode, &opencode),
+        (Format::Claude, &[]),
+        (Format::CodexAppServer, &[]),
+        (Format::GeminiAcp, &[]),
+    ];
+    for (format, lines) in cases {
+        let mut input = lines.join("\n");
+        input.push('\n');
+        input.push_str(&common.join("\n"));
+        check_fast_path(format, input.as_bytes());
+        for line in lines.iter().chain(&common) {
+            check_fast_path(format, line.as_bytes());
+        }
+    }
+}
+
+/// Transcripts of tests/data (embedded: the core reads no files), each in every format.
+#[wasm_bindgen_test(unsupported = test)]
+fn the_fast_paths_read_the_transcripts_as_the_value_path_does() {
+    macro_rules! data {
+        ($($path:literal),* $(,)?) => {
+            [$(include_bytes!(concat!("../../../tests/data/", $path)).as_slice()),*]
+        };
+    }
+    let transcripts = data![
+        "claude/agentwire-fake__tool.jsonl",
+        "claude/agentwire-fake__interrupted.jsonl",
+        "claude/agentwire-fake__midstream.jsonl",
+        "claude/Claude-Debussy__task_tool_output.jsonl",
+        "codex/takopi__codex_exec_json_all_formats.jsonl",
+        "codex/takopi__codex_exec_json_phase_and_unknown.jsonl",
+        "codex/agentcmd__stream-output-multi-1.jsonl",
+        "codex-app-server/agentwire-fake__tool.jsonl",
+        "gemini/gemini-cli__snap-extract__tool-use-stream.jsonl",
+        "gemini/gemini-cli__snap-extract__max-session-turns-error.jsonl",
+        "opencode/agentwire-fake__tool.jsonl",
+        "opencode/agentwire-fake__interrupted.jsonl",
+        "opencode/takopi__opencode_run_json.jsonl",
+        "opencode/sandbox-agent__native__all-events.json",
+    ];
+    for input in transcripts {
+        for &format in Format::ALL {
+            check_fast_path(format, input);
+        }
+    }
+}

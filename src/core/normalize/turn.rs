@@ -8,7 +8,7 @@
 //! that ended the run (`run_completed`, `run_failed` or `run_cancelled`). A decoder that keeps
 //! its own tool state (it needs more than this) still emits through [`cancel_tool_call`].
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::Out;
 use crate::core::event::EventType;
@@ -101,10 +101,11 @@ pub(crate) fn cancel_tool_call(
 
 /// The payload of [`cancel_tool_call`], for decoders that emit through their own helper.
 pub(crate) fn cancelled_data(id: &str, name: &Value, input: &Value, terminal: EventType) -> Value {
-    json!({
-        "tool_call_id": id,
-        "tool_name": name,
-        "tool_input": input,
-        "reason": terminal.as_str(),
-    })
+    // Clones, not `json!` (which would copy the values through their serializer).
+    Value::Object(Map::from_iter([
+        ("tool_call_id".to_owned(), Value::from(id)),
+        ("tool_name".to_owned(), name.clone()),
+        ("tool_input".to_owned(), input.clone()),
+        ("reason".to_owned(), Value::from(terminal.as_str())),
+    ]))
 }

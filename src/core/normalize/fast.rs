@@ -1,0 +1,100 @@
+//! Pieces of the typed fast path: a decoder may read a record as a borrowed typed struct
+//! (`#[derive(Deserialize)]` over these field types) instead of a `serde_json::Value` tree,
+//! see [`super::Decoder::record_text`].
+//!
+//! The rule that keeps the output identical: the fast path only *accepts* a record it reads
+//! exactly as the `Value` path would; whenever the typed read fails (a field of another JSON
+//! type, a duplicate field, an unexpected shape) or the record is not one it handles, it
+//! returns `false` before emitting anything, and the record goes down the `Value` path,
+//! which gives the same events and the same diagnostics as before.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, Visitor};
+use serde_json::Value;
+
+use crate::core::time::Timestamp;
+
+/// A JSON string, borrowed from the line unless it has escapes.
+pub(crate) struct Str<'a>(pub(crate) Cow<'a, str>);
+
+impl std::ops::Deref for Str<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Str<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(s.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(s)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A field read the way `Out::use_timestamp` reads it: an RFC 3339 string or a number of
+/// milliseconds; anything else scalar (or absent, or null) stamps nothing. An array or an
+/// object fails the typed read (the `Value` path takes the record).
+#[derive(Default)]
+pub(crate) struct Stamp(pub(crate) Option<Timestamp>);
+
+impl<'de> Deserialize<'de> for Stamp {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Stamp;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a timestamp")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Stamp, E> {
+                Ok(Stamp(Timestamp::parse_rfc3339(s)))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Stamp, E> {
+                Ok(Stamp(Some(Timestamp::from_unix_millis(n))))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Stamp, E> {
+                Ok(Stamp(
+                    i64::try_from(n).ok().map(Timestamp::from_unix_millis),
+                ))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `deserialize_with` for an `Option<Value>` field that must tell `null` (`Some(Null)`, as
+/// `obj.get(key)` sees it) from absent (`None`, with `#[serde(default)]`).
+pub(crate) fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// True when `text` can only be read as a JSON object (so a typed struct, which serde would
+/// also read from an array, sees the same record as the `Value` path).
+pub(crate) fn is_object_text(text: &str) -> bool {
+    text.trim_ascii_start().starts_with('{')
+}
