@@ -226,12 +226,13 @@ function onChange(batch) {
     }
     // A reset with a `start` is a snapshot (the session opened at its end), not a rebuilt log.
     const snapshot = b.reset && b.start !== undefined;
-    const m = b.reset ? new SessionModel(b.start ?? 0) : model(b.session);
+    const older = b.older?.length ?? 0;
+    // A batch that both restores and prepends starts where the restored items began.
+    const m = b.reset ? new SessionModel((b.start ?? 0) + older) : model(b.session);
     if (b.reset) {
       state.models.set(b.session, m);
       if (!snapshot) state.resets += 1;
     }
-    const older = b.older?.length ?? 0;
     if (older) m.prepend(b.older, b.start);
     m.apply(b.changes);
     for (const n of b.notes ?? []) {

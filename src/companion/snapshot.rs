@@ -47,14 +47,17 @@ pub struct Projections {
 }
 
 /// Drops what the bounds do not allow, oldest use first, never `keep` (the session being
-/// asked for).
+/// asked for) nor one a request is building or reading now (dropping it would not free it,
+/// and the next request would build a second one).
 fn evict(held: &mut Vec<Held>, now: Instant, keep: Option<&str>) {
-    held.retain(|h| Some(h.session.as_str()) == keep || now.duration_since(h.used) < IDLE);
+    let spared =
+        |h: &Held| Some(h.session.as_str()) == keep || Arc::strong_count(&h.projection) > 1;
+    held.retain(|h| spared(h) || now.duration_since(h.used) < IDLE);
     let over = |held: &Vec<Held>| {
         held.len() > CAPACITY || held.iter().map(|h| h.events).sum::<u64>() > EVENT_BUDGET
     };
     while over(held) {
-        match held.iter().position(|h| Some(h.session.as_str()) != keep) {
+        match held.iter().position(|h| !spared(h)) {
             Some(i) => drop(held.remove(i)),
             None => break,
         }
@@ -240,5 +243,14 @@ mod tests {
             let left: Vec<&str> = list.iter().map(|h| h.session.as_str()).collect();
             assert_eq!(&left, after, "case {i}");
         }
+        // One a request still builds or reads is kept, idle and over the budget as it is.
+        let busy = held("busy", 3_000_000, now - Duration::from_secs(700));
+        let in_use = busy.projection.clone();
+        let mut list = vec![busy, held("b", 10, now)];
+        evict(&mut list, now, Some("b"));
+        assert_eq!(list.len(), 2);
+        drop(in_use);
+        evict(&mut list, now, Some("b"));
+        assert_eq!(list.len(), 1);
     }
 }

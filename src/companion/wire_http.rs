@@ -11,7 +11,8 @@
 //!   proxies, and so that a proxy that buffers hands over what it held); the client opens the
 //!   next from its cursors.
 //! * `POST /api/wire` takes one command frame (`start_turn`, `interrupt`, …) as its body and
-//!   answers with the command's `reply` frame (or the `error` frame a WebSocket would send).
+//!   answers with the command's `reply` frame (or the `error` frame a WebSocket would send;
+//!   a long `history` page as its `message_part`s, a line each).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -151,21 +152,23 @@ pub async fn command(State(state): State<AppState>, body: Bytes) -> Response {
         state.hub.clone(),
         state.config.limits,
     ));
-    // The welcome first, then the command's answer.
-    let mut answer = None;
+    // The welcome first, then the command's answer: one frame, or (a long history page) its
+    // `message_part`s, a line each.
+    let mut answer = String::new();
     while let Some(frame) = rx.recv().await {
         if !frame.as_str().starts_with(r#"{"t":"welcome""#) {
-            answer = Some(frame.as_str().to_owned());
+            answer.push_str(frame.as_str());
+            answer.push('\n');
         }
     }
     let _ = run.await;
-    match answer {
-        Some(frame) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            frame,
-        )
-            .into_response(),
-        None => refusal(ErrorCode::InternalError, "the command was not answered"),
+    if answer.is_empty() {
+        return refusal(ErrorCode::InternalError, "the command was not answered");
     }
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        answer,
+    )
+        .into_response()
 }

@@ -259,6 +259,11 @@ pub async fn run_connection<I>(
     };
 
     let mut subscriptions: HashMap<String, JoinHandle<()>> = HashMap::new();
+    // The one `history` page this connection may have in flight.
+    let mut paging: Option<JoinHandle<()>> = None;
+    // Held while a message goes out in `message_part`s, so that two of one session (a
+    // history page and a snapshot) never interleave their parts.
+    let parts = Arc::new(tokio::sync::Mutex::new(()));
     while let Some(frame) = incoming.next().await {
         let text = match frame {
             Incoming::Text(t) => t,
@@ -326,7 +331,7 @@ pub async fn run_connection<I>(
                     continue;
                 }
                 let status = wants_status.then(|| hub.watch_store(&session));
-                let snapshot = snapshot.map(|s| (hub.projections(), s.items));
+                let snapshot = snapshot.map(|s| (hub.projections(), s.items, parts.clone()));
                 let task = tokio::spawn(follow(
                     fanout.clone(),
                     session.clone(),
@@ -405,22 +410,42 @@ pub async fn run_connection<I>(
                 before,
                 limit,
             } => {
+                if paging.as_ref().is_some_and(|task| !task.is_finished()) {
+                    let message = "one history page at a time: wait for the last one's answer";
+                    let refusal = CommandError::new(ErrorCode::TooManyRequests, message);
+                    send(reply(id, Err(refusal))).await;
+                    continue;
+                }
                 // A cold projection takes a while to build: the connection goes on meanwhile.
-                tokio::spawn(history(
+                paging = Some(tokio::spawn(history(
                     hub.clone(),
-                    id,
-                    session,
-                    before,
-                    limit,
+                    HistoryPage {
+                        id,
+                        session,
+                        before,
+                        limit,
+                    },
                     max_frame,
                     out.clone(),
-                ));
+                    parts.clone(),
+                )));
             }
         }
     }
     for (_, task) in subscriptions {
         task.abort();
     }
+    if let Some(task) = paging {
+        task.abort();
+    }
+}
+
+/// A `history` command.
+struct HistoryPage {
+    id: String,
+    session: String,
+    before: usize,
+    limit: usize,
 }
 
 fn reply(id: String, result: Result<serde_json::Value, CommandError>) -> ServerMsg {
@@ -444,13 +469,17 @@ fn reply(id: String, result: Result<serde_json::Value, CommandError>) -> ServerM
 /// one), or a failed reply.
 async fn history(
     hub: Arc<Hub>,
-    id: String,
-    session: String,
-    before: usize,
-    limit: usize,
+    page: HistoryPage,
     max_frame: usize,
     out: mpsc::Sender<Text>,
+    parts: Arc<tokio::sync::Mutex<()>>,
 ) {
+    let HistoryPage {
+        id,
+        session,
+        before,
+        limit,
+    } = page;
     let refusal = |code: ErrorCode, message: String| {
         reply(id.clone(), Err(CommandError::new(code, message)))
             .encode()
@@ -478,6 +507,7 @@ async fn history(
             Err(e) => vec![refusal(ErrorCode::StoreError, e.to_string())],
         },
     };
+    let _parts = parts.lock().await;
     for frame in frames {
         if out.send(frame).await.is_err() {
             return;
@@ -490,7 +520,12 @@ async fn history(
 struct Start {
     after: u64,
     epoch: Option<String>,
-    snapshot: Option<(Arc<super::snapshot::Projections>, usize)>,
+    /// The projections, the items asked for, and the connection's lock on sending parts.
+    snapshot: Option<(
+        Arc<super::snapshot::Projections>,
+        usize,
+        Arc<tokio::sync::Mutex<()>>,
+    )>,
 }
 
 /// One subscription: replay from `after` (or, asked for a snapshot with no cursor, the
@@ -553,7 +588,7 @@ async fn follow(
             return;
         }
     }
-    if let (Some((projections, items)), 0) = (snapshot, after) {
+    if let (Some((projections, items, parts)), 0) = (snapshot, after) {
         let snapshot = match projections.snapshot(&session, items).await {
             Ok(s) => s,
             Err(e) => {
@@ -563,6 +598,7 @@ async fn follow(
         };
         after = snapshot.after;
         let msg = ServerMsg::Snapshot(Box::new(snapshot));
+        let _parts = parts.lock().await;
         for frame in wire::encode_message(&session, &msg, max_frame) {
             if out.send(frame.into()).await.is_err() {
                 return;

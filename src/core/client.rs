@@ -508,30 +508,41 @@ impl Client {
     }
 
     /// The response body of a command POSTed on the fallback transport: `posted` is the body
-    /// [`Client::poll_post`] gave, `frame` what came back. Its `reply` settles the command; an
-    /// `error` frame (the server refused the command unread) fails it with that error; anything
-    /// else (a proxy's page, a truncated body) leaves its fate unknown, so the stream is dropped
-    /// as if the request had failed and the command is sent again on the next one (commands
-    /// are idempotent by id). A command is never left waiting for an answer that will not come.
-    pub fn handle_post_reply(&mut self, posted: &str, frame: &str, now_ms: i64) {
+    /// [`Client::poll_post`] gave, `body` what came back, one server frame per line (its
+    /// `reply`, or a `history` page, in `message_part`s when it is long). What settles the
+    /// command settles it; an `error` frame (the server refused the command unread) fails it
+    /// with that error; anything else (a proxy's page, a truncated body) leaves its fate
+    /// unknown, so the stream is dropped as if the request had failed and the command is sent
+    /// again on the next one if it is kept (commands are idempotent by id), failed with
+    /// `connection_lost` if not. A command never waits for an answer that will not come.
+    pub fn handle_post_reply(&mut self, posted: &str, body: &str, now_ms: i64) {
         let number = serde_json::from_str::<ClientMsg>(posted)
             .ok()
             .and_then(|msg| msg.command_id().and_then(command_number));
-        match ServerMsg::decode(frame, usize::MAX) {
-            Ok(ServerMsg::Reply { .. }) => self.take_frame(frame, now_ms),
-            Ok(ServerMsg::Error { error, .. }) => {
-                let settled = number.and_then(|n| self.pending.remove(&n).map(|_| n));
-                match settled {
-                    Some(n) => self.replies.push_back((format!("c{n}"), Err(error))),
-                    None => self.take_frame(frame, now_ms),
+        for frame in body.lines().filter(|line| !line.trim().is_empty()) {
+            match ServerMsg::decode(frame, usize::MAX) {
+                Ok(ServerMsg::Error { error, .. }) => {
+                    match number.filter(|n| self.pending.contains_key(n)) {
+                        Some(n) => {
+                            self.pending.remove(&n);
+                            self.replies.push_back((format!("c{n}"), Err(error)));
+                        }
+                        None => self.take_frame(frame, now_ms),
+                    }
                 }
+                Ok(
+                    ServerMsg::Reply { .. }
+                    | ServerMsg::History { .. }
+                    | ServerMsg::MessagePart { .. },
+                ) => self.take_frame(frame, now_ms),
+                _ => break,
             }
-            _ if self.socket && self.transport == Transport::Sse => {
-                self.actions
-                    .push_back(Action::Disconnect { conn: self.conn });
-                self.drop_connection(now_ms);
-            }
-            _ => {}
+        }
+        let unsettled = number.is_some_and(|n| self.pending.contains_key(&n));
+        if unsettled && self.socket && self.transport == Transport::Sse {
+            self.actions
+                .push_back(Action::Disconnect { conn: self.conn });
+            self.drop_connection(now_ms);
         }
     }
 

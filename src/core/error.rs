@@ -24,6 +24,8 @@ vocabulary! {
         /// Not `ses_` and 1 to 64 lowercase hex digits.
         BadSessionId = "bad_session_id",
         TooManySubscriptions = "too_many_subscriptions",
+        /// A `history` page asked for while the connection's last one is unanswered.
+        TooManyRequests = "too_many_requests",
         // Access.
         ForbiddenHost = "forbidden_host",
         ForbiddenOrigin = "forbidden_origin",

@@ -120,9 +120,11 @@ impl Projection {
         }
     }
 
-    /// The session now, with at least its last `items` items (more when an open item or a
+    /// The session now, with at least its last `items` items (at most [`MAX_SNAPSHOT_ITEMS`]
+    /// asked; more when an open item or a
     /// turn in progress reaches further back; see the module docs).
     pub fn snapshot(&self, epoch: &str, items: usize) -> Snapshot {
+        let items = items.min(MAX_SNAPSHOT_ITEMS);
         let active = self.lifecycle.active_turns();
         let start = self.timeline.snapshot_start(items, &active);
         let (items, timeline) = self.timeline.checkpoint(start);

@@ -1281,7 +1281,7 @@ impl Timeline {
     /// [`Timeline::checkpoint`]). Its first drain inserts every item, then gives the usage
     /// and the pending approvals. `None` when the state points outside the items.
     pub fn restore(start: usize, items: Vec<Item>, state: TimelineState) -> Option<Timeline> {
-        let end = start + items.len();
+        let end = start.checked_add(items.len())?;
         let inside = |i: &usize| (start..end).contains(i);
         let maps = [
             &state.messages,
@@ -1349,7 +1349,7 @@ impl Timeline {
     /// held from now on, reported by no drain (whoever asked for them has them). Returns
     /// false, changing nothing, when they do not end where the held items begin.
     pub fn prepend(&mut self, start: usize, items: Vec<Item>) -> bool {
-        if start + items.len() != self.items.start {
+        if start.checked_add(items.len()) != Some(self.items.start) {
             return false;
         }
         self.dirt.state.prepend(vec![Dirty::Clean; items.len()]);

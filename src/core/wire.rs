@@ -614,6 +614,10 @@ pub struct MessageParts {
     text: String,
 }
 
+/// The largest message a client puts together from `message_part`s (a snapshot or history
+/// page holds at most [`crate::core::snapshot::MAX_SNAPSHOT_ITEMS`] items plus what is open).
+pub const MAX_MESSAGE: usize = 256 << 20;
+
 impl MessageParts {
     /// Takes the next piece; the whole message when its last piece arrives. A piece out of
     /// order (a reconnect cut a message short) drops what was collected and is an error.
@@ -631,6 +635,12 @@ impl MessageParts {
                     "message part {index} came where part {expected} was expected"
                 )));
             }
+        }
+        if self.text.len().saturating_add(text.len()) > MAX_MESSAGE {
+            *self = MessageParts::default();
+            return Err(DecodeError::Malformed(format!(
+                "a message in parts over {MAX_MESSAGE} bytes"
+            )));
         }
         self.text.push_str(text);
         self.next += 1;

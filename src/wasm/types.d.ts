@@ -339,7 +339,7 @@ export type ClientErrorCode =
 export type ServerErrorCode =
   | "malformed_frame" | "unknown_type" | "frame_too_large" | "binary_frame" | "already_hello"
   | "hello_required" | "hello_timeout" | "unsupported_protocol" | "bad_command_id"
-  | "bad_session_id" | "too_many_subscriptions" | "forbidden_host" | "forbidden_origin"
+  | "bad_session_id" | "too_many_subscriptions" | "too_many_requests" | "forbidden_host" | "forbidden_origin"
   | "token_required" | "bad_token" | "too_many_attempts" | "unknown_session"
   | "unknown_request" | "unknown_provider" | "unknown_mode" | "foreground_turn_active"
   | "no_active_turn" | "turn_id_used" | "bad_turn_id" | "empty_prompt" | "bad_cwd" | "not_connected"

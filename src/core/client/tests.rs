@@ -9,7 +9,7 @@ use super::*;
 use crate::core::event::Event;
 use crate::core::normalize::{normalize, Config, Format};
 use crate::core::time::Timestamp;
-use crate::core::wire::{encode_events, ServerMsg};
+use crate::core::wire::{encode_events, ServerMsg, MIN_MAX_FRAME};
 
 const DEBUSSY: &[u8] =
     include_bytes!("../../../tests/data/claude/Claude-Debussy__task_tool_output.jsonl");
@@ -503,6 +503,27 @@ fn a_fallback_post_answered_by_a_foreign_page_is_sent_again_on_the_next_stream()
     c.handle_frame(4, &welcome(500), 40_000);
     assert_eq!(c.poll_post(), Some(post), "the same command, once more");
     assert_eq!(c.poll_post(), None);
+    // A history page answered in parts, a line each, settles its command on this stream.
+    let id = c.history("s1", 10).unwrap();
+    let post = c.poll_post().unwrap();
+    let mut timeline = crate::core::timeline::Timeline::new();
+    log().iter().for_each(|e| timeline.handle_event(e));
+    let page = ServerMsg::History {
+        id: id.clone(),
+        session: "s1".into(),
+        start: 0,
+        items: timeline.items().to_vec(),
+    };
+    let body: String = crate::core::wire::encode_message("s1", &page, MIN_MAX_FRAME)
+        .into_iter()
+        .map(|frame| frame + "\n")
+        .collect();
+    assert!(body.lines().count() > 1, "{body}");
+    c.handle_post_reply(&post, &body, 40_001);
+    assert_eq!(outbox(&mut c).0, [], "the stream stays");
+    let (reply_id, result) = c.poll_reply().unwrap();
+    assert_eq!(reply_id, id);
+    assert_eq!(result.unwrap(), json!({"start": 0, "items": 0}));
 }
 
 #[wasm_bindgen_test(unsupported = test)]

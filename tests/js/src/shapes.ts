@@ -183,7 +183,7 @@ export const errorCode = oneOf<ErrorCode>({
   store_error: true, bad_cwd: true, cli_not_found: true, spawn_failed: true, unsupported: true,
   unknown_mode: true, bad_request: true, already_running: true, no_resume_handle: true,
   hosted_elsewhere: true, bad_command_id: true, bad_session_id: true,
-  too_many_subscriptions: true, forbidden_host: true, forbidden_origin: true,
+  too_many_subscriptions: true, too_many_requests: true, forbidden_host: true, forbidden_origin: true,
   token_required: true, bad_token: true, too_many_attempts: true, bad_body: true,
   body_too_large: true, unsupported_media_type: true, method_not_allowed: true,
   not_found: true, bad_since: true, bad_type: true, internal_error: true, agent_busy: true,
