@@ -278,16 +278,14 @@ impl Bench {
     async fn session(&self, id: &str) {
         let at = Timestamp::EPOCH;
         self.store
-            .create_session(SessionRecord {
-                id: id.into(),
-                provider: "demo".into(),
-                cwd: "/".into(),
-                state: SessionState::Running,
-                provider_session_id: None,
-                created_at: at,
-                updated_at: at,
-                node: "local".into(),
-            })
+            .create_session(SessionRecord::new(
+                id,
+                "demo",
+                "/",
+                SessionState::Running,
+                "local",
+                at,
+            ))
             .await
             .unwrap();
     }

@@ -100,16 +100,14 @@ fn postgres(rt: &Runtime) -> Bench {
 
 fn with_session(rt: &Runtime, open: Open, session: &str) -> Bench {
     let bench = open(rt);
-    rt.block_on(bench.store.create_session(SessionRecord {
-        id: session.to_owned(),
-        provider: "claude".to_owned(),
-        cwd: "/work/project".to_owned(),
-        state: SessionState::Running,
-        provider_session_id: None,
-        created_at: Timestamp::EPOCH,
-        updated_at: Timestamp::EPOCH,
-        node: "local".into(),
-    }))
+    rt.block_on(bench.store.create_session(SessionRecord::new(
+        session,
+        "claude",
+        "/work/project",
+        SessionState::Running,
+        "local",
+        Timestamp::EPOCH,
+    )))
     .unwrap();
     bench
 }
@@ -202,16 +200,14 @@ fn sessions_at_once(c: &mut Criterion, name: &str, open: Open) {
     let bench = open(&rt);
     let ids: Vec<String> = (0..SESSIONS).map(|i| format!("s{i:03}")).collect();
     for id in &ids {
-        rt.block_on(bench.store.create_session(SessionRecord {
-            id: id.clone(),
-            provider: "claude".to_owned(),
-            cwd: "/work/project".to_owned(),
-            state: SessionState::Running,
-            provider_session_id: None,
-            created_at: Timestamp::EPOCH,
-            updated_at: Timestamp::EPOCH,
-            node: "local".into(),
-        }))
+        rt.block_on(bench.store.create_session(SessionRecord::new(
+            id.as_str(),
+            "claude",
+            "/work/project",
+            SessionState::Running,
+            "local",
+            Timestamp::EPOCH,
+        )))
         .unwrap();
     }
     let store = &bench.store;
@@ -275,16 +271,14 @@ fn sustained(_c: &mut Criterion, name: &str, open: Open) {
     let bench = open(&rt);
     let ids: Vec<String> = (0..=SESSIONS).map(|i| format!("s{i:03}")).collect();
     for id in &ids {
-        rt.block_on(bench.store.create_session(SessionRecord {
-            id: id.clone(),
-            provider: "claude".to_owned(),
-            cwd: "/work/project".to_owned(),
-            state: SessionState::Running,
-            provider_session_id: None,
-            created_at: Timestamp::EPOCH,
-            updated_at: Timestamp::EPOCH,
-            node: "local".into(),
-        }))
+        rt.block_on(bench.store.create_session(SessionRecord::new(
+            id.as_str(),
+            "claude",
+            "/work/project",
+            SessionState::Running,
+            "local",
+            Timestamp::EPOCH,
+        )))
         .unwrap();
     }
     let commits_before = (bench.commits)();

@@ -34,16 +34,14 @@ mod postgres;
 const DEADLINE: Duration = Duration::from_secs(30);
 
 fn session(id: &str, created_ms: i64) -> SessionRecord {
-    SessionRecord {
-        id: id.to_owned(),
-        provider: "demo".to_owned(),
-        cwd: "/tmp/project".to_owned(),
-        state: SessionState::Starting,
-        provider_session_id: None,
-        created_at: Timestamp::from_unix_millis(created_ms),
-        updated_at: Timestamp::from_unix_millis(created_ms),
-        node: "local".into(),
-    }
+    SessionRecord::new(
+        id,
+        "demo",
+        "/tmp/project",
+        SessionState::Starting,
+        "local",
+        Timestamp::from_unix_millis(created_ms),
+    )
 }
 
 /// An event of `session` whose id is derived from `id_key` (so two sessions can share one).

@@ -53,16 +53,14 @@ async fn a_slow_subscriber_is_resynced_from_the_store_not_skipped() {
     let at = Timestamp::from_unix_millis(0);
     let session = "ses_5100";
     store
-        .create_session(SessionRecord {
-            id: session.into(),
-            provider: "demo".into(),
-            cwd: "/".into(),
-            state: SessionState::Running,
-            provider_session_id: None,
-            created_at: at,
-            updated_at: at,
-            node: "local".into(),
-        })
+        .create_session(SessionRecord::new(
+            session,
+            "demo",
+            "/",
+            SessionState::Running,
+            "local",
+            at,
+        ))
         .await
         .unwrap();
     let hub = Hub::new(

@@ -436,16 +436,14 @@ mod tests {
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("f.db")).unwrap());
         let at = Timestamp::EPOCH;
         store
-            .create_session(SessionRecord {
-                id: session.into(),
-                provider: "demo".into(),
-                cwd: "/".into(),
-                state: SessionState::Running,
-                provider_session_id: None,
-                created_at: at,
-                updated_at: at,
-                node: "local".into(),
-            })
+            .create_session(SessionRecord::new(
+                session,
+                "demo",
+                "/",
+                SessionState::Running,
+                "local",
+                at,
+            ))
             .await
             .unwrap();
         append(&store, session, 0..events).await;

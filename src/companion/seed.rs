@@ -114,16 +114,14 @@ impl Turns {
 pub async fn seed(store: &dyn Store, options: &SeedOptions) -> Result<u64, StoreError> {
     let now = Timestamp::from_unix_millis(1_767_225_600_000);
     store
-        .create_session(SessionRecord {
-            id: options.session.clone(),
-            provider: "demo".into(),
-            cwd: "/seed".into(),
-            state: SessionState::Closed,
-            provider_session_id: None,
-            created_at: now,
-            updated_at: now,
-            node: String::new(),
-        })
+        .create_session(SessionRecord::new(
+            options.session.clone(),
+            "demo",
+            "/seed",
+            SessionState::Closed,
+            "",
+            now,
+        ))
         .await?;
     let mut batch = Vec::new();
     let mut n = 0;

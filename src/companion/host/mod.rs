@@ -322,16 +322,14 @@ impl Hub {
         }
         let at = now();
         let id = id.to_owned();
-        let record = SessionRecord {
-            id: id.clone(),
-            provider: provider.to_owned(),
-            cwd: cwd.display().to_string(),
-            state: SessionState::Starting,
-            provider_session_id: None,
-            created_at: at,
-            updated_at: at,
-            node: self.config.node.clone(),
-        };
+        let record = SessionRecord::new(
+            id.clone(),
+            provider.to_owned(),
+            cwd.display().to_string(),
+            SessionState::Starting,
+            self.config.node.clone(),
+            at,
+        );
         let record = self.store.create_session(record).await?;
         let data = json!({"provider": provider, "cwd": record.cwd});
         let created = host_event(

@@ -96,6 +96,29 @@ pub struct SessionRecord {
     pub node: String,
 }
 
+impl SessionRecord {
+    /// A session created (and last updated) at `at`, with no provider session id yet.
+    pub fn new(
+        id: impl Into<String>,
+        provider: impl Into<String>,
+        cwd: impl Into<String>,
+        state: SessionState,
+        node: impl Into<String>,
+        at: Timestamp,
+    ) -> SessionRecord {
+        SessionRecord {
+            id: id.into(),
+            provider: provider.into(),
+            cwd: cwd.into(),
+            state,
+            provider_session_id: None,
+            created_at: at,
+            updated_at: at,
+            node: node.into(),
+        }
+    }
+}
+
 /// A filter over one session's events. All bounds optional; see the module docs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventQuery {
