@@ -1,5 +1,7 @@
-//! Core benchmarks: normalization throughput per provider (MB/s and events/s) and projection
-//! throughput at 1k, 10k and 100k events. Numbers go to BENCHMARKS.md; nothing here asserts.
+//! Core benchmarks: normalization throughput per provider (MB/s and events/s), projection
+//! throughput at 1k, 10k and 100k events, and what a snapshot of a long session costs the
+//! companion (building its projection, taking a snapshot, encoding it). Numbers go to
+//! BENCHMARKS.md; nothing here asserts.
 //!
 //! Run: `cargo bench --bench core` (add `-- --quick` for a shorter run). Besides Criterion's
 //! report, the normalization part prints one `BENCH` line per format (MB/s, 10^6 bytes per
@@ -15,8 +17,10 @@ use serde_json::{json, Map, Value};
 use agentwire::core::event::{Event, EventInit, EventType, Provider};
 use agentwire::core::lifecycle::{LifecycleConfig, TurnProjector};
 use agentwire::core::normalize::{normalize, Config, Format};
+use agentwire::core::snapshot::Projection;
 use agentwire::core::time::Timestamp;
 use agentwire::core::timeline::Timeline;
+use agentwire::core::wire::ServerMsg;
 
 /// The real transcripts of one format, concatenated and repeated to about 1 MiB.
 fn corpus(dir: &str) -> Vec<u8> {
@@ -256,5 +260,61 @@ fn projection_lines() {
     }
 }
 
-criterion_group!(benches, normalization, projection);
+/// A snapshot of the last 200 items of a long session, as the companion takes one for a page
+/// (`companion::snapshot`): the projection built once (a cold request's work besides reading
+/// the log), then the snapshot of a held projection and its JSON (a warm request's work), as
+/// `BENCH` lines. The page's budget for the whole warm path is 300 ms at 1M events.
+fn snapshot(_: &mut Criterion) {
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    if filter.is_some_and(|f| !"snapshot".contains(f.as_str())) {
+        return;
+    }
+    let quick = std::env::args().any(|a| a == "--quick");
+    let sizes: &[usize] = if quick {
+        &[100_000]
+    } else {
+        &[100_000, 1_000_000]
+    };
+    for &n in sizes {
+        let events = synthetic_session(n);
+        let start = Instant::now();
+        let mut p = Projection::new("s1");
+        for (i, e) in events.iter().enumerate() {
+            p.handle_event(e, i as i64);
+        }
+        let build_ms = start.elapsed().as_secs_f64() * 1e3;
+        drop(events);
+        let mut take = Vec::new();
+        let mut encode = Vec::new();
+        let mut bytes = 0;
+        for _ in 0..if quick { 3 } else { 7 } {
+            let start = Instant::now();
+            let snap = p.snapshot("e1", 200);
+            take.push(start.elapsed().as_secs_f64() * 1e3);
+            let start = Instant::now();
+            bytes = black_box(ServerMsg::Snapshot(Box::new(snap)).encode()).len();
+            encode.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let k = n / 1000;
+        let items = p.timeline().len();
+        println!(
+            "BENCH\tcore.snapshot.build.{k}k\t{build_ms:.0}\tms\t-\t-\tthe projection of {n} events ({items} items), native, {:.2} M events/s",
+            n as f64 / build_ms / 1e3
+        );
+        println!(
+            "BENCH\tcore.snapshot.take.{k}k\t{:.2}\tms\tbudget 300 ms (page, warm)\t-\tthe last 200 items of a held projection",
+            median(take)
+        );
+        println!(
+            "BENCH\tcore.snapshot.encode.{k}k\t{:.2}\tms\t-\t-\tits JSON, {bytes} bytes",
+            median(encode)
+        );
+    }
+}
+
+criterion_group!(benches, normalization, projection, snapshot);
 criterion_main!(benches);
