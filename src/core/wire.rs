@@ -581,30 +581,37 @@ pub fn encode_message(session: &str, msg: &ServerMsg, max_frame: usize) -> Vec<S
         text: String::new(),
     }
     .encode();
-    // JSON escaping can at most sextuple a character (`\u00XX`); leave room for it.
-    let room = (max_frame - empty.len()) / 6;
-    let mut parts = Vec::new();
-    let mut rest = text.as_str();
-    let mut index = 0u32;
+    let pieces = pieces(&text, (max_frame - empty.len()) / 6);
+    let n = pieces.len();
+    (pieces.into_iter().enumerate())
+        .map(|(i, piece)| {
+            ServerMsg::MessagePart {
+                session: session.to_owned(),
+                index: i as u32,
+                last: i + 1 == n,
+                text: piece.to_owned(),
+            }
+            .encode()
+        })
+        .collect()
+}
+
+/// `text` cut into pieces of at most `room` bytes (at least one character each), at
+/// character boundaries. A piece of JSON text escapes to at most six times its length
+/// (`\u00XX`): callers pass a sixth of the room a frame leaves.
+fn pieces(text: &str, room: usize) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut rest = text;
     while !rest.is_empty() {
-        let mut cut = room.min(rest.len());
+        let mut cut = room.max(4).min(rest.len());
         while !rest.is_char_boundary(cut) {
             cut -= 1;
         }
         let (piece, tail) = rest.split_at(cut);
+        pieces.push(piece);
         rest = tail;
-        parts.push(
-            ServerMsg::MessagePart {
-                session: session.to_owned(),
-                index,
-                last: rest.is_empty(),
-                text: piece.to_owned(),
-            }
-            .encode(),
-        );
-        index += 1;
     }
-    parts
+    pieces
 }
 
 /// Reassembles `message_part`s of one session into the message they carry.
@@ -668,32 +675,21 @@ fn encode_parts(
         text: String::new(),
     }
     .encode();
-    // JSON escaping can at most sextuple a character (`\u00XX`); leave room for it.
-    let room = (max_frame - empty.len()) / 6;
-    let mut parts = Vec::new();
-    let mut rest = json;
-    let mut index = 0u32;
-    while !rest.is_empty() {
-        let mut cut = room.min(rest.len());
-        while !rest.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        let (piece, tail) = rest.split_at(cut);
-        rest = tail;
-        parts.push(
+    let pieces = pieces(json, (max_frame - empty.len()) / 6);
+    let n = pieces.len();
+    (pieces.into_iter().enumerate())
+        .map(|(i, piece)| {
             ServerMsg::EventPart {
                 session: session.to_owned(),
                 epoch: epoch.to_owned(),
                 sequence,
-                index,
-                last: rest.is_empty(),
+                index: i as u32,
+                last: i + 1 == n,
                 text: piece.to_owned(),
             }
-            .encode(),
-        );
-        index += 1;
-    }
-    parts
+            .encode()
+        })
+        .collect()
 }
 
 /// What a [`Cursor`] made of an incoming batch.
