@@ -110,6 +110,20 @@ pub struct LifecycleState {
     pub stalled: Option<Stall>,
 }
 
+impl LifecycleState {
+    /// What `lifecycle` says now: the turn in progress is the foreground one, else the first
+    /// active.
+    pub fn of(lifecycle: &TurnProjector) -> LifecycleState {
+        let active =
+            (lifecycle.active_foreground()).or_else(|| lifecycle.active_turns().first().copied());
+        LifecycleState {
+            state: lifecycle.lifecycle(),
+            active_turn: active.map(str::to_owned),
+            stalled: lifecycle.stalled().cloned(),
+        }
+    }
+}
+
 /// What changed in one session since the previous drain.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SessionBatch {
@@ -252,15 +266,7 @@ impl Session {
     }
 
     fn lifecycle_state(&self) -> LifecycleState {
-        let active = self
-            .lifecycle
-            .active_foreground()
-            .or_else(|| self.lifecycle.active_turns().first().copied());
-        LifecycleState {
-            state: self.lifecycle.lifecycle(),
-            active_turn: active.map(str::to_owned),
-            stalled: self.lifecycle.stalled().cloned(),
-        }
+        LifecycleState::of(&self.lifecycle)
     }
 
     fn drain(&mut self) -> Option<SessionBatch> {

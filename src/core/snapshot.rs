@@ -109,15 +109,7 @@ impl Projection {
     /// The lifecycle as a page shows it (what [`super::projector::Projector::lifecycle`]
     /// answers).
     pub fn lifecycle_state(&self) -> LifecycleState {
-        let active = self
-            .lifecycle
-            .active_foreground()
-            .or_else(|| self.lifecycle.active_turns().first().copied());
-        LifecycleState {
-            state: self.lifecycle.lifecycle(),
-            active_turn: active.map(str::to_owned),
-            stalled: self.lifecycle.stalled().cloned(),
-        }
+        LifecycleState::of(&self.lifecycle)
     }
 
     /// The session now, with at least its last `items` items (at most [`MAX_SNAPSHOT_ITEMS`]
