@@ -19,6 +19,7 @@ use agentwire::core::timeline::Item;
 use agentwire::core::wire::{ClientMsg, MIN_MAX_FRAME};
 use common::*;
 use futures_util::{SinkExt, StreamExt};
+use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
 const SESSION: &str = "ses_5eed";
@@ -155,6 +156,16 @@ async fn a_seeded_session_opens_from_a_snapshot_in_small_frames_and_pages_back_t
     assert_eq!(pages, start.div_ceil(300));
     assert_eq!(p.items(SESSION), want.as_slice());
     no_gaps(&mut p);
+
+    // The same pages over the HTTP fallback: a POST answered by the `history` frame.
+    let history =
+        json!({"t": "history", "id": "h1", "session": SESSION, "before": start, "limit": 50});
+    let (status, page) = server.api("POST", "/api/wire", Some(history));
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["t"], "history", "{page}");
+    assert_eq!(page["start"], start - 50);
+    let items: Vec<Item> = serde_json::from_value(page["items"].clone()).unwrap();
+    assert_eq!(items, want[start - 50..start]);
 }
 
 #[tokio::test]

@@ -435,8 +435,10 @@ pub async fn run_connection<I>(
     for (_, task) in subscriptions {
         task.abort();
     }
+    // A page being answered is let finish: over HTTP (`POST /api/wire`) the command is the
+    // whole input, and its answer comes after it; on a closed WebSocket its first send fails.
     if let Some(task) = paging {
-        task.abort();
+        let _ = task.await;
     }
 }
 
