@@ -24,7 +24,7 @@ import { build } from "esbuild";
 
 import { agent, run, type Run } from "./agui-run.js";
 import { launchChromium, root, testkitBin } from "./fixtures.js";
-import { apiClient, firstLine, SERVING, start, stop } from "./processes.js";
+import { apiClient, claudeOffline, firstLine, SERVING, start, stop } from "./processes.js";
 
 const TOKEN = "agui-test-token-0123456789";
 const DEADLINE_MS = 20_000;
@@ -375,18 +375,7 @@ async function claudeRun(dir: string) {
   const fake = start(["fake-model", "--addr", "127.0.0.1:0"], undefined, testkitBin);
   cleanups.push(() => stop(fake));
   const fakeAddr = await firstLine(fake, /^fake-model: listening http:\/\/(\S+)$/, "the fake model");
-  const env = {
-    PATH: process.env.PATH ?? "/usr/bin:/bin",
-    HOME: home,
-    TERM: "dumb",
-    ANTHROPIC_BASE_URL: `http://${fakeAddr}`,
-    ANTHROPIC_API_KEY: "sk-ant-dummy",
-    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
-    DISABLE_AUTOUPDATER: "1",
-    DISABLE_TELEMETRY: "1",
-    DISABLE_ERROR_REPORTING: "1",
-    CLAUDE_CODE_MAX_RETRIES: "1",
-  };
+  const env = claudeOffline(home, fakeAddr);
   const server = await serve(dir, ["--cli-dir", CLI_DIR], env);
   const a = agent(`${server.base}/ag-ui/claude`, TOKEN, "thread-claude");
   const hello = check(await run(a, "hello", { forwardedProps: { cwd } }), "success", "claude: text");

@@ -29,7 +29,7 @@ import { Projector } from "../../../pkg-web/agentwire.js";
 import type { Item } from "../../../pkg-web/agentwire.js";
 import { normalize, Projector as TranscriptProjector } from "../../../pkg-web/transcripts/agentwire.js";
 import { bin, launchChromium, loadPackage, root, testkitBin } from "./fixtures.js";
-import { apiClient, firstLine, SERVING, spawnTracked, start as startProcess, stop } from "./processes.js";
+import { apiClient, claudeOffline, firstLine, SERVING, spawnTracked, start as startProcess, stop } from "./processes.js";
 
 declare global {
   interface Window {
@@ -734,18 +734,7 @@ async function claudeRun() {
   const fake = start(["fake-model", "--addr", "127.0.0.1:0"], undefined, testkitBin);
   const fakeAddr = await firstLine(fake, /^fake-model: listening http:\/\/(\S+)$/, "the fake model");
   // Cleared down to PATH and what the CLI needs to run offline (tests/common/real.rs).
-  const env = {
-    PATH: process.env.PATH ?? "/usr/bin:/bin",
-    HOME: home,
-    TERM: "dumb",
-    ANTHROPIC_BASE_URL: `http://${fakeAddr}`,
-    ANTHROPIC_API_KEY: "sk-ant-dummy",
-    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
-    DISABLE_AUTOUPDATER: "1",
-    DISABLE_TELEMETRY: "1",
-    DISABLE_ERROR_REPORTING: "1",
-    CLAUDE_CODE_MAX_RETRIES: "1",
-  };
+  const env = claudeOffline(home, fakeAddr);
   const server = await serve(dir, ["--cli-dir", CLI_DIR], env);
   const context = await browser(dir);
   const page = await open(context, server.url);

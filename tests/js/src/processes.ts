@@ -66,3 +66,20 @@ export function apiClient(base: string, token: string) {
     return r.status === 204 ? null : r.json();
   };
 }
+
+/** The whole environment of a companion hosting the real Claude Code CLI against the fake
+ * model at `fakeAddr`: PATH and what the CLI needs to run offline (tests/common/real.rs). */
+export function claudeOffline(home: string, fakeAddr: string): NodeJS.ProcessEnv {
+  return {
+    PATH: process.env.PATH ?? "/usr/bin:/bin",
+    HOME: home,
+    TERM: "dumb",
+    ANTHROPIC_BASE_URL: `http://${fakeAddr}`,
+    ANTHROPIC_API_KEY: "sk-ant-dummy",
+    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
+    DISABLE_AUTOUPDATER: "1",
+    DISABLE_TELEMETRY: "1",
+    DISABLE_ERROR_REPORTING: "1",
+    CLAUDE_CODE_MAX_RETRIES: "1",
+  };
+}
