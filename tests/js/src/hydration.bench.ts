@@ -6,7 +6,9 @@
 // baseline, the same page replaying the whole log (`?snapshot=off`), in the same run; the
 // companion's RSS and the page's JS heap after each.
 //
-//   node tests/js/build/hydration.bench.js [sizes, default 100000,1000000]
+//   node tests/js/build/hydration.bench.js [sizes, default 100000,1000000] [--no-replay]
+//
+// `--no-replay` leaves out the baseline (a 1M-event replay takes minutes): for a quick look.
 
 import { existsSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
@@ -14,7 +16,9 @@ import { join } from "node:path";
 import { bin, root } from "./fixtures.js";
 import { browser, open, seed, serve } from "./hydration.js";
 
-const sizes = (process.argv[2] ?? "100000,1000000").split(",").map(Number);
+const args = process.argv.slice(2);
+const replay = !args.includes("--no-replay");
+const sizes = (args.find((a) => !a.startsWith("--")) ?? "100000,1000000").split(",").map(Number);
 const release = join(root, "target", "release", "agentwire");
 const program = existsSync(release) ? release : bin;
 const build = program === release ? "release" : "debug";
@@ -44,12 +48,14 @@ for (const size of sizes) {
     const heap = (page: import("playwright-core").Page) =>
       page.evaluate(() => ((performance as any).memory?.usedJSHeapSize ?? NaN) / (1 << 20));
     const row: Record<string, { ms: number; heap: number; rss: number; held: number }> = {};
-    for (const [name, snapshot] of [["cold", true], ["warm", true], ["replay", false]] as const) {
+    const runs = [["cold", true], ["warm", true], ["replay", false]] as const;
+    for (const [name, snapshot] of runs.filter(([name]) => replay || name !== "replay")) {
       const o = await open(context, server.addr, seeded.session, lastText, snapshot, 600_000);
       row[name] = { ms: o.ms, heap: await heap(o.page), rss: rss(server.child.pid!), held: o.held };
       await o.page.close();
       console.log(`${label(size)} ${name}: ${o.ms.toFixed(0)} ms, holding ${o.held} items, page heap ${row[name]!.heap.toFixed(1)} MiB, companion RSS ${row[name]!.rss.toFixed(1)} MiB`);
     }
+    if (!replay) continue;
     const base = row.replay!.ms;
     const target = size >= 1_000_000 ? "target 300 ms" : "target 1000 ms";
     for (const name of ["cold", "warm"] as const) {
