@@ -25,6 +25,14 @@
 //!   same session's agent. A live companion renews its lease ([`Store::beat`]); the live
 //!   sessions of a node whose lease ran out are taken over by exactly one other
 //!   ([`Store::take_over_stale`]), which then ends them as failed.
+//! * Projections ([`Store::load_projection`], [`Store::save_projection`],
+//!   [`Store::projected_items`]) are derived data kept beside the log so that a session's
+//!   snapshot need not replay it from the start (`companion::snapshot`): a checkpoint per
+//!   session and the session's *final* timeline items by index, both tagged with the
+//!   projection `format` that wrote them. Reading only ever returns rows of the format asked
+//!   for; a save replaces the session's checkpoint and the item rows it names, whatever their
+//!   format, in one transaction. The store does not interpret either body. A store may keep
+//!   none (the default methods): snapshots then replay the log.
 //! * [`Store::epoch`] names this log's incarnation: it stays the same across restarts on the
 //!   same file or database and changes only when the log is rebuilt, so a client can tell "resume" from
 //!   "reset".
@@ -151,6 +159,18 @@ pub struct Committed {
     pub latest_sequence: u64,
 }
 
+/// A session's stored projection checkpoint (see the module docs): opaque to the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredProjection {
+    /// The projection format that wrote it; rows of another format are never returned.
+    pub format: u32,
+    /// The last sequence the checkpoint has applied.
+    pub after: u64,
+    /// How many final items it counts on being stored (indices `0..items`).
+    pub items: u64,
+    pub body: Vec<u8>,
+}
+
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -237,6 +257,49 @@ pub trait Store: Send + Sync + 'static {
         query: &EventQuery,
         wait_ms: u64,
     ) -> Result<Vec<Event>, StoreError>;
+
+    /// The session's projection checkpoint of `format`, if one is stored.
+    async fn load_projection(
+        &self,
+        session_id: &str,
+        format: u32,
+    ) -> Result<Option<StoredProjection>, StoreError> {
+        let _ = (session_id, format);
+        Ok(None)
+    }
+
+    /// In one transaction: stores `items` as the session's final items at indices
+    /// `from..from + items.len()` (replacing rows at those indices) and makes `checkpoint`
+    /// the session's checkpoint (replacing the one stored). The session must exist.
+    async fn save_projection(
+        &self,
+        session_id: &str,
+        from: u64,
+        items: Vec<Vec<u8>>,
+        checkpoint: StoredProjection,
+    ) -> Result<(), StoreError> {
+        let _ = (session_id, from, items, checkpoint);
+        Ok(())
+    }
+
+    /// The session's final items of `format` at indices `from..to`, in index order; a row
+    /// missing in that range (or of another format) is [`StoreError::Corrupt`], so a
+    /// caller never mistakes a hole for the session's start.
+    async fn projected_items(
+        &self,
+        session_id: &str,
+        format: u32,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        let _ = (session_id, format);
+        if from < to {
+            return Err(StoreError::Corrupt(format!(
+                "no projected items are kept (asked for {from}..{to})"
+            )));
+        }
+        Ok(Vec::new())
+    }
 }
 
 /// Decodes a stored body; the row's sequence is authoritative. Never panics.
