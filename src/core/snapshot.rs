@@ -33,6 +33,11 @@ pub struct SnapshotRequest {
 /// The largest `items` a snapshot or a history page gives, whatever is asked.
 pub const MAX_SNAPSHOT_ITEMS: usize = 10_000;
 
+/// The format of the projections a companion stores beside its log (items and snapshots as
+/// serialized here, projected by these rules): a stored projection of another format is
+/// never read. Change it with either.
+pub const PROJECTION_FORMAT: u32 = 1;
+
 /// A session at a cursor. `after`/`epoch` is the cursor: the events after it follow.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -116,9 +121,28 @@ impl Projection {
     /// asked; more when an open item or a
     /// turn in progress reaches further back; see the module docs).
     pub fn snapshot(&self, epoch: &str, items: usize) -> Snapshot {
-        let items = items.min(MAX_SNAPSHOT_ITEMS);
-        let active = self.lifecycle.active_turns();
-        let start = self.timeline.snapshot_start(items, &active);
+        self.snapshot_from(epoch, self.window_start(items.min(MAX_SNAPSHOT_ITEMS)))
+    }
+
+    /// Where a snapshot of the last `n` items starts: `n` items back, or further back to the
+    /// first item still open or of a turn in progress (never before the first item held).
+    pub fn window_start(&self, n: usize) -> usize {
+        self.timeline
+            .snapshot_start(n, &self.lifecycle.active_turns())
+    }
+
+    /// How many of the session's items are final: those before the first one still open or
+    /// of a turn in progress. The events after now leave them as they are (see the module
+    /// docs), so they can be kept apart from the projection (a companion stores them).
+    pub fn final_items(&self) -> usize {
+        self.window_start(0)
+    }
+
+    /// The session now with its items from `start` on (clamped to the items held). A
+    /// `start` past [`Projection::final_items`] leaves out an open item: only
+    /// [`Projection::window_start`] gives one that restores exactly.
+    pub fn snapshot_from(&self, epoch: &str, start: usize) -> Snapshot {
+        let start = start.clamp(self.timeline.start(), self.timeline.len());
         let (items, timeline) = self.timeline.checkpoint(start);
         let runs: std::collections::HashSet<&str> = items.iter().filter_map(Item::run_id).collect();
         let lifecycle = self.lifecycle.checkpoint(|r| runs.contains(r));
@@ -140,6 +164,32 @@ impl Projection {
                 lifecycle,
             },
         }
+    }
+
+    /// Drops the items before `start` (at most [`Projection::final_items`]): from here on the
+    /// projection is the one a client restores from a snapshot at `start`, and its memory
+    /// is what it holds.
+    pub fn trim(&mut self, start: usize) {
+        let start = start.min(self.final_items());
+        if start <= self.timeline.start() {
+            return;
+        }
+        let dedup = std::mem::take(&mut self.dedup);
+        if let Some(mut trimmed) = Projection::restore(self.snapshot_from("", start)) {
+            trimmed.timeline.drain();
+            trimmed.dedup = dedup;
+            *self = trimmed;
+        } else {
+            debug_assert!(false, "a projection's own snapshot restores");
+            self.dedup = dedup;
+        }
+    }
+
+    /// Older items, just before the first one held (kept apart, see
+    /// [`Projection::final_items`]): held from now on. False, changing nothing, when they
+    /// do not end where the held items begin.
+    pub fn prepend(&mut self, start: usize, items: Vec<Item>) -> bool {
+        self.timeline.prepend(start, items)
     }
 
     /// A client's projection from a snapshot: the snapshot's items held, the events after

@@ -463,3 +463,57 @@ fn a_snapshot_that_points_outside_its_items_is_refused() {
         "it waits for the log from 0"
     );
 }
+
+/// What a companion does with a long session (`companion::snapshot`): every `every` events
+/// it keeps the final items apart (stored) and trims its projection to them, through a JSON
+/// round trip of the checkpoint now and then (a restart). The kept items and the projection
+/// end as one pass does, whatever the rhythm.
+#[wasm_bindgen_test(unsupported = test)]
+fn a_projection_trimmed_to_its_final_items_ends_as_one_pass() {
+    let mut logs: Vec<Vec<Event>> = vec![transcript(DEBUSSY), transcript(TAKOPI)];
+    logs.extend((1..=SEEDS).map(|seed| seeded(seed, 30)));
+    for (l, log) in logs.iter().enumerate() {
+        let want = full(log);
+        for every in [1, 3, 17] {
+            let mut p = Projection::new("s1");
+            let mut stored: Vec<Item> = Vec::new();
+            for (n, e) in log.iter().enumerate() {
+                p.handle_event(e, 0);
+                if (n + 1) % every != 0 {
+                    continue;
+                }
+                let keep = p.final_items();
+                assert!(keep >= stored.len(), "final items stay final");
+                stored.extend_from_slice(
+                    &p.timeline().items()
+                        [stored.len() - p.timeline().start()..keep - p.timeline().start()],
+                );
+                if n % 2 == 0 {
+                    p.trim(keep);
+                } else {
+                    let body = serde_json::to_vec(&p.snapshot_from("e1", keep)).expect("encodes");
+                    let back: Snapshot = serde_json::from_slice(&body).expect("decodes");
+                    p = Projection::restore(back).expect("restores");
+                }
+                assert_eq!(p.timeline().start(), keep);
+            }
+            let held = p.timeline().items();
+            let items: Vec<Item> = stored[..p.timeline().start()]
+                .iter()
+                .chain(held)
+                .cloned()
+                .collect();
+            let got = Outcome {
+                items,
+                lifecycle: p.lifecycle_state(),
+                usage: p.timeline().usage(),
+                approvals: p
+                    .timeline()
+                    .pending_approvals()
+                    .map(str::to_owned)
+                    .collect(),
+            };
+            assert_eq!(got, want, "log {l}, trimmed every {every} events");
+        }
+    }
+}
