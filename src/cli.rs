@@ -442,6 +442,9 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             .await
             .context("renewing this node's lease")?;
         tokio::spawn(hub.clone().keep_lease());
+        // Every session's stored projection within a few thousand events of its log, so a
+        // snapshot never replays a long one (companion::snapshot).
+        tokio::spawn(hub.projections().keep_checkpoints());
         if args.www.is_none() && !crate::companion::embedded::PACKAGE {
             eprintln!(
                 "agentwire: this binary was built without the npm package, so the demo page \

@@ -9,12 +9,16 @@
 mod common;
 
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Instant;
 
+use agentwire::companion::seed::{seed, SeedOptions};
+use agentwire::companion::snapshot::{Projections, CHECKPOINT_EVERY};
+use agentwire::companion::store::{EventQuery, SqliteStore, Store, StoredProjection};
 use agentwire::core::client::{Action, Client, ClientConfig};
 use agentwire::core::event::Event;
 use agentwire::core::projector::{Note, Projector, Signal};
-use agentwire::core::snapshot::{Projection, SnapshotRequest};
+use agentwire::core::snapshot::{Projection, Snapshot, SnapshotRequest, PROJECTION_FORMAT};
 use agentwire::core::timeline::Item;
 use agentwire::core::wire::{ClientMsg, MIN_MAX_FRAME};
 use common::*;
@@ -328,4 +332,165 @@ async fn the_client_asks_for_a_snapshot_once_and_resumes_by_cursor_after_a_drop(
     );
     let want = reference(&stored);
     assert_eq!(client.projector().items(SESSION), &want[start..]);
+}
+
+/// A full projection of the stored log and that log.
+async fn stored_log(store: &Arc<dyn Store>) -> (Vec<Event>, Projection) {
+    let events = store
+        .get_events(SESSION, &EventQuery::default())
+        .await
+        .unwrap();
+    let mut p = Projection::new(SESSION);
+    for e in &events {
+        p.handle_event(e, 0);
+    }
+    (events, p)
+}
+
+/// What a cold companion answers (a fresh cache over `store`): a snapshot of `items` items,
+/// then history pages of `page` items back to the start, checked against one pass.
+async fn check_cold(store: &Arc<dyn Store>, whole: &Projection, items: usize, page: usize) {
+    let cold = Projections::new(store.clone());
+    let s = cold.snapshot(SESSION, items).await.expect("a snapshot");
+    let want = whole.snapshot(store.epoch(), items);
+    assert_eq!(
+        (
+            s.start,
+            &s.items,
+            &s.lifecycle,
+            &s.usage,
+            &s.approvals,
+            s.after
+        ),
+        (
+            want.start,
+            &want.items,
+            &want.lifecycle,
+            &want.usage,
+            &want.approvals,
+            want.after
+        ),
+        "a snapshot of {items}"
+    );
+    let mut before = s.start;
+    let mut all = s.items;
+    while before > 0 {
+        let (start, older) = cold.history(SESSION, before, page).await.expect("a page");
+        assert_eq!(
+            start + older.len(),
+            before,
+            "a page of {page} ends where asked"
+        );
+        assert_eq!(older.len(), page.min(before));
+        all.splice(0..0, older);
+        before = start;
+    }
+    assert_eq!(
+        all,
+        whole.timeline().items(),
+        "paged back in pages of {page}"
+    );
+    // Pages from anywhere, also across where the stored items end and the held begin.
+    let total = whole.timeline().len();
+    for before in [total, total - 1, total / 2, 1, 0] {
+        let (start, got) = cold.history(SESSION, before, page).await.expect("a page");
+        assert_eq!(start, before.saturating_sub(page));
+        assert_eq!(got, &whole.timeline().items()[start..before]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_projection_answers_snapshots_and_history_as_one_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("a.db")).unwrap());
+    let options = SeedOptions {
+        session: SESSION.into(),
+        events: 20_000,
+        tool_updates: Some((500, 300)),
+    };
+    seed(store.as_ref(), &options).await.unwrap();
+    let (events, whole) = stored_log(&store).await;
+    // A companion brings the session's projection up to date, checkpointing on the way...
+    let after = Projections::new(store.clone())
+        .refresh(SESSION)
+        .await
+        .unwrap();
+    assert!(
+        after + CHECKPOINT_EVERY > events.len() as u64,
+        "checkpointed at {after}"
+    );
+    let stored = (store.load_projection(SESSION, PROJECTION_FORMAT).await)
+        .unwrap()
+        .expect("a stored checkpoint");
+    assert_eq!(stored.after, after);
+    assert!(stored.items > 1000, "{} final items stored", stored.items);
+    // ...and every cold one answers from it as one pass over the log does.
+    for (items, page) in [(1, 7), (40, 300), (1000, 1000), (5000, 2500)] {
+        check_cold(&store, &whole, items, page).await;
+    }
+    // Of another format, nothing is read.
+    assert!(
+        (store.load_projection(SESSION, PROJECTION_FORMAT + 1).await)
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_projection_that_does_not_fit_the_log_is_rebuilt_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("a.db")).unwrap());
+    let options = SeedOptions {
+        session: SESSION.into(),
+        events: 9_000,
+        tool_updates: None,
+    };
+    seed(store.as_ref(), &options).await.unwrap();
+    let (_, whole) = stored_log(&store).await;
+    Projections::new(store.clone())
+        .refresh(SESSION)
+        .await
+        .unwrap();
+    let good = (store.load_projection(SESSION, PROJECTION_FORMAT).await)
+        .unwrap()
+        .expect("a stored checkpoint");
+    let mut snapshot: Snapshot = serde_json::from_slice(&good.body).unwrap();
+    snapshot.epoch = "another log".into();
+    let other_epoch = serde_json::to_vec(&snapshot).unwrap();
+    let bad = |after: u64, items: u64, body: &[u8]| StoredProjection {
+        format: PROJECTION_FORMAT,
+        after,
+        items,
+        body: body.to_vec(),
+    };
+    let cases = [
+        ("not JSON", bad(good.after, good.items, b"{not json")),
+        ("another epoch", bad(good.after, good.items, &other_epoch)),
+        (
+            "ahead of the log",
+            bad(good.after + 100_000, good.items, &good.body),
+        ),
+        (
+            "its items miscounted",
+            bad(good.after, good.items + 1, &good.body),
+        ),
+    ];
+    for (what, checkpoint) in cases {
+        store
+            .save_projection(SESSION, 0, Vec::new(), checkpoint)
+            .await
+            .unwrap();
+        check_cold(&store, &whole, 40, 500).await;
+        // The rebuild stored a good one again.
+        let now = store
+            .load_projection(SESSION, PROJECTION_FORMAT)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            serde_json::from_slice::<Snapshot>(&now.body).is_ok(),
+            "{what}"
+        );
+        assert_eq!(now.items, good.items, "{what}");
+    }
 }

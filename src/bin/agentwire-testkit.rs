@@ -6,15 +6,18 @@
 //! * `chaos-proxy --upstream ADDR …`: a TCP proxy on loopback that cuts, stalls and delays
 //!   connections (`agentwire::companion::chaos`).
 //! * `seed --db FILE --session ID --events N`: a long session written straight into a SQLite
-//!   log, for benchmarks and tests of long replays (`agentwire::companion::seed`).
+//!   log, for benchmarks and tests of long replays (`agentwire::companion::seed`), with its
+//!   projection stored as a companion would have (`--no-projection`: without).
 //! * `frames --events N --per-frame K`: the same session as server `events` frames of K events
 //!   each, one per line on stdout (the projector benchmark's input).
 
 #[cfg(not(target_arch = "wasm32"))]
 mod native {
     use std::process::ExitCode;
+    use std::sync::Arc;
 
-    use agentwire::companion::store::SqliteStore;
+    use agentwire::companion::snapshot::Projections;
+    use agentwire::companion::store::{SqliteStore, Store};
     use agentwire::companion::{chaos, fake_model, seed};
     use agentwire::core::wire;
     use anyhow::{Context, Result};
@@ -63,6 +66,10 @@ mod native {
             /// `TURN:N`: the first tool call of turn TURN gets N output updates.
             #[arg(long, value_parser = parse_updates)]
             tool_updates: Option<(u64, u64)>,
+            /// Store no projection of it (by default it is checkpointed as a companion that
+            /// had written it would have: a log from before projections were stored).
+            #[arg(long)]
+            no_projection: bool,
         },
         /// Print the seeded session (no tool updates) as `events` frames, one per line.
         Frames {
@@ -158,14 +165,22 @@ mod native {
                 session,
                 events,
                 tool_updates,
+                no_projection,
             } => {
-                let store = SqliteStore::open(&db).context("opening the log")?;
+                let store = Arc::new(SqliteStore::open(&db).context("opening the log")?);
                 let options = seed::SeedOptions {
                     session,
                     events,
                     tool_updates,
                 };
-                let n = runtime.block_on(seed::seed(&store, &options))?;
+                let n = runtime.block_on(async {
+                    let n = seed::seed(store.as_ref(), &options).await?;
+                    if !no_projection {
+                        let store: Arc<dyn Store> = store.clone();
+                        Projections::new(store).refresh(&options.session).await?;
+                    }
+                    anyhow::Ok(n)
+                })?;
                 println!("{n}");
             }
             Command::Frames {

@@ -32,7 +32,8 @@
 //!   projection `format` that wrote them. Reading only ever returns rows of the format asked
 //!   for; a save replaces the session's checkpoint and the item rows it names, whatever their
 //!   format, in one transaction. The store does not interpret either body. A store may keep
-//!   none (the default methods): snapshots then replay the log.
+//!   none (the default methods: loading finds none, saving is refused): snapshots then
+//!   replay the log.
 //! * [`Store::epoch`] names this log's incarnation: it stays the same across restarts on the
 //!   same file or database and changes only when the log is rebuilt, so a client can tell "resume" from
 //!   "reset".
@@ -279,7 +280,9 @@ pub trait Store: Send + Sync + 'static {
         checkpoint: StoredProjection,
     ) -> Result<(), StoreError> {
         let _ = (session_id, from, items, checkpoint);
-        Ok(())
+        Err(StoreError::Database(
+            "this store keeps no projections".into(),
+        ))
     }
 
     /// The session's final items of `format` at indices `from..to`, in index order; a row
