@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use agentwire::companion::store::{
     Appended, Committed, EventQuery, PostgresStore, SessionRecord, SessionState, SqliteStore,
-    Store, StoreError,
+    Store, StoreError, StoredProjection,
 };
 use agentwire::core::event::{Event, EventId, EventInit, EventType, Provider};
 use agentwire::core::time::Timestamp;
@@ -105,6 +105,37 @@ async fn within<F: Future>(f: F) -> F::Output {
 
 /// Opens a store on one log, again and again.
 type Opener<'a> = &'a dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Store>> + 'a>>;
+
+/// `n` projected items of about 1 KiB each, from index `from`, each naming its index and `tag`.
+fn items(tag: &str, from: u64, n: u64) -> Vec<Vec<u8>> {
+    (from..from + n)
+        .map(|i| {
+            let mut body = format!("{tag}:{i}:").into_bytes();
+            body.resize(1_000 + (i % 48) as usize, b'a' + (i % 26) as u8);
+            body
+        })
+        .collect()
+}
+
+fn checkpoint(format: u32, after: u64, items: u64, body: &str) -> StoredProjection {
+    StoredProjection {
+        format,
+        after,
+        items,
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+/// Asserts `result` is `Corrupt` naming the projected item `index` as the first one missing.
+fn assert_missing<T: std::fmt::Debug>(result: Result<T, StoreError>, index: u64) {
+    match result {
+        Err(StoreError::Corrupt(message)) => assert!(
+            message.contains(&format!("item {index} ")),
+            "expected item {index} named missing: {message}"
+        ),
+        other => panic!("expected item {index} missing (Corrupt), got {other:?}"),
+    }
+}
 
 /// The backend-independent semantics of [`Store`]; see `src/companion/store/mod.rs`.
 mod conformance {
@@ -629,6 +660,161 @@ mod conformance {
         assert_eq!(again, []);
     }
 
+    pub async fn a_projection_round_trips(store: Arc<dyn Store>) {
+        store.create_session(session("p", 1)).await.unwrap();
+        store.create_session(session("other", 2)).await.unwrap();
+        assert_eq!(store.load_projection("p", 1).await.unwrap(), None);
+        let stored = items("one", 0, 10_000);
+        let saved = checkpoint(1, 123_456, 10_000, "state at 123456");
+        store
+            .save_projection("p", 0, stored.clone(), saved.clone())
+            .await
+            .unwrap();
+        assert_eq!(store.load_projection("p", 1).await.unwrap(), Some(saved));
+        // Read back in two ranges.
+        let (head, tail) = (
+            store.projected_items("p", 1, 0, 4_000).await.unwrap(),
+            store.projected_items("p", 1, 4_000, 10_000).await.unwrap(),
+        );
+        assert_eq!(head.len() + tail.len(), 10_000);
+        assert!(head == stored[..4_000] && tail == stored[4_000..]);
+        assert_eq!(
+            store.projected_items("p", 1, 9_999, 10_000).await.unwrap(),
+            stored[9_999..]
+        );
+        // Empty ranges read nothing, whatever is stored.
+        for (from, to) in [(5, 5), (7, 3), (10_000, 10_000), (20_000, 20_000)] {
+            assert_eq!(
+                store.projected_items("p", 1, from, to).await.unwrap(),
+                Vec::<Vec<u8>>::new(),
+                "{from}..{to}"
+            );
+        }
+        // Another format: no checkpoint, and its items are missing from the first index.
+        assert_eq!(store.load_projection("p", 2).await.unwrap(), None);
+        assert_missing(store.projected_items("p", 2, 0, 10).await, 0);
+        // Past the end is a hole too.
+        assert_missing(store.projected_items("p", 1, 9_990, 10_001).await, 10_000);
+        // Another session has none.
+        assert_eq!(store.load_projection("other", 1).await.unwrap(), None);
+        assert_missing(store.projected_items("other", 1, 0, 1).await, 0);
+    }
+
+    pub async fn a_save_replaces_the_checkpoint_and_the_rows_it_names(store: Arc<dyn Store>) {
+        store.create_session(session("p", 1)).await.unwrap();
+        let first = items("first", 0, 10);
+        store
+            .save_projection("p", 0, first.clone(), checkpoint(1, 50, 10, "at 50"))
+            .await
+            .unwrap();
+        // A later save from index 5: rows 5.. replaced, rows 0..5 kept.
+        let second = items("second", 5, 10);
+        let later = checkpoint(1, 90, 15, "at 90");
+        store
+            .save_projection("p", 5, second.clone(), later.clone())
+            .await
+            .unwrap();
+        assert_eq!(store.load_projection("p", 1).await.unwrap(), Some(later));
+        let want: Vec<Vec<u8>> = first[..5].iter().chain(&second).cloned().collect();
+        assert_eq!(store.projected_items("p", 1, 0, 15).await.unwrap(), want);
+
+        // A save of another format replaces the checkpoint and the rows it names, and rows of
+        // the old format are no longer a whole range of either.
+        let other = items("other", 10, 2);
+        let newer = checkpoint(2, 95, 12, "format 2");
+        store
+            .save_projection("p", 10, other.clone(), newer.clone())
+            .await
+            .unwrap();
+        assert_eq!(store.load_projection("p", 1).await.unwrap(), None);
+        assert_eq!(store.load_projection("p", 2).await.unwrap(), Some(newer));
+        assert_eq!(store.projected_items("p", 2, 10, 12).await.unwrap(), other);
+        assert_missing(store.projected_items("p", 1, 0, 15).await, 10);
+        assert_missing(store.projected_items("p", 2, 0, 12).await, 0);
+        assert_eq!(
+            store.projected_items("p", 1, 12, 15).await.unwrap(),
+            want[12..]
+        );
+
+        // A checkpoint alone (no items) replaces only the checkpoint.
+        let bare = checkpoint(2, 99, 12, "no new items");
+        store
+            .save_projection("p", 12, Vec::new(), bare.clone())
+            .await
+            .unwrap();
+        assert_eq!(store.load_projection("p", 2).await.unwrap(), Some(bare));
+        assert_eq!(store.projected_items("p", 2, 10, 12).await.unwrap(), other);
+    }
+
+    pub async fn a_hole_in_a_range_is_corrupt(store: Arc<dyn Store>) {
+        store.create_session(session("p", 1)).await.unwrap();
+        let (low, high) = (items("x", 0, 5), items("x", 8, 2));
+        store
+            .save_projection("p", 0, low.clone(), checkpoint(3, 5, 5, "a"))
+            .await
+            .unwrap();
+        store
+            .save_projection("p", 8, high.clone(), checkpoint(3, 10, 10, "b"))
+            .await
+            .unwrap();
+        assert_eq!(store.projected_items("p", 3, 0, 5).await.unwrap(), low);
+        assert_eq!(store.projected_items("p", 3, 8, 10).await.unwrap(), high);
+        for (from, to, missing) in [(0, 10, 5), (4, 9, 5), (5, 6, 5), (7, 10, 7), (8, 11, 10)] {
+            assert_missing(store.projected_items("p", 3, from, to).await, missing);
+        }
+    }
+
+    pub async fn projections_of_an_unknown_session_are_refused(store: Arc<dyn Store>) {
+        store.create_session(session("p", 1)).await.unwrap();
+        // A refused save beside a good one (sharing a group, on SQLite): only it fails.
+        let (refused, saved) = tokio::join!(
+            store.save_projection("nope", 0, items("n", 0, 3), checkpoint(1, 1, 3, "n")),
+            store.save_projection("p", 0, items("p", 0, 3), checkpoint(1, 1, 3, "p"))
+        );
+        assert!(
+            matches!(&refused, Err(StoreError::UnknownSession(id)) if id == "nope"),
+            "{refused:?}"
+        );
+        saved.unwrap();
+        assert_eq!(store.load_projection("nope", 1).await.unwrap(), None);
+        assert!(matches!(
+            store.projected_items("nope", 1, 0, 3).await,
+            Err(StoreError::UnknownSession(id)) if id == "nope"
+        ));
+        assert_eq!(
+            store.projected_items("nope", 1, 0, 0).await.unwrap(),
+            Vec::<Vec<u8>>::new()
+        );
+        assert_eq!(
+            store.projected_items("p", 1, 0, 3).await.unwrap(),
+            items("p", 0, 3)
+        );
+        // The session can still be created, with nothing of the refused save in it.
+        store.create_session(session("nope", 2)).await.unwrap();
+        assert_eq!(store.load_projection("nope", 1).await.unwrap(), None);
+        assert_missing(store.projected_items("nope", 1, 0, 3).await, 0);
+    }
+
+    pub async fn a_projection_survives_reopening(open: Opener<'_>) {
+        let store = open().await;
+        store.create_session(session("p", 1)).await.unwrap();
+        store.append("p", vec![ev("p", "1")]).await.unwrap();
+        let saved = checkpoint(7, 1, 300, "after 1");
+        store
+            .save_projection("p", 0, items("kept", 0, 300), saved.clone())
+            .await
+            .unwrap();
+        drop(store);
+
+        let store = open().await;
+        assert_eq!(store.load_projection("p", 7).await.unwrap(), Some(saved));
+        assert_eq!(
+            store.projected_items("p", 7, 0, 300).await.unwrap(),
+            items("kept", 0, 300)
+        );
+        assert_eq!(store.latest_sequence("p").await.unwrap(), 1);
+    }
+
     /// `open` opens the same log again (the same file, the same database).
     pub async fn reopen_preserves_the_log(open: Opener<'_>) {
         let store = open().await;
@@ -684,6 +870,15 @@ macro_rules! sqlite_conformance {
                 })
                 .await;
             }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_projection_survives_reopening() {
+                let dir = temp_dir();
+                conformance::a_projection_survives_reopening(&|| {
+                    Box::pin(async { open_sqlite(&dir) as Arc<dyn Store> })
+                })
+                .await;
+            }
         }
     };
 }
@@ -712,6 +907,15 @@ macro_rules! postgres_conformance {
                 })
                 .await;
             }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_projection_survives_reopening() {
+                let url = postgres::fresh_database().await;
+                conformance::a_projection_survives_reopening(&|| {
+                    Box::pin(async { open_postgres(&url).await as Arc<dyn Store> })
+                })
+                .await;
+            }
         }
     };
 }
@@ -733,6 +937,10 @@ macro_rules! conformance_suite {
             subscribers_hear_only_after_commit,
             a_session_is_claimed_by_one_companion_at_a_time,
             the_sessions_of_a_node_whose_lease_ran_out_are_taken_over_once,
+            a_projection_round_trips,
+            a_save_replaces_the_checkpoint_and_the_rows_it_names,
+            a_hole_in_a_range_is_corrupt,
+            projections_of_an_unknown_session_are_refused,
         );
     )*};
 }
@@ -777,7 +985,17 @@ fn a_version_0_database_is_migrated_and_keeps_its_epoch() {
         .collect::<Result<_, _>>()
         .unwrap();
     tables.retain(|t| t != "scratch");
-    assert_eq!(tables, ["events", "meta", "nodes", "sessions"]);
+    assert_eq!(
+        tables,
+        [
+            "events",
+            "meta",
+            "nodes",
+            "projected_items",
+            "projections",
+            "sessions"
+        ]
+    );
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -940,6 +1158,93 @@ async fn a_version_3_log_is_migrated_with_its_events_and_filters() {
     let without_rowid: String = conn
         .query_row(
             "SELECT sql FROM sqlite_master WHERE name = 'events'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(without_rowid.contains("WITHOUT ROWID"), "{without_rowid}");
+}
+
+/// A log as schema version 4 left it (no projections), with the epoch `epoch`.
+const SCHEMA_4: &str = "
+    CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) STRICT;
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY NOT NULL, provider TEXT NOT NULL, cwd TEXT NOT NULL,
+        state TEXT NOT NULL, provider_session_id TEXT, created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL, node TEXT NOT NULL DEFAULT ''
+    ) STRICT;
+    CREATE TABLE nodes (name TEXT PRIMARY KEY NOT NULL, seen_at INTEGER NOT NULL) STRICT;
+    CREATE TABLE events (
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        seq INTEGER NOT NULL CHECK (seq >= 1), id TEXT NOT NULL, run_id TEXT,
+        type TEXT NOT NULL, timestamp_ms INTEGER NOT NULL, body TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) STRICT, WITHOUT ROWID;
+    CREATE UNIQUE INDEX events_by_id ON events (id);
+    INSERT INTO meta VALUES ('epoch', 'fedcba9876543210fedcba9876543210');
+    INSERT INTO sessions VALUES ('a', 'demo', '/tmp', 'closed', NULL, 1, 1, 'local');
+    PRAGMA user_version = 4;";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_4_log_is_migrated_keeping_its_events_and_epoch() {
+    let dir = temp_dir();
+    let path = dir.path().join("log.db");
+    let old: Vec<Event> = (1..=3)
+        .map(|n| ev("a", &n.to_string()).with_sequence(n))
+        .collect();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(SCHEMA_4).unwrap();
+        for event in &old {
+            conn.execute(
+                "INSERT INTO events VALUES ('a', ?1, ?2, NULL, ?3, ?4, ?5)",
+                rusqlite::params![
+                    event.sequence() as i64,
+                    event.id().as_str(),
+                    event.kind().as_str(),
+                    event.timestamp().unix_millis(),
+                    event.to_json()
+                ],
+            )
+            .unwrap();
+        }
+    }
+    assert_eq!(user_version(&path), 4);
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(SqliteStore::SCHEMA_VERSION, 5);
+    assert_eq!(store.epoch(), "fedcba9876543210fedcba9876543210");
+    assert_eq!(
+        store.get_events("a", &EventQuery::default()).await.unwrap(),
+        old
+    );
+    assert_eq!(store.load_projection("a", 1).await.unwrap(), None);
+    let saved = checkpoint(1, 3, 2, "after 3");
+    store
+        .save_projection("a", 0, items("a", 0, 2), saved.clone())
+        .await
+        .unwrap();
+    let appended = store
+        .append("a", vec![ev("a", "3"), ev("a", "4")])
+        .await
+        .unwrap();
+    assert_eq!(appended_seqs(&appended), [(3, true), (4, false)]);
+    drop(store);
+    assert_eq!(user_version(&path), 5);
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.epoch(), "fedcba9876543210fedcba9876543210");
+    assert_eq!(store.load_projection("a", 1).await.unwrap(), Some(saved));
+    assert_eq!(
+        store.projected_items("a", 1, 0, 2).await.unwrap(),
+        items("a", 0, 2)
+    );
+    assert_eq!(store.latest_sequence("a").await.unwrap(), 4);
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let without_rowid: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'projected_items'",
             [],
             |r| r.get(0),
         )
@@ -1273,6 +1578,133 @@ async fn a_subscriber_on_one_companion_is_woken_by_an_append_through_another() {
     let first = within(waiting).await.unwrap().unwrap();
     assert_eq!(seqs(&first[..1]), [1]);
     assert_eq!(b.commits(), 0, "B wrote nothing");
+}
+
+/// Two companions save one session's projection at once, again and again: each save
+/// succeeds, and what is left is one of the two saves whole (its checkpoint and every row it
+/// named), never a mix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_saves_of_one_session_leave_one_of_them_whole() {
+    const N: u64 = 2_000;
+    let url = postgres::fresh_database().await;
+    let (a, b) = (open_postgres(&url).await, open_postgres(&url).await);
+    a.create_session(session("p", 1)).await.unwrap();
+    let mut winners = Vec::new();
+    for round in 0..6u64 {
+        let save = |store: &Arc<PostgresStore>, tag: &str| {
+            let tag = format!("{tag}{round}");
+            let (store, body) = (store.clone(), tag.clone());
+            async move {
+                let saved = checkpoint(1, round, N, &body);
+                store
+                    .save_projection("p", 0, items(&tag, 0, N), saved)
+                    .await
+            }
+        };
+        let (x, y) = within(async { tokio::join!(save(&a, "a"), save(&b, "b")) }).await;
+        x.unwrap();
+        y.unwrap();
+        for reader in [&a, &b] {
+            let kept = reader.load_projection("p", 1).await.unwrap().unwrap();
+            let tag = String::from_utf8(kept.body.clone()).unwrap();
+            assert!(
+                tag == format!("a{round}") || tag == format!("b{round}"),
+                "{tag}"
+            );
+            assert_eq!((kept.after, kept.items), (round, N));
+            let rows = reader.projected_items("p", 1, 0, N).await.unwrap();
+            let mixed = rows
+                .iter()
+                .zip(items(&tag, 0, N))
+                .position(|(row, want)| *row != want);
+            assert_eq!(
+                mixed, None,
+                "round {round}: rows differ from the {tag} checkpoint's"
+            );
+            winners.push(tag);
+        }
+    }
+    // The same store saving at once with itself is one of the two too.
+    let (x, y) = tokio::join!(
+        a.save_projection("p", 0, items("s1", 0, N), checkpoint(1, 9, N, "s1")),
+        a.save_projection("p", 0, items("s2", 0, N), checkpoint(1, 9, N, "s2"))
+    );
+    x.unwrap();
+    y.unwrap();
+    let kept = b.load_projection("p", 1).await.unwrap().unwrap();
+    let tag = String::from_utf8(kept.body).unwrap();
+    assert_eq!(
+        b.projected_items("p", 1, 0, N).await.unwrap(),
+        items(&tag, 0, N)
+    );
+    eprintln!("winners: {winners:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_3_postgres_log_is_migrated_keeping_its_events_and_epoch() {
+    let url = postgres::fresh_database().await;
+    let raw = postgres::connect(&url).await;
+    raw.batch_execute(
+        "CREATE SCHEMA agentwire;
+         CREATE TABLE agentwire.schema_version (
+             only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+             version  integer NOT NULL
+         );
+         INSERT INTO agentwire.schema_version (version) VALUES (3);
+         CREATE TABLE agentwire.meta (key text PRIMARY KEY, value text NOT NULL);
+         INSERT INTO agentwire.meta VALUES ('epoch', 'fedcba9876543210fedcba9876543210');
+         CREATE TABLE agentwire.sessions (
+             id text PRIMARY KEY, ord bigint GENERATED ALWAYS AS IDENTITY,
+             provider text NOT NULL, cwd text NOT NULL, state text NOT NULL,
+             provider_session_id text, created_at bigint NOT NULL, updated_at bigint NOT NULL,
+             latest_seq bigint NOT NULL DEFAULT 0 CHECK (latest_seq >= 0),
+             node text NOT NULL DEFAULT ''
+         );
+         CREATE TABLE agentwire.events (
+             session_id text NOT NULL REFERENCES agentwire.sessions (id),
+             seq bigint NOT NULL CHECK (seq >= 1), id text NOT NULL UNIQUE, run_id text,
+             type text NOT NULL, timestamp_ms bigint NOT NULL, body text NOT NULL,
+             PRIMARY KEY (session_id, seq)
+         );
+         CREATE TABLE agentwire.nodes (name text PRIMARY KEY, seen_at bigint NOT NULL);
+         INSERT INTO agentwire.sessions (id, provider, cwd, state, created_at, updated_at,
+                                         latest_seq, node)
+             VALUES ('a', 'demo', '/tmp', 'closed', 1, 1, 1, 'local');",
+    )
+    .await
+    .unwrap();
+    let old = ev("a", "1").with_sequence(1);
+    raw.execute(
+        "INSERT INTO agentwire.events VALUES ('a', 1, $1, NULL, $2, $3, $4)",
+        &[
+            &old.id().as_str(),
+            &old.kind().as_str(),
+            &old.timestamp().unix_millis(),
+            &old.to_json(),
+        ],
+    )
+    .await
+    .unwrap();
+
+    let store = open_postgres(&url).await;
+    assert_eq!(PostgresStore::SCHEMA_VERSION, 4);
+    assert_eq!(store.epoch(), "fedcba9876543210fedcba9876543210");
+    assert_eq!(
+        store.get_events("a", &EventQuery::default()).await.unwrap(),
+        [old]
+    );
+    let saved = checkpoint(1, 1, 2, "after 1");
+    store
+        .save_projection("a", 0, items("a", 0, 2), saved.clone())
+        .await
+        .unwrap();
+    assert_eq!(store.load_projection("a", 1).await.unwrap(), Some(saved));
+    let version: i32 = raw
+        .query_one("SELECT version FROM agentwire.schema_version", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,6 +35,12 @@
 //! * Migrations run on connect, under a transaction-scoped advisory lock, so two companions
 //!   starting at once migrate once. The schema version is the `schema_version` table and the
 //!   epoch a row of `meta`, all in the `agentwire` schema of the database.
+//! * **Projections** (schema 4: `projections`, one checkpoint row per session, and
+//!   `projected_items`, keyed by (session, index)) are saved on a connection of their own, not
+//!   the writer's, in one transaction and one round trip: BEGIN, the checkpoint's upsert (the
+//!   session's projections row is locked first, so concurrent saves of one session, from any
+//!   companion, serialize: the last one wins, whole), every item in one upsert from `unnest`
+//!   arrays, COMMIT, pipelined.
 //!
 //! Connections use no TLS: the server must be on this machine (a loopback address or a Unix
 //! socket directory); [`PostgresStore::connect`] refuses any other host. Reach a remote server
@@ -59,7 +65,7 @@ use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Statement};
 
 use super::{
     decode, new_epoch, Appended, Committed, EventQuery, SessionRecord, SessionState, Store,
-    StoreError,
+    StoreError, StoredProjection,
 };
 use crate::core::event::Event;
 use crate::core::time::Timestamp;
@@ -103,6 +109,22 @@ const MIGRATIONS: &[&str] = &[
          name    text PRIMARY KEY,
          seen_at bigint NOT NULL
      );",
+    // 4: projections, derived data beside the log (see the module docs of `store`): each
+    // session's checkpoint, and its final timeline items keyed by (session, index).
+    "CREATE TABLE agentwire.projections (
+         session_id text PRIMARY KEY REFERENCES agentwire.sessions (id),
+         format     bigint NOT NULL,
+         after      bigint NOT NULL CHECK (after >= 0),
+         items      bigint NOT NULL CHECK (items >= 0),
+         body       bytea NOT NULL
+     );
+     CREATE TABLE agentwire.projected_items (
+         session_id text NOT NULL REFERENCES agentwire.sessions (id),
+         idx        bigint NOT NULL CHECK (idx >= 0),
+         format     bigint NOT NULL,
+         body       bytea NOT NULL,
+         PRIMARY KEY (session_id, idx)
+     );",
 ];
 
 /// The advisory lock key that serializes migrations ("agentwir" in ASCII).
@@ -138,6 +160,7 @@ pub struct PostgresStore {
     announcer: Arc<Announcer>,
     listener: JoinHandle<()>,
     commits: Arc<AtomicU64>,
+    saver: Arc<Saver>,
 }
 
 impl PostgresStore {
@@ -181,10 +204,14 @@ impl PostgresStore {
             epoch,
             target,
             requests: Some(requests),
-            readers: Arc::new(Readers::new(config)),
+            readers: Arc::new(Readers::new(config.clone())),
             announcer,
             listener,
             commits,
+            saver: Arc::new(Saver {
+                config,
+                conn: tokio::sync::Mutex::new(None),
+            }),
         })
     }
 
@@ -1011,6 +1038,206 @@ impl Plan {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Projection saves.
+
+/// The connection projection saves run on, beside the writer's: a save is large and not
+/// urgent, so it never holds up a group of appends (nor holds their session locks). One save
+/// at a time per store; saves from other companions serialize on the session's projections
+/// row, which each save locks first (its upsert), then its item rows: last writer wins, whole.
+struct Saver {
+    config: Config,
+    /// `None` until the first save, and after the connection failed.
+    conn: tokio::sync::Mutex<Option<SaveConn>>,
+}
+
+struct SaveConn {
+    client: Client,
+    checkpoint: Statement,
+    items: Statement,
+}
+
+impl SaveConn {
+    async fn prepare(client: Client) -> Result<SaveConn, StoreError> {
+        Ok(SaveConn {
+            checkpoint: client
+                .prepare(
+                    "INSERT INTO agentwire.projections (session_id, format, after, items, body)
+                     VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (session_id) DO UPDATE SET format = excluded.format,
+                         after = excluded.after, items = excluded.items, body = excluded.body",
+                )
+                .await?,
+            items: client
+                .prepare(
+                    "INSERT INTO agentwire.projected_items (session_id, idx, format, body)
+                     SELECT $1, $3::int8 + u.n - 1, $2, u.body
+                     FROM unnest($4::bytea[]) WITH ORDINALITY AS u (body, n)
+                     ON CONFLICT (session_id, idx) DO UPDATE
+                     SET format = excluded.format, body = excluded.body",
+                )
+                .await?,
+            client,
+        })
+    }
+}
+
+/// A count or index as a `bigint` column holds it; past `i64::MAX` is refused.
+fn sql_int(what: &str, n: u64) -> Result<i64, StoreError> {
+    i64::try_from(n).map_err(|_| StoreError::Database(format!("{what} {n} is too large to store")))
+}
+
+impl Saver {
+    /// One transaction in one round trip: BEGIN, the checkpoint's upsert (which locks the
+    /// session's projections row, or finds the session unknown), every item in one upsert from
+    /// an `unnest` array, COMMIT, pipelined. If a statement fails, the COMMIT behind it only
+    /// ends the failed transaction.
+    async fn save(
+        &self,
+        session_id: &str,
+        from: u64,
+        items: &[Vec<u8>],
+        checkpoint: &StoredProjection,
+    ) -> Result<(), StoreError> {
+        check_text("session id", session_id)?;
+        let format = i64::from(checkpoint.format);
+        let after = sql_int("after", checkpoint.after)?;
+        let count = sql_int("items", checkpoint.items)?;
+        let first = sql_int("from", from)?;
+        sql_int("from + items", from.saturating_add(items.len() as u64))?;
+        let mut conn = self.conn.lock().await;
+        let mut result = Err(StoreError::Database(format!(
+            "gave up after {RETRIES} conflicts with other companions"
+        )));
+        for _ in 0..=RETRIES {
+            if conn.as_ref().is_none_or(|c| c.client.is_closed()) {
+                *conn = None;
+                *conn = Some(SaveConn::prepare(connect(&self.config).await?).await?);
+            }
+            let c = conn.as_ref().expect("connected above");
+            let begin = c.client.batch_execute("BEGIN");
+            let params: [&(dyn ToSql + Sync); 5] =
+                [&session_id, &format, &after, &count, &checkpoint.body];
+            let upsert = c.client.execute(&c.checkpoint, &params);
+            let rows = async {
+                match items.is_empty() {
+                    true => Ok(0),
+                    false => {
+                        let params: [&(dyn ToSql + Sync); 4] =
+                            [&session_id, &format, &first, &items];
+                        c.client.execute(&c.items, &params).await
+                    }
+                }
+            };
+            let commit = c.client.batch_execute("COMMIT");
+            let (began, upserted, wrote, committed) =
+                futures_util::future::join4(begin, upsert, rows, commit).await;
+            let outcome = began.and(upserted).and(wrote).and(committed).map(|_| ());
+            match outcome {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    // Out of any transaction (a ROLLBACK outside one is only a warning).
+                    let _ = c.client.batch_execute("ROLLBACK").await;
+                    match e.code() {
+                        Some(&SqlState::FOREIGN_KEY_VIOLATION) => {
+                            return Err(StoreError::UnknownSession(session_id.to_owned()))
+                        }
+                        Some(&SqlState::T_R_DEADLOCK_DETECTED)
+                        | Some(&SqlState::T_R_SERIALIZATION_FAILURE) => {
+                            result = Err(e.into());
+                            continue;
+                        }
+                        _ => {
+                            if c.client.is_closed() {
+                                *conn = None;
+                            }
+                            return Err(e.into());
+                        }
+                    }
+                }
+            }
+        }
+        result
+    }
+}
+
+async fn read_projection(
+    reader: &mut Reader,
+    session_id: &str,
+    format: u32,
+) -> Result<Option<StoredProjection>, StoreError> {
+    let rows = reader
+        .query(
+            "SELECT format, after, items, body FROM agentwire.projections WHERE session_id = $1",
+            &[&session_id],
+        )
+        .await?;
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let stored_format: i64 = row.try_get(0)?;
+    if stored_format != i64::from(format) {
+        return Ok(None);
+    }
+    let count = |what: &str, n: i64| {
+        u64::try_from(n).map_err(|_| {
+            StoreError::Corrupt(format!("session {session_id:?}: projection {what} {n}"))
+        })
+    };
+    Ok(Some(StoredProjection {
+        format,
+        after: count("after", row.try_get(1)?)?,
+        items: count("items", row.try_get(2)?)?,
+        body: row.try_get(3)?,
+    }))
+}
+
+/// One query for the range; the first index missing from it (absent, or of another format)
+/// is `Corrupt`, or `UnknownSession` if the session is.
+async fn read_projected_items(
+    reader: &mut Reader,
+    session_id: &str,
+    format: u32,
+    from: u64,
+    to: u64,
+) -> Result<Vec<Vec<u8>>, StoreError> {
+    let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let rows = reader
+        .query(
+            "SELECT idx, body FROM agentwire.projected_items
+             WHERE session_id = $1 AND idx >= $2 AND idx < $3 AND format = $4
+             ORDER BY idx",
+            &[&session_id, &clamp(from), &clamp(to), &i64::from(format)],
+        )
+        .await?;
+    let mut items = Vec::with_capacity(rows.len());
+    let mut next = from;
+    let mut hole = None;
+    for row in &rows {
+        let idx: i64 = row.try_get(0)?;
+        if idx != clamp(next) {
+            hole = Some(next);
+            break;
+        }
+        items.push(row.try_get::<_, Vec<u8>>(1)?);
+        next += 1;
+    }
+    if hole.is_none() && next < to {
+        hole = Some(next);
+    }
+    match hole {
+        None => Ok(items),
+        Some(missing) => {
+            // Distinguishes a hole from no such session.
+            latest_of(reader, session_id).await?;
+            Err(StoreError::Corrupt(format!(
+                "session {session_id:?}: projected item {missing} of format {format} is missing \
+                 (asked for {from}..{to})"
+            )))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The readers.
 
 /// A read connection and the statements prepared on it, by SQL text.
@@ -1377,5 +1604,42 @@ impl Store for PostgresStore {
                 }
             }
         }
+    }
+
+    async fn load_projection(
+        &self,
+        session_id: &str,
+        format: u32,
+    ) -> Result<Option<StoredProjection>, StoreError> {
+        read_projection(&mut *self.readers.take().await?, session_id, format).await
+    }
+
+    async fn save_projection(
+        &self,
+        session_id: &str,
+        from: u64,
+        items: Vec<Vec<u8>>,
+        checkpoint: StoredProjection,
+    ) -> Result<(), StoreError> {
+        let saver = self.saver.clone();
+        let session_id = session_id.to_owned();
+        // On a task of its own: a caller that stops waiting does not cut the save short.
+        tokio::spawn(async move { saver.save(&session_id, from, &items, &checkpoint).await })
+            .await
+            .map_err(|e| StoreError::Database(format!("save task failed: {e}")))?
+    }
+
+    async fn projected_items(
+        &self,
+        session_id: &str,
+        format: u32,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        let mut reader = self.readers.take().await?;
+        read_projected_items(&mut reader, session_id, format, from, to).await
     }
 }

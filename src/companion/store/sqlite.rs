@@ -27,6 +27,11 @@
 //! * The sequence cache is only advanced after a COMMIT succeeded; a failed group drops the
 //!   entries of the sessions it appended to, which are then re-read from the file (a failed
 //!   COMMIT may still have made its frames durable).
+//! * Projections (schema 5) are two more tables: `projections`, one checkpoint row per session,
+//!   and `projected_items`, keyed by (session, index) with no rowid. A save is a request like
+//!   the others that are not appends: in its own SAVEPOINT inside the group's transaction (so
+//!   under the group's one fsync, and never half-written), the checkpoint then its items, one
+//!   prepared upsert each. Reads run on the reader pool, one query per range.
 //! * One `SqliteStore` per file: the sequence cache assumes no other process appends.
 //!
 //! Dropping the store closes the request channel; the writer commits what is still queued
@@ -47,7 +52,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use super::{
     decode, new_epoch, Appended, Committed, EventQuery, SessionRecord, SessionState, Store,
-    StoreError,
+    StoreError, StoredProjection,
 };
 use crate::core::event::Event;
 use crate::core::time::Timestamp;
@@ -108,6 +113,22 @@ const MIGRATIONS: &[&str] = &[
      DROP TABLE events;
      ALTER TABLE events_v4 RENAME TO events;
      CREATE UNIQUE INDEX events_by_id ON events (id);",
+    // 5: projections, derived data beside the log (see the module docs of `store`): each
+    // session's checkpoint, and its final timeline items keyed by (session, index).
+    "CREATE TABLE projections (
+         session_id TEXT PRIMARY KEY NOT NULL REFERENCES sessions(id),
+         format     INTEGER NOT NULL,
+         after      INTEGER NOT NULL CHECK (after >= 0),
+         items      INTEGER NOT NULL CHECK (items >= 0),
+         body       BLOB NOT NULL
+     ) STRICT;
+     CREATE TABLE projected_items (
+         session_id TEXT NOT NULL REFERENCES sessions(id),
+         idx        INTEGER NOT NULL CHECK (idx >= 0),
+         format     INTEGER NOT NULL,
+         body       BLOB NOT NULL,
+         PRIMARY KEY (session_id, idx)
+     ) STRICT, WITHOUT ROWID;",
 ];
 
 /// Requests waiting for the writer before `append` callers wait for room.
@@ -398,6 +419,12 @@ enum Op {
         cutoff: Timestamp,
         now: Timestamp,
     },
+    SaveProjection {
+        session_id: String,
+        from: u64,
+        items: Vec<Vec<u8>>,
+        checkpoint: StoredProjection,
+    },
 }
 
 /// An event made ready for the writer by the appending task: its body encoded (with sequence
@@ -655,7 +682,7 @@ struct Step<'a> {
     wrote: bool,
     /// The events an append stored, for the recent tail.
     tail: Vec<Event>,
-    /// Body bytes an append wrote.
+    /// Body bytes a request wrote (events, projections).
     bytes: usize,
     /// The bodies it bound, freed by the dropper.
     spent: Vec<String>,
@@ -726,7 +753,69 @@ impl Step<'_> {
                     .collect::<Result<Vec<_>, StoreError>>()?;
                 Ok(Done::TakenOver(taken))
             }
+            Op::SaveProjection {
+                session_id,
+                from,
+                items,
+                checkpoint,
+            } => self
+                .save_projection(session_id, from, items, checkpoint)
+                .map(|()| Done::Unit),
         }
+    }
+
+    /// The checkpoint, then the items, inside the request's savepoint: a failure halfway
+    /// rolls back both.
+    fn save_projection(
+        &mut self,
+        session_id: String,
+        from: u64,
+        items: Vec<Vec<u8>>,
+        checkpoint: StoredProjection,
+    ) -> Result<(), StoreError> {
+        if !self.latest.contains_key(&session_id)
+            && !self.pending.contains_key(&session_id)
+            && !session_exists(self.conn, &session_id)?
+        {
+            return Err(StoreError::UnknownSession(session_id));
+        }
+        let (after, count, first) = (
+            sql_int("after", checkpoint.after)?,
+            sql_int("items", checkpoint.items)?,
+            sql_int("from", from)?,
+        );
+        // The last index must fit too.
+        sql_int("from + items", from.saturating_add(items.len() as u64))?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO projections (session_id, format, after, items, body)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (session_id) DO UPDATE SET format = excluded.format,
+                     after = excluded.after, items = excluded.items, body = excluded.body",
+            )?
+            .execute(params![
+                session_id,
+                checkpoint.format,
+                after,
+                count,
+                checkpoint.body
+            ])?;
+        self.bytes += checkpoint.body.len();
+        let mut insert = self.conn.prepare_cached(
+            "INSERT INTO projected_items (session_id, idx, format, body) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (session_id, idx) DO UPDATE
+             SET format = excluded.format, body = excluded.body",
+        )?;
+        for (i, body) in items.iter().enumerate() {
+            insert.execute(params![
+                session_id,
+                first + i as i64,
+                checkpoint.format,
+                body
+            ])?;
+            self.bytes += body.len();
+        }
+        Ok(())
     }
 
     /// The session's latest sequence as this transaction sees it; `UnknownSession` if absent.
@@ -933,6 +1022,84 @@ fn make_private(path: &Path) -> Result<(), StoreError> {
         }
     }
     Ok(())
+}
+
+/// A count or index as SQLite's INTEGER holds it; past `i64::MAX` is refused.
+fn sql_int(what: &str, n: u64) -> Result<i64, StoreError> {
+    i64::try_from(n).map_err(|_| StoreError::Database(format!("{what} {n} is too large to store")))
+}
+
+fn read_projection(
+    conn: &Connection,
+    session_id: &str,
+    format: u32,
+) -> Result<Option<StoredProjection>, StoreError> {
+    let row: Option<(i64, i64, i64, Vec<u8>)> = conn
+        .prepare_cached("SELECT format, after, items, body FROM projections WHERE session_id = ?1")?
+        .query_row([session_id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
+        .optional()?;
+    let Some((stored_format, after, items, body)) = row else {
+        return Ok(None);
+    };
+    if stored_format != i64::from(format) {
+        return Ok(None);
+    }
+    let count = |what: &str, n: i64| {
+        u64::try_from(n).map_err(|_| {
+            StoreError::Corrupt(format!("session {session_id:?}: projection {what} {n}"))
+        })
+    };
+    Ok(Some(StoredProjection {
+        format,
+        after: count("after", after)?,
+        items: count("items", items)?,
+        body,
+    }))
+}
+
+/// One query for the range; the first index missing from it (absent, or of another format)
+/// is `Corrupt`, or `UnknownSession` if the session is.
+fn read_projected_items(
+    conn: &Connection,
+    session_id: &str,
+    format: u32,
+    from: u64,
+    to: u64,
+) -> Result<Vec<Vec<u8>>, StoreError> {
+    let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let mut stmt = conn.prepare_cached(
+        "SELECT idx, body FROM projected_items
+         WHERE session_id = ?1 AND idx >= ?2 AND idx < ?3 AND format = ?4
+         ORDER BY idx",
+    )?;
+    let mut rows = stmt.query(params![session_id, clamp(from), clamp(to), format])?;
+    let mut items = Vec::with_capacity((to - from).min(1 << 16) as usize);
+    let mut next = from;
+    let mut hole = None;
+    while let Some(row) = rows.next()? {
+        let idx: i64 = row.get(0)?;
+        if idx != clamp(next) {
+            hole = Some(next);
+            break;
+        }
+        items.push(row.get::<_, Vec<u8>>(1)?);
+        next += 1;
+    }
+    if hole.is_none() && next < to {
+        hole = Some(next);
+    }
+    match hole {
+        None => Ok(items),
+        Some(_) if !session_exists(conn, session_id)? => {
+            Err(StoreError::UnknownSession(session_id.to_owned()))
+        }
+        Some(missing) => Err(StoreError::Corrupt(format!(
+            "session {session_id:?}: projected item {missing} of format {format} is missing \
+             (asked for {from}..{to})"
+        ))),
+    }
 }
 
 fn session_exists(conn: &Connection, id: &str) -> Result<bool, StoreError> {
@@ -1219,5 +1386,48 @@ impl Store for SqliteStore {
                 }
             }
         }
+    }
+
+    async fn load_projection(
+        &self,
+        session_id: &str,
+        format: u32,
+    ) -> Result<Option<StoredProjection>, StoreError> {
+        let session_id = session_id.to_owned();
+        self.readers
+            .run(move |conn| read_projection(conn, &session_id, format))
+            .await
+    }
+
+    async fn save_projection(
+        &self,
+        session_id: &str,
+        from: u64,
+        items: Vec<Vec<u8>>,
+        checkpoint: StoredProjection,
+    ) -> Result<(), StoreError> {
+        let op = Op::SaveProjection {
+            session_id: session_id.to_owned(),
+            from,
+            items,
+            checkpoint,
+        };
+        self.submit(op).await.map(|_| ())
+    }
+
+    async fn projected_items(
+        &self,
+        session_id: &str,
+        format: u32,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        let session_id = session_id.to_owned();
+        self.readers
+            .run(move |conn| read_projected_items(conn, &session_id, format, from, to))
+            .await
     }
 }
