@@ -348,10 +348,12 @@ async fn stored_log(store: &Arc<dyn Store>) -> (Vec<Event>, Projection) {
 }
 
 /// What a cold companion answers (a fresh cache over `store`): a snapshot of `items` items,
-/// then history pages of `page` items back to the start, checked against one pass.
-async fn check_cold(store: &Arc<dyn Store>, whole: &Projection, items: usize, page: usize) {
+/// then history pages of `page` items back to the start, checked against one pass. Returns
+/// how many events the cold cache applied to answer the snapshot.
+async fn check_cold(store: &Arc<dyn Store>, whole: &Projection, items: usize, page: usize) -> u64 {
     let cold = Projections::new(store.clone());
     let s = cold.snapshot(SESSION, items).await.expect("a snapshot");
+    let applied = cold.applied();
     let want = whole.snapshot(store.epoch(), items);
     assert_eq!(
         (
@@ -397,6 +399,7 @@ async fn check_cold(store: &Arc<dyn Store>, whole: &Projection, items: usize, pa
         assert_eq!(start, before.saturating_sub(page));
         assert_eq!(got, &whole.timeline().items()[start..before]);
     }
+    applied
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -426,7 +429,12 @@ async fn a_stored_projection_answers_snapshots_and_history_as_one_pass() {
     assert!(stored.items > 1000, "{} final items stored", stored.items);
     // ...and every cold one answers from it as one pass over the log does.
     for (items, page) in [(1, 7), (40, 300), (1000, 1000), (5000, 2500)] {
-        check_cold(&store, &whole, items, page).await;
+        let applied = check_cold(&store, &whole, items, page).await;
+        assert_eq!(
+            applied,
+            events.len() as u64 - after,
+            "only the events after the checkpoint"
+        );
     }
     // Of another format, nothing is read.
     assert!(
@@ -480,7 +488,8 @@ async fn a_stored_projection_that_does_not_fit_the_log_is_rebuilt_from_it() {
             .save_projection(SESSION, 0, Vec::new(), checkpoint)
             .await
             .unwrap();
-        check_cold(&store, &whole, 40, 500).await;
+        let applied = check_cold(&store, &whole, 40, 500).await;
+        assert_eq!(applied, whole.after(), "{what}: the whole log replayed");
         // The rebuild stored a good one again.
         let now = store
             .load_projection(SESSION, PROJECTION_FORMAT)

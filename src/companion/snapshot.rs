@@ -20,6 +20,7 @@
 //! its checkpoint.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -90,6 +91,8 @@ pub struct Projections {
     store: Arc<dyn Store>,
     /// Least recently used first.
     held: Mutex<Vec<Held>>,
+    /// Events applied to projections so far (what loading from checkpoints saves).
+    applied: AtomicU64,
 }
 
 /// Drops what the bounds do not allow, oldest use first, never `keep` (the session being
@@ -139,6 +142,7 @@ impl Projections {
         let projections = Arc::new(Projections {
             store,
             held: Mutex::new(Vec::new()),
+            applied: AtomicU64::new(0),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let weak: Weak<Projections> = Arc::downgrade(&projections);
@@ -159,6 +163,11 @@ impl Projections {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Held>> {
         self.held.lock().expect("not poisoned")
+    }
+
+    /// How many events this cache has applied to projections.
+    pub fn applied(&self) -> u64 {
+        self.applied.load(Ordering::Relaxed)
     }
 
     /// How many sessions' projections are held now.
@@ -235,6 +244,8 @@ impl Projections {
             for event in &events {
                 p.handle_event(event, now_ms);
             }
+            self.applied
+                .fetch_add(events.len() as u64, Ordering::Relaxed);
             if saved.due(p.after()) {
                 self.save(session, p, saved).await;
             }

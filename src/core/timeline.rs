@@ -1194,6 +1194,10 @@ pub struct RunCheckpoint {
     pub cost_nanos: i64,
 }
 
+/// How far back (in items) a snapshot's window reaches for an item still open or of a turn
+/// in progress, at most.
+pub const MAX_REACH_BACK: usize = 10_000;
+
 /// Whether an item can still change without naming it: a streaming text, a running tool
 /// call, a pending approval.
 fn is_open(item: &Item) -> bool {
@@ -1209,10 +1213,13 @@ impl Timeline {
     /// Where a snapshot of the last `n` items should start so that the events after it
     /// project exactly: at most `n` items back, and further back to the first item that is
     /// still open (streaming, running, pending) or belongs to a run in `active` (a turn still
-    /// in progress may name any of its items). O(items held).
+    /// in progress may name any of its items), but never more than [`MAX_REACH_BACK`] items
+    /// back (an approval left pending long ago must not pin every later snapshot to it: an
+    /// event naming such an item is applied as if it were unknown). O(items reached).
     pub fn snapshot_start(&self, n: usize, active: &[&str]) -> usize {
         let mut start = self.items.len().saturating_sub(n).max(self.items.start);
-        for (i, item) in (self.items.start..).zip(&self.items.vec) {
+        let reach = (self.items.len().saturating_sub(MAX_REACH_BACK)).max(self.items.start);
+        for (i, item) in (reach..).zip(&self.items.vec[reach - self.items.start..]) {
             if i >= start {
                 break;
             }

@@ -517,3 +517,66 @@ fn a_projection_trimmed_to_its_final_items_ends_as_one_pass() {
         }
     }
 }
+
+/// An approval nobody answered, in a turn long over, holds no snapshot (nor what a companion
+/// stores) back to it once more than MAX_REACH_BACK items followed; before that it does.
+#[wasm_bindgen_test(unsupported = test)]
+fn an_item_left_open_long_ago_stops_pinning_the_window() {
+    let mut log: Vec<Event> = Vec::new();
+    let event = |n: usize, kind: EventType, run: Option<&str>, data: Value| {
+        let mut init = EventInit::new(
+            kind,
+            "s1",
+            Provider::Claude,
+            Timestamp::from_unix_millis(n as i64),
+        );
+        init.sequence = n as u64;
+        init.id = Some(EventId::derive(&["pinned", &n.to_string()]));
+        init.run_id = run.map(str::to_owned);
+        if let Value::Object(map) = data {
+            init.data = map;
+        }
+        Event::new(init).expect("valid")
+    };
+    let turn = Some("turn_old");
+    log.push(event(1, EventType::RunStarted, turn, json!({})));
+    log.push(event(
+        2,
+        EventType::ToolApprovalRequested,
+        turn,
+        json!({"request_id": "req_old", "tool_name": "Edit"}),
+    ));
+    log.push(event(3, EventType::RunCompleted, turn, json!({})));
+    let mut p = Projection::new("s1");
+    for e in &log {
+        p.handle_event(e, 0);
+    }
+    assert_eq!(p.timeline().len(), 1, "the approval");
+    for k in 0..MAX_REACH_BACK + 10 {
+        let n = log.len() + 1;
+        let e = event(
+            n,
+            EventType::MessageReceived,
+            None,
+            json!({"role": "assistant", "content": format!("note {k}"), "message_id": format!("m{k}")}),
+        );
+        p.handle_event(&e, 0);
+        log.push(e);
+        let len = p.timeline().len();
+        // Within reach, the approval holds the window; out of it, nothing is open.
+        let (finals, start) = if len <= MAX_REACH_BACK {
+            (0, 0)
+        } else {
+            (len, len - 5)
+        };
+        if k % 997 == 0 || len == MAX_REACH_BACK + 1 {
+            assert_eq!(p.final_items(), finals, "after {len} items");
+            assert_eq!(p.snapshot("e1", 5).start, start, "after {len} items");
+        }
+    }
+    assert_eq!(
+        p.timeline().pending_approvals().count(),
+        1,
+        "it is still pending"
+    );
+}

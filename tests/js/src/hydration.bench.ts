@@ -1,10 +1,12 @@
 // Hydration (issue 14 goal 6, issue 16 item 1): from the demo page's subscribe to the
 // session's last item rendered, in Chromium, against a release `agentwire serve` (the debug
 // one when there is no release build) over a session seeded straight into its SQLite log.
-// Per size: the page opened from a snapshot on a cold companion (the first request builds the
-// session's projection from the log), then again warm (the projection is held), next to the
-// baseline, the same page replaying the whole log (`?snapshot=off`), in the same run; the
-// companion's RSS and the page's JS heap after each.
+// Per size, over a log seeded without a stored projection: the page opened from a snapshot on
+// the first companion ever to serve it ("first": it builds the session's projection from the
+// log, storing it on the way), then on a restarted one ("cold": it loads the stored
+// checkpoint and applies the events after it), then again ("warm": the projection is held),
+// next to the baseline, the same page replaying the whole log (`?snapshot=off`), in the same
+// run; the companion's RSS and the page's JS heap after each.
 //
 //   node tests/js/build/hydration.bench.js [sizes, default 100000,1000000] [--no-replay]
 //
@@ -33,12 +35,12 @@ const label = (n: number) => (n >= 1_000_000 ? `${n / 1_000_000}m` : `${n / 1000
 
 for (const size of sizes) {
   const t0 = Date.now();
-  const seeded = seed(size);
+  const seeded = seed(size, undefined, false);
   console.log(`seeded ${size} events in ${Date.now() - t0} ms`);
-  // The last item: the last turn's answer (the seed's turns end with one).
-  const server = await serve(program, seeded.db);
+  let server = await serve(program, seeded.db);
   const context = await browser(seeded.dir);
   try {
+    // The last item: the last turn's answer (the seed's turns end with one).
     const r = await fetch(`http://${server.addr}/api/sessions/${seeded.session}/events?after=${size - 200}&limit=1000`, {
       headers: { Authorization: "Bearer hydration-token-0123456789abcdef" },
     });
@@ -48,8 +50,12 @@ for (const size of sizes) {
     const heap = (page: import("playwright-core").Page) =>
       page.evaluate(() => ((performance as any).memory?.usedJSHeapSize ?? NaN) / (1 << 20));
     const row: Record<string, { ms: number; heap: number; rss: number; held: number }> = {};
-    const runs = [["cold", true], ["warm", true], ["replay", false]] as const;
+    const runs = [["first", true], ["cold", true], ["warm", true], ["replay", false]] as const;
     for (const [name, snapshot] of runs.filter(([name]) => replay || name !== "replay")) {
+      if (name === "cold") {
+        await server.stop();
+        server = await serve(program, seeded.db);
+      }
       const o = await open(context, server.addr, seeded.session, lastText, snapshot, 600_000);
       row[name] = { ms: o.ms, heap: await heap(o.page), rss: rss(server.child.pid!), held: o.held };
       await o.page.close();
@@ -58,13 +64,13 @@ for (const size of sizes) {
     if (!replay) continue;
     const base = row.replay!.ms;
     const target = size >= 1_000_000 ? "target 300 ms" : "target 1000 ms";
-    for (const name of ["cold", "warm"] as const) {
+    for (const name of ["first", "cold", "warm"] as const) {
       bench(`hydration.snapshot.${label(size)}.${name}`, row[name]!.ms, "ms", `full replay ${base.toFixed(0)} ms`,
         `${(base / row[name]!.ms).toFixed(2)}x`, `chromium, ${build} serve, ${target}`);
     }
     bench(`hydration.replay.${label(size)}`, base, "ms", "-", "-", `chromium, ${build} serve, the same page without a snapshot`);
     bench(`hydration.page_heap.${label(size)}.snapshot`, row.warm!.heap, "MiB", `full replay ${row.replay!.heap.toFixed(1)} MiB`, "-", "performance.memory after the last item rendered");
-    bench(`hydration.companion_rss.${label(size)}`, row.warm!.rss, "MiB", "-", "-", "after snapshots (the session's projection held)");
+    bench(`hydration.companion_rss.${label(size)}`, row.warm!.rss, "MiB", "-", "-", "after snapshots (the session's projection held, trimmed to its last items)");
   } finally {
     await context.close();
     await server.stop();

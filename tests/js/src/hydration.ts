@@ -29,11 +29,13 @@ export interface Seeded {
   events: number;
 }
 
-/** Seeds `events` events of session `session` into a fresh SQLite log. */
-export function seed(events: number, session = "ses_4d0a7e"): Seeded {
+/** Seeds `events` events of session `session` into a fresh SQLite log, with its projection
+ * stored as a companion would have (`projection` false: without, as a log from before). */
+export function seed(events: number, session = "ses_4d0a7e", projection = true): Seeded {
   const dir = mkdtempSync(join(tmpdir(), "agentwire-hydration-"));
   const db = join(dir, "log.db");
-  const out = execFileSync(testkitBin, ["seed", "--db", db, "--session", session, "--events", String(events)]);
+  const args = ["seed", "--db", db, "--session", session, "--events", String(events)];
+  const out = execFileSync(testkitBin, projection ? args : [...args, "--no-projection"]);
   return { dir, db, session, events: Number(out.toString().trim().split(/\s+/)[0]) || events };
 }
 
