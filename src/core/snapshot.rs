@@ -14,7 +14,7 @@
 //! item and is closed (a long-finished tool call, an answered approval): an event after C
 //! naming such an item again is applied as if the item were unknown. The window always
 //! reaches back to the first item still open and to the first item of every turn in progress,
-//! so a well-formed log never does that — up to [`MAX_REACH_BACK`] items back: an item left
+//! so a well-formed log never does that — up to [`MAX_REACH_BACK`](super::timeline::MAX_REACH_BACK) items back: an item left
 //! open further back than that (an approval nobody answered, in a turn long over) counts as
 //! closed, so that it does not pin every later snapshot (and the companion's stored
 //! projection) to it.
@@ -25,7 +25,7 @@ use super::dedup::Dedup;
 use super::event::{Event, Provider};
 use super::lifecycle::{LifecycleCheckpoint, LifecycleConfig, TurnProjector};
 use super::projector::LifecycleState;
-use super::timeline::{Item, Timeline, TimelineState, Usage, MAX_REACH_BACK};
+use super::timeline::{Item, Timeline, TimelineState, Usage};
 
 /// What a subscribe asks of a snapshot: at least its last `items` items.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ use crate::core::event::{EventId, EventInit, EventType};
 use crate::core::normalize::{normalize, Config, Format};
 use crate::core::projector::{Batch, Projector};
 use crate::core::time::Timestamp;
-use crate::core::timeline::Change;
+use crate::core::timeline::{Change, MAX_REACH_BACK};
 use crate::core::wire::{encode_events, encode_message, ServerMsg, MIN_MAX_FRAME};
 
 const DEBUSSY: &[u8] =
