@@ -503,3 +503,46 @@ async fn a_stored_projection_that_does_not_fit_the_log_is_rebuilt_from_it() {
         assert_eq!(now.items, good.items, "{what}");
     }
 }
+
+/// Waits (with a deadline) until `session` has a stored checkpoint at `at_least` or later.
+async fn checkpointed(store: &Arc<dyn Store>, session: &str, at_least: u64) -> StoredProjection {
+    let start = Instant::now();
+    loop {
+        let stored = store
+            .load_projection(session, PROJECTION_FORMAT)
+            .await
+            .unwrap();
+        match stored {
+            Some(p) if p.after >= at_least => return p,
+            _ => assert!(
+                start.elapsed() < DEADLINE,
+                "{session} was not checkpointed in time"
+            ),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_companion_keeps_the_stored_projections_of_a_growing_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("a.db")).unwrap());
+    let options = |session: &str| SeedOptions {
+        session: session.into(),
+        events: 6_000,
+        tool_updates: None,
+    };
+    // A session stored before (no projection), and one written while the companion runs.
+    let old = seed(store.as_ref(), &options("ses_01d")).await.unwrap();
+    let projections = Projections::new(store.clone());
+    tokio::spawn(projections.clone().keep_checkpoints());
+    checkpointed(&store, "ses_01d", old - CHECKPOINT_EVERY + 1).await;
+    let new = seed(store.as_ref(), &options("ses_0e1")).await.unwrap();
+    checkpointed(&store, "ses_0e1", new - CHECKPOINT_EVERY + 1).await;
+    // Only what pages ask for is held: the background's projections are let go.
+    let start = Instant::now();
+    while projections.held() > 0 {
+        assert!(start.elapsed() < DEADLINE, "{} held", projections.held());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
