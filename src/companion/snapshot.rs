@@ -417,12 +417,11 @@ impl Projections {
         };
         for s in sessions {
             let checkpoint = self.store.load_projection(&s.id, PROJECTION_FORMAT).await;
-            let after = checkpoint.ok().flatten().map_or(0, |p| p.after);
-            let latest = self.store.latest_sequence(&s.id).await.unwrap_or(0);
-            if latest >= after.saturating_add(CHECKPOINT_EVERY) {
-                due.push(s.id.clone());
-            }
-            stored.insert(s.id, after);
+            stored.insert(
+                s.id.clone(),
+                checkpoint.ok().flatten().map_or(0, |p| p.after),
+            );
+            due.push(s.id);
         }
         drop(self);
         loop {
@@ -430,6 +429,12 @@ impl Projections {
                 let Some(this) = weak.upgrade() else {
                     return;
                 };
+                // A candidate is refreshed only when its log outgrew its checkpoint.
+                let last = stored.get(&session).copied().unwrap_or(0);
+                let latest = this.store.latest_sequence(&session).await.unwrap_or(0);
+                if latest < last.saturating_add(CHECKPOINT_EVERY) {
+                    continue;
+                }
                 match this.refresh(&session).await {
                     Ok(after) => drop(stored.insert(session, after)),
                     Err(e) => {
@@ -446,7 +451,7 @@ impl Projections {
                         due.push(c.session_id);
                     }
                 }
-                // Missed commits: look at every session again.
+                // Missed commits: every session is a candidate again.
                 Err(RecvError::Lagged(_)) => due.extend(stored.keys().cloned()),
                 Err(RecvError::Closed) => return,
             }
