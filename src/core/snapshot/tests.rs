@@ -266,21 +266,28 @@ struct Outcome {
     approvals: Vec<String>,
 }
 
+impl Outcome {
+    /// What `p` ends with, its items being `items` (those it holds, or more).
+    fn of(p: &Projection, items: Vec<Item>) -> Outcome {
+        Outcome {
+            items,
+            lifecycle: p.lifecycle_state(),
+            usage: p.timeline().usage(),
+            approvals: p
+                .timeline()
+                .pending_approvals()
+                .map(str::to_owned)
+                .collect(),
+        }
+    }
+}
+
 fn full(log: &[Event]) -> Outcome {
     let mut p = Projection::new("s1");
     for e in log {
         p.handle_event(e, 0);
     }
-    Outcome {
-        items: p.timeline().items().to_vec(),
-        lifecycle: p.lifecycle_state(),
-        usage: p.timeline().usage(),
-        approvals: p
-            .timeline()
-            .pending_approvals()
-            .map(str::to_owned)
-            .collect(),
-    }
+    Outcome::of(&p, p.timeline().items().to_vec())
 }
 
 /// The snapshot `server` (the log up to `c` applied) takes of `items` items, sent in frames of
@@ -503,16 +510,7 @@ fn a_projection_trimmed_to_its_final_items_ends_as_one_pass() {
                 .chain(held)
                 .cloned()
                 .collect();
-            let got = Outcome {
-                items,
-                lifecycle: p.lifecycle_state(),
-                usage: p.timeline().usage(),
-                approvals: p
-                    .timeline()
-                    .pending_approvals()
-                    .map(str::to_owned)
-                    .collect(),
-            };
+            let got = Outcome::of(&p, items);
             assert_eq!(got, want, "log {l}, trimmed every {every} events");
         }
     }
