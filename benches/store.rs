@@ -10,7 +10,9 @@
 //! Run: `cargo bench --bench store` (add `-- --quick` for a shorter run, `-- postgres` for
 //! PostgreSQL only). The sustained figure of issue 14 (100 sessions appending for
 //! `STORE_BENCH_SECS`, default 5, with the commit latency of a single append meanwhile) and
-//! its `BENCH` lines: `cargo bench --bench store -- sustained`.
+//! its `BENCH` lines: `cargo bench --bench store -- sustained`. The projection checkpoints of
+//! issue 16 (a save of 1,000 items, a cold snapshot's reads of 200 and 10,000) and their
+//! `BENCH` lines: `cargo bench --bench store -- projection`.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +24,7 @@ use tempfile::TempDir;
 use tokio::runtime::Runtime;
 
 use agentwire::companion::store::{
-    EventQuery, PostgresStore, SessionRecord, SessionState, SqliteStore, Store,
+    EventQuery, PostgresStore, SessionRecord, SessionState, SqliteStore, Store, StoredProjection,
 };
 use agentwire::core::event::{Event, EventId, EventInit, EventType, Provider};
 use agentwire::core::time::Timestamp;
@@ -406,6 +408,102 @@ fn reads(c: &mut Criterion, name: &str, open: Open) {
     g.finish();
 }
 
+/// Issue 16: projections kept beside the log. A session holding 10,000 final items of 1 KiB
+/// (saved 1,000 at a time); then `ROUNDS` saves of 1,000 items (replacing the last 1,000) with
+/// a 16 KiB checkpoint, as a companion checkpointing a long session does, and a cold
+/// snapshot's reads: the checkpoint and the last 200 items, and the checkpoint and all 10,000
+/// (one range each). Prints `BENCH store.<backend>.projection.save_1000x1k`, `.load_read_200`
+/// and `.load_read_10k` (ms, medians of `ROUNDS`). Saves commit as appends do (SQLite: in
+/// the writer's group, `synchronous=FULL`; PostgreSQL: `synchronous_commit = on`).
+fn projections(_c: &mut Criterion, name: &str, open: Open) {
+    const ITEMS: u64 = 10_000;
+    const SAVE: u64 = 1_000;
+    const ROUNDS: usize = 20;
+    if !selected(&format!("{name}_projection")) {
+        return;
+    }
+    let rt = runtime();
+    let bench = with_session(&rt, open, "p");
+    let store = &bench.store;
+    let item = |i: u64| {
+        let mut body = format!("{{\"item\":{i},\"text\":\"").into_bytes();
+        body.resize(1024, b'x');
+        body
+    };
+    let checkpoint = |after: u64| StoredProjection {
+        format: 1,
+        after,
+        items: ITEMS,
+        body: vec![7; 16 << 10],
+    };
+    for chunk in 0..ITEMS / SAVE {
+        let items = (chunk * SAVE..(chunk + 1) * SAVE).map(item).collect();
+        rt.block_on(store.save_projection("p", chunk * SAVE, items, checkpoint(chunk)))
+            .unwrap();
+    }
+    let median = |mut ms: Vec<f64>| {
+        ms.sort_by(f64::total_cmp);
+        ms[ms.len() / 2]
+    };
+    let last: Vec<Vec<u8>> = (ITEMS - SAVE..ITEMS).map(item).collect();
+    let saves: Vec<f64> = (0..ROUNDS)
+        .map(|round| {
+            let (items, checkpoint) = (last.clone(), checkpoint(100 + round as u64));
+            let start = std::time::Instant::now();
+            rt.block_on(store.save_projection("p", ITEMS - SAVE, items, checkpoint))
+                .unwrap();
+            start.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    let read = |n: u64| -> Vec<f64> {
+        (0..ROUNDS)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                rt.block_on(async {
+                    let checkpoint = store.load_projection("p", 1).await.unwrap().unwrap();
+                    let items = (store.projected_items("p", 1, ITEMS - n, checkpoint.items))
+                        .await
+                        .unwrap();
+                    assert_eq!(items.len() as u64, n);
+                    black_box((checkpoint, items))
+                });
+                start.elapsed().as_secs_f64() * 1e3
+            })
+            .collect()
+    };
+    let (read_200, read_10k) = (read(200), read(ITEMS));
+    let backend = if name == "store" { "sqlite" } else { name };
+    let figures = [
+        (
+            "save_1000x1k",
+            median(saves),
+            "1,000 items of 1 KiB + a 16 KiB checkpoint, one transaction, committed",
+        ),
+        (
+            "load_read_200",
+            median(read_200),
+            "the checkpoint + the last 200 of 10,000 items of 1 KiB, one range",
+        ),
+        (
+            "load_read_10k",
+            median(read_10k),
+            "the checkpoint + all 10,000 items of 1 KiB, one range",
+        ),
+    ];
+    for (id, ms, note) in figures {
+        eprintln!("{name}_projection/{id}: {ms:.2} ms (median of {ROUNDS})");
+        println!("BENCH\tstore.{backend}.projection.{id}\t{ms:.2}\tms\t-\t-\t{note}");
+    }
+}
+
+fn sqlite_projections(c: &mut Criterion) {
+    projections(c, "store", sqlite);
+}
+
+fn postgres_projections(c: &mut Criterion) {
+    projections(c, "postgres", postgres);
+}
+
 fn sqlite_appends(c: &mut Criterion) {
     appends(c, "store", sqlite);
 }
@@ -442,6 +540,8 @@ criterion_group!(
     benches,
     sqlite_sustained,
     postgres_sustained,
+    sqlite_projections,
+    postgres_projections,
     sqlite_sessions,
     sqlite_appends,
     sqlite_reads,
