@@ -320,6 +320,34 @@ fn decode(session_id: &str, seq: i64, body: &str) -> Result<Event, StoreError> {
     Ok(event.into_sequenced(seq))
 }
 
+/// The bodies of a range `from..to` of projected items from rows `(index, body)` in index
+/// order, or the first index missing from them (see [`Store::projected_items`]).
+fn contiguous_items<E>(
+    rows: impl IntoIterator<Item = Result<(i64, Vec<u8>), E>>,
+    from: u64,
+    to: u64,
+) -> Result<Result<Vec<Vec<u8>>, u64>, E> {
+    let mut items = Vec::with_capacity((to - from).min(1 << 16) as usize);
+    let mut next = from;
+    for row in rows {
+        let (idx, body) = row?;
+        if u64::try_from(idx).ok() != Some(next) {
+            return Ok(Err(next));
+        }
+        items.push(body);
+        next += 1;
+    }
+    Ok(if next < to { Err(next) } else { Ok(items) })
+}
+
+/// The error for projected item `missing` of `format` absent from `from..to`.
+fn missing_item(session_id: &str, format: u32, missing: u64, from: u64, to: u64) -> StoreError {
+    StoreError::Corrupt(format!(
+        "session {session_id:?}: projected item {missing} of format {format} is missing \
+         (asked for {from}..{to})"
+    ))
+}
+
 /// A new epoch: 128 random bits as 32 lowercase hex digits.
 fn new_epoch() -> Result<String, StoreError> {
     let mut bytes = [0u8; 16];

@@ -64,8 +64,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Statement};
 
 use super::{
-    decode, new_epoch, Appended, Committed, EventQuery, SessionRecord, SessionState, Store,
-    StoreError, StoredProjection,
+    contiguous_items, decode, missing_item, new_epoch, Appended, Committed, EventQuery,
+    SessionRecord, SessionState, Store, StoreError, StoredProjection,
 };
 use crate::core::event::Event;
 use crate::core::time::Timestamp;
@@ -1209,30 +1209,13 @@ async fn read_projected_items(
             &[&session_id, &clamp(from), &clamp(to), &i64::from(format)],
         )
         .await?;
-    let mut items = Vec::with_capacity(rows.len());
-    let mut next = from;
-    let mut hole = None;
-    for row in &rows {
-        let idx: i64 = row.try_get(0)?;
-        if idx != clamp(next) {
-            hole = Some(next);
-            break;
-        }
-        items.push(row.try_get::<_, Vec<u8>>(1)?);
-        next += 1;
-    }
-    if hole.is_none() && next < to {
-        hole = Some(next);
-    }
-    match hole {
-        None => Ok(items),
-        Some(missing) => {
+    let rows = rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?)));
+    match contiguous_items::<tokio_postgres::Error>(rows, from, to)? {
+        Ok(items) => Ok(items),
+        Err(missing) => {
             // Distinguishes a hole from no such session.
             latest_of(reader, session_id).await?;
-            Err(StoreError::Corrupt(format!(
-                "session {session_id:?}: projected item {missing} of format {format} is missing \
-                 (asked for {from}..{to})"
-            )))
+            Err(missing_item(session_id, format, missing, from, to))
         }
     }
 }

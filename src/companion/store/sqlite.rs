@@ -51,8 +51,8 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use super::{
-    decode, new_epoch, Appended, Committed, EventQuery, SessionRecord, SessionState, Store,
-    StoreError, StoredProjection,
+    contiguous_items, decode, missing_item, new_epoch, Appended, Committed, EventQuery,
+    SessionRecord, SessionState, Store, StoreError, StoredProjection,
 };
 use crate::core::event::Event;
 use crate::core::time::Timestamp;
@@ -1074,31 +1074,15 @@ fn read_projected_items(
          WHERE session_id = ?1 AND idx >= ?2 AND idx < ?3 AND format = ?4
          ORDER BY idx",
     )?;
-    let mut rows = stmt.query(params![session_id, clamp(from), clamp(to), format])?;
-    let mut items = Vec::with_capacity((to - from).min(1 << 16) as usize);
-    let mut next = from;
-    let mut hole = None;
-    while let Some(row) = rows.next()? {
-        let idx: i64 = row.get(0)?;
-        if idx != clamp(next) {
-            hole = Some(next);
-            break;
-        }
-        items.push(row.get::<_, Vec<u8>>(1)?);
-        next += 1;
-    }
-    if hole.is_none() && next < to {
-        hole = Some(next);
-    }
-    match hole {
-        None => Ok(items),
-        Some(_) if !session_exists(conn, session_id)? => {
+    let rows = stmt.query_map(params![session_id, clamp(from), clamp(to), format], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })?;
+    match contiguous_items(rows, from, to)? {
+        Ok(items) => Ok(items),
+        Err(_) if !session_exists(conn, session_id)? => {
             Err(StoreError::UnknownSession(session_id.to_owned()))
         }
-        Some(missing) => Err(StoreError::Corrupt(format!(
-            "session {session_id:?}: projected item {missing} of format {format} is missing \
-             (asked for {from}..{to})"
-        ))),
+        Err(missing) => Err(missing_item(session_id, format, missing, from, to)),
     }
 }
 
