@@ -1340,3 +1340,67 @@ fn the_wire_over_http_streams_the_same_frames_and_takes_commands() {
         "the stream carried the log, each event once, in order"
     );
 }
+
+/// A client that asks for `binary_frames` in its hello gets every frame from the welcome on as
+/// a binary message holding, byte for byte, what a client that did not ask gets as text.
+#[tokio::test]
+async fn binary_frames_carry_the_bytes_of_the_text_frames() {
+    use futures_util::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a.db"), 0, &[]);
+    let session = server.create_demo_session();
+    let turn = server.start_turn(&session, "please use a tool");
+    let stored = server.wait_events(&session, "the turn's end", |e| ended(e, &turn));
+    let mut seen = Vec::new();
+    for features in [
+        vec![],
+        vec![agentwire::core::wire::FEATURE_BINARY_FRAMES.to_owned()],
+    ] {
+        let mut socket = ws_connect(&server.ws_url(), &[]).await.expect("connects");
+        let hello = ClientMsg::Hello {
+            protocols: vec![1],
+            max_frame: Some(4096),
+            client: None,
+            features,
+        };
+        send(&mut socket, &hello).await;
+        let subscribe = ClientMsg::Subscribe {
+            session: session.clone(),
+            after: 0,
+            epoch: None,
+            snapshot: None,
+        };
+        send(&mut socket, &subscribe).await;
+        // (binary, bytes) of each frame up to `caught_up`, heartbeats aside.
+        let mut frames: Vec<(bool, Vec<u8>)> = Vec::new();
+        loop {
+            let next = tokio::time::timeout(DEADLINE, socket.next()).await;
+            let (binary, bytes) = match next.expect("a frame before the deadline") {
+                Some(Ok(Message::Text(t))) => (false, t.as_bytes().to_vec()),
+                Some(Ok(Message::Binary(b))) => (true, b.to_vec()),
+                Some(Ok(_)) => continue,
+                other => panic!("the socket ended: {other:?}"),
+            };
+            match ServerMsg::decode_bytes(&bytes, usize::MAX).expect("a server frame") {
+                ServerMsg::Heartbeat { .. } => continue,
+                ServerMsg::CaughtUp { .. } => {
+                    frames.push((binary, bytes));
+                    break;
+                }
+                _ => frames.push((binary, bytes)),
+            }
+        }
+        seen.push(frames);
+    }
+    let (text, binary) = (&seen[0], &seen[1]);
+    assert!(text.iter().all(|(b, _)| !b), "text unless asked");
+    assert!(binary.iter().all(|(b, _)| *b), "binary from the welcome on");
+    let bytes =
+        |frames: &[(bool, Vec<u8>)]| frames.iter().map(|(_, f)| f.clone()).collect::<Vec<_>>();
+    assert_eq!(bytes(text), bytes(binary));
+    let mut c = Collector::new();
+    for (_, frame) in binary {
+        c.apply(ServerMsg::decode_bytes(frame, usize::MAX).unwrap());
+    }
+    assert_eq!(c.events, stored);
+}

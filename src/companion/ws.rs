@@ -9,7 +9,7 @@
 //! reading by cursor. Nothing is skipped.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,7 +105,15 @@ pub async fn handle_socket(
     let heartbeat = Duration::from_millis(limits.heartbeat_ms);
     // Set when the connection must close with a code (a frame over the hard cap).
     let (close_tx, mut close_rx) = tokio::sync::oneshot::channel::<CloseFrame>();
+    // Set by the protocol when the hello asks for `binary_frames` (before the welcome is
+    // queued): from then on each frame goes as a binary message of the same bytes.
+    let binary = Arc::new(AtomicBool::new(false));
+    let as_binary = binary.clone();
     let sender = tokio::spawn(async move {
+        let message = |frame: Text| match as_binary.load(Ordering::Acquire) {
+            true => Message::Binary(frame.into()),
+            false => Message::Text(frame),
+        };
         let mut ticker = tokio::time::interval(heartbeat);
         ticker.tick().await;
         loop {
@@ -117,9 +125,9 @@ pub async fn handle_socket(
                 _ = ticker.tick() => ServerMsg::Heartbeat { now_ms: now().unix_millis() }.encode().into(),
             };
             // What is queued goes out in one write: a page and its `caught_up`, say.
-            let mut feed = sink.feed(Message::Text(frame)).await.is_ok();
+            let mut feed = sink.feed(message(frame)).await.is_ok();
             while let (true, Ok(frame)) = (feed, rx.try_recv()) {
-                feed = sink.feed(Message::Text(frame)).await.is_ok();
+                feed = sink.feed(message(frame)).await.is_ok();
             }
             if !feed || sink.flush().await.is_err() {
                 break;
@@ -158,7 +166,7 @@ pub async fn handle_socket(
                 other => other,
             }
         });
-    run_connection(Box::pin(incoming), tx, hub, limits).await;
+    serve(Box::pin(incoming), tx, hub, limits, Some(binary)).await;
     let _ = sender.await;
 }
 
@@ -174,10 +182,24 @@ pub enum Incoming {
 /// frames to `out` (shared buffers: an `events` frame is the same allocation for every
 /// subscriber at the same cursor). Returns when the client is gone or must be dropped.
 pub async fn run_connection<I>(
+    incoming: I,
+    out: mpsc::Sender<Text>,
+    hub: Arc<Hub>,
+    limits: ConnectionLimits,
+) where
+    I: Stream<Item = Incoming> + Unpin,
+{
+    serve(incoming, out, hub, limits, None).await
+}
+
+/// [`run_connection`], with `binary` set when the client asks for `binary_frames` (a
+/// transport that can send binary messages passes one; the others ignore the feature).
+async fn serve<I>(
     mut incoming: I,
     out: mpsc::Sender<Text>,
     hub: Arc<Hub>,
     limits: ConnectionLimits,
+    binary: Option<Arc<AtomicBool>>,
 ) where
     I: Stream<Item = Incoming> + Unpin,
 {
@@ -223,6 +245,11 @@ pub async fn run_connection<I>(
                         heartbeat_ms: limits.heartbeat_ms,
                         server: concat!("agentwire/", env!("CARGO_PKG_VERSION")).to_owned(),
                     };
+                    if let Some(binary) =
+                        binary.filter(|_| features.iter().any(|f| f == wire::FEATURE_BINARY_FRAMES))
+                    {
+                        binary.store(true, Ordering::Release);
+                    }
                     if !send(welcome).await {
                         return;
                     }

@@ -35,7 +35,7 @@ use super::error::ErrorCode;
 use super::projector::{Batch, Projector, Signal};
 use super::wire::{
     is_turn_id, ClientMsg, Decision, ServerMsg, Thinking, WireError, DEFAULT_MAX_FRAME,
-    FEATURE_SESSION_STATUS, PROTOCOL_VERSIONS,
+    FEATURE_BINARY_FRAMES, FEATURE_SESSION_STATUS, PROTOCOL_VERSIONS,
 };
 
 /// How a [`Client`] connects and retries.
@@ -71,6 +71,10 @@ pub struct ClientConfig {
     /// [`Client::history`]. `None`: replay the log from the start. A subscription that has a
     /// cursor always resumes from it, whatever this says.
     pub snapshot: Option<usize>,
+    /// Ask for every WebSocket frame as a binary message (`binary_frames` in `hello`), to be
+    /// given to [`Client::handle_frame_bytes`]: the browser's package does, where the bytes
+    /// reach wasm memory in one copy; off by default (text frames, as every other client).
+    pub binary_frames: bool,
 }
 
 impl Default for ClientConfig {
@@ -89,6 +93,7 @@ impl Default for ClientConfig {
             ws_short_ms: 5_000,
             ws_retry_ms: 5 * 60_000,
             snapshot: None,
+            binary_frames: false,
         }
     }
 }
@@ -492,7 +497,11 @@ impl Client {
             protocols: PROTOCOL_VERSIONS.to_vec(),
             max_frame: Some(DEFAULT_MAX_FRAME),
             client: Some(self.config.client_name.clone()),
-            features: vec![FEATURE_SESSION_STATUS.to_owned()],
+            features: [FEATURE_SESSION_STATUS]
+                .into_iter()
+                .chain(self.config.binary_frames.then_some(FEATURE_BINARY_FRAMES))
+                .map(str::to_owned)
+                .collect(),
         }
     }
 
@@ -505,6 +514,19 @@ impl Client {
         self.last_heard_ms = now_ms;
         self.probe_until = None;
         self.take_frame(frame, now_ms);
+    }
+
+    /// A binary frame arrived on `conn` (asked for with [`ClientConfig::binary_frames`]): the
+    /// same UTF-8 JSON text as a text frame, handled the same.
+    pub fn handle_frame_bytes(&mut self, conn: u64, frame: &[u8], now_ms: i64) {
+        if !self.is_current(conn) {
+            return;
+        }
+        self.last_heard_ms = now_ms;
+        self.probe_until = None;
+        if let Ok(signal) = self.projector.handle_frame_bytes(frame, now_ms) {
+            self.take_signal(signal, now_ms);
+        }
     }
 
     /// The response body of a command POSTed on the fallback transport: `posted` is the body
@@ -547,9 +569,12 @@ impl Client {
     }
 
     fn take_frame(&mut self, frame: &str, now_ms: i64) {
-        let Ok(signal) = self.projector.handle_frame(frame, now_ms) else {
-            return;
-        };
+        if let Ok(signal) = self.projector.handle_frame(frame, now_ms) {
+            self.take_signal(signal, now_ms);
+        }
+    }
+
+    fn take_signal(&mut self, signal: Signal, now_ms: i64) {
         match signal {
             Signal::None => {}
             Signal::Welcome { heartbeat_ms, .. } => {

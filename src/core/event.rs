@@ -11,6 +11,7 @@
 //! inputs with [`EventId::derive`], so normalizing the same transcript twice yields the
 //! same ids and replays deduplicate by id.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -366,8 +367,7 @@ impl EventInit {
 /// One immutable canonical event. Build it with [`Event::new`]; read it with the getters.
 ///
 /// `sequence` 0 means "not yet placed in a log"; logs number from 1.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "RawEvent")]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Event {
     id: EventId,
     #[serde(rename = "type")]
@@ -481,17 +481,22 @@ impl Event {
     }
 }
 
-/// The unvalidated shape of an event on the wire; converted through [`Event::new`].
+/// The unvalidated shape of an event on the wire; converted through [`Event::new`]. The
+/// fields that are only checked or parsed (id, type, timestamp) are borrowed from the input
+/// when they hold no escape: decoding an event allocates no string for them (the page's
+/// hot path, tests/js/src/projector.bench.ts).
 #[derive(Deserialize)]
-struct RawEvent {
-    id: Option<String>,
-    #[serde(rename = "type")]
-    kind: String,
+struct RawEvent<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
     session_id: String,
     run_id: Option<String>,
     #[serde(default)]
     sequence: u64,
-    timestamp: String,
+    #[serde(borrow)]
+    timestamp: Cow<'a, str>,
     provider: Provider,
     correlation_id: Option<String>,
     #[serde(default)]
@@ -500,22 +505,32 @@ struct RawEvent {
     metadata: Option<Value>,
 }
 
-impl TryFrom<RawEvent> for Event {
+/// Read as a [`RawEvent`] and validated by [`Event::new`] (any failure is the deserializer's
+/// error, with the [`EventError`]'s message).
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Event, D::Error> {
+        let raw = RawEvent::deserialize(deserializer)?;
+        Event::try_from(raw).map_err(serde::de::Error::custom)
+    }
+}
+
+impl TryFrom<RawEvent<'_>> for Event {
     type Error = EventError;
-    fn try_from(raw: RawEvent) -> Result<Event, EventError> {
+    fn try_from(raw: RawEvent<'_>) -> Result<Event, EventError> {
         let object = |v: Option<Value>, field| match v {
             None | Some(Value::Null) => Ok(Map::new()),
             Some(Value::Object(m)) => Ok(m),
             Some(_) => Err(EventError::NotAnObject { field }),
         };
         Event::new(EventInit {
-            id: raw.id.map(EventId::try_from).transpose()?,
-            kind: EventType::parse(&raw.kind).ok_or(EventError::UnknownType(raw.kind))?,
+            id: raw.id.as_deref().map(EventId::parse).transpose()?,
+            kind: EventType::parse(&raw.kind)
+                .ok_or_else(|| EventError::UnknownType(raw.kind.into_owned()))?,
             session_id: raw.session_id,
             run_id: raw.run_id,
             sequence: raw.sequence,
             timestamp: Timestamp::parse_rfc3339(&raw.timestamp)
-                .ok_or(EventError::InvalidTimestamp(raw.timestamp))?,
+                .ok_or_else(|| EventError::InvalidTimestamp(raw.timestamp.into_owned()))?,
             provider: raw.provider,
             correlation_id: raw.correlation_id,
             data: object(raw.data, "data")?,

@@ -392,7 +392,22 @@ impl Projector {
 
     /// Handles one server text frame. An `Err` is also noted in the next batch.
     pub fn handle_frame(&mut self, frame: &str, now_ms: i64) -> Result<Signal, FrameError> {
-        match ServerMsg::decode(frame, usize::MAX) {
+        self.handle_decoded(ServerMsg::decode(frame, usize::MAX), now_ms)
+    }
+
+    /// Handles one server frame that came as bytes (a binary WebSocket message, asked for
+    /// with the `binary_frames` feature): the same UTF-8 JSON text as a text frame, handled
+    /// the same, without the JS string in between.
+    pub fn handle_frame_bytes(&mut self, frame: &[u8], now_ms: i64) -> Result<Signal, FrameError> {
+        self.handle_decoded(ServerMsg::decode_bytes(frame, usize::MAX), now_ms)
+    }
+
+    fn handle_decoded(
+        &mut self,
+        decoded: Result<ServerMsg, DecodeError>,
+        now_ms: i64,
+    ) -> Result<Signal, FrameError> {
+        match decoded {
             Ok(msg) => Ok(self.handle_msg(msg, now_ms)),
             Err(e) => {
                 self.notes.push(Note::Error {
@@ -608,10 +623,15 @@ impl Projector {
     /// Feeds a piece of a provider's raw output (any chunking) to a transcript projector.
     /// On a projector of server frames it is an error (`not_a_transcript`).
     pub fn handle_provider_text(&mut self, text: &str, now_ms: i64) -> Result<(), WireError> {
+        self.handle_provider_bytes(text.as_bytes(), now_ms)
+    }
+
+    /// [`Projector::handle_provider_text`] for bytes (a piece may end inside a character).
+    pub fn handle_provider_bytes(&mut self, bytes: &[u8], now_ms: i64) -> Result<(), WireError> {
         let Source::Transcript(n) = &mut self.source else {
             return Err(not_a_transcript());
         };
-        n.handle_bytes(text.as_bytes(), Timestamp::from_unix_millis(now_ms));
+        n.handle_bytes(bytes, Timestamp::from_unix_millis(now_ms));
         self.pump_transcript(now_ms);
         Ok(())
     }

@@ -26,12 +26,19 @@ pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
 /// The smallest frame size a peer may ask for; below it, events could not be chunked sanely.
 pub const MIN_MAX_FRAME: usize = 4 << 10;
 
-/// The optional server messages a client may ask for in `hello`'s `features`: only
-/// `session_status` ([`ServerMsg::SessionStatus`]).
-pub const FEATURES: &[&str] = &[FEATURE_SESSION_STATUS];
+/// What a client may ask for in `hello`'s `features`: `session_status`
+/// ([`ServerMsg::SessionStatus`]) and `binary_frames` ([`FEATURE_BINARY_FRAMES`]).
+pub const FEATURES: &[&str] = &[FEATURE_SESSION_STATUS, FEATURE_BINARY_FRAMES];
 
 /// The feature that asks for [`ServerMsg::SessionStatus`].
 pub const FEATURE_SESSION_STATUS: &str = "session_status";
+
+/// The feature that asks the server to send every frame after `hello` as a binary WebSocket
+/// message holding the same UTF-8 JSON text: a browser then hands the client an
+/// `ArrayBuffer` that reaches wasm memory in one copy, where a text message is first made a
+/// JS string and then encoded back to UTF-8 character by character. What the frames say is
+/// unchanged; a client that does not ask gets text frames, as before.
+pub const FEATURE_BINARY_FRAMES: &str = "binary_frames";
 
 /// How a session id is spelled: `ses_` and 1 to 64 lowercase hex digits.
 pub const SESSION_ID_RULE: &str = "a session id is ses_ followed by 1 to 64 lowercase hex digits";
@@ -469,9 +476,26 @@ impl ServerMsg {
         decode(frame, limit)
     }
 
+    /// Decodes a server frame that came as bytes (a binary message, [`FEATURE_BINARY_FRAMES`]):
+    /// the same UTF-8 JSON text as a text frame, and the same result.
+    pub fn decode_bytes(frame: &[u8], limit: usize) -> Result<ServerMsg, DecodeError> {
+        ServerMsg::decode(frame_text(frame, limit)?, limit)
+    }
+
     pub fn encode(&self) -> String {
         serde_json::to_string(self).expect("server messages always serialize")
     }
+}
+
+/// The text of a frame that came as bytes: too large, or not UTF-8, is an error.
+pub fn frame_text(frame: &[u8], limit: usize) -> Result<&str, DecodeError> {
+    if frame.len() > limit {
+        return Err(DecodeError::TooLarge {
+            size: frame.len(),
+            limit,
+        });
+    }
+    std::str::from_utf8(frame).map_err(|e| DecodeError::Malformed(format!("not UTF-8: {e}")))
 }
 
 /// Picks the newest version both sides speak.
@@ -900,12 +924,23 @@ mod tests {
         for frame in &frames {
             let general: Result<ServerMsg, _> = decode(frame, 1 << 20);
             assert_eq!(ServerMsg::decode(frame, 1 << 20), general, "{frame}");
+            // A binary frame holds the same text and decodes the same.
+            let bytes = ServerMsg::decode_bytes(frame.as_bytes(), 1 << 20);
+            assert_eq!(bytes, general, "{frame}");
         }
         assert!(ServerMsg::decode(&frames[0], 1 << 20).is_ok());
         assert_eq!(
             ServerMsg::decode(&good, 16).unwrap_err().code(),
             ErrorCode::FrameTooLarge
         );
+        let codes: Vec<_> = [
+            (good.as_bytes(), 16),
+            (&b"{\"t\":\"pong\"\xff}"[..], 1 << 20),
+        ]
+        .iter()
+        .map(|&(frame, limit)| ServerMsg::decode_bytes(frame, limit).unwrap_err().code())
+        .collect();
+        assert_eq!(codes, [ErrorCode::FrameTooLarge, ErrorCode::MalformedFrame]);
     }
 
     #[wasm_bindgen_test(unsupported = test)]

@@ -167,6 +167,8 @@ impl Options {
             // Also the source of turn ids: 64 random bits from two draws.
             seed: ((js_sys::Math::random() * 2f64.powi(32)) as u64) << 32
                 | (js_sys::Math::random() * 2f64.powi(32)) as u64,
+            // The frames' bytes straight into wasm memory, not through a JS string.
+            binary_frames: true,
             ..ClientConfig::default()
         };
         for (key, field) in [
@@ -638,10 +640,23 @@ fn attach(conn: u64, handle: Handle, weak: &Weak<RefCell<Inner>>) -> Result<Sock
     let on_message = Closure::<dyn FnMut(MessageEvent)>::new({
         let weak = weak.clone();
         move |e: MessageEvent| {
-            let (Some(inner), Some(text)) = (weak.upgrade(), e.data().as_string()) else {
+            let Some(inner) = weak.upgrade() else {
                 return;
             };
-            inner.borrow_mut().core.handle_frame(conn, &text, now_ms());
+            let data = e.data();
+            // A binary message (`binary_frames`) is copied into wasm memory in one go; a
+            // text one (the fallback's stream, an older server) is encoded from its string.
+            if let Some(bytes) = data.dyn_ref::<js_sys::ArrayBuffer>() {
+                let bytes = js_sys::Uint8Array::new(bytes).to_vec();
+                inner
+                    .borrow_mut()
+                    .core
+                    .handle_frame_bytes(conn, &bytes, now_ms());
+            } else if let Some(text) = data.as_string() {
+                inner.borrow_mut().core.handle_frame(conn, &text, now_ms());
+            } else {
+                return;
+            }
             pump(&inner);
         }
     });
@@ -682,7 +697,10 @@ fn attach(conn: u64, handle: Handle, weak: &Weak<RefCell<Inner>>) -> Result<Sock
 }
 
 fn open(url: &str, conn: u64, weak: Weak<RefCell<Inner>>) -> Result<Socket, JsValue> {
-    attach(conn, Handle::Ws(WebSocket::new(url)?), &weak)
+    let ws = WebSocket::new(url)?;
+    // Binary messages (asked for in `hello`) as an `ArrayBuffer`, not a `Blob`.
+    Reflect::set(&ws, &"binaryType".into(), &"arraybuffer".into())?;
+    attach(conn, Handle::Ws(ws), &weak)
 }
 
 /// The fallback's stream: an `EventSource` whose messages are server frames. It is closed at

@@ -38,6 +38,27 @@ impl Projector {
         }
     }
 
+    /// One server frame as bytes: what a WebSocket hands over for a binary message (with
+    /// `binaryType = "arraybuffer"`, wrapped in a `Uint8Array`) from a server asked for
+    /// `binary_frames` in `hello`. The same UTF-8 JSON text as `ingest` takes, handled the
+    /// same, but copied into wasm memory in one `set` where a string is encoded character by
+    /// character (tests/js/src/projector.bench.ts measures both).
+    #[wasm_bindgen(js_name = ingestBytes)]
+    pub fn ingest_bytes(
+        &mut self,
+        frame: &[u8],
+        #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
+    ) -> Result<(), JsValue> {
+        #[cfg(feature = "transcripts")]
+        if self.0.is_transcript() {
+            return (self.0.handle_provider_bytes(frame, now_ms as i64)).map_err(super::wire_error);
+        }
+        match self.0.handle_frame_bytes(frame, now_ms as i64) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(error(e.code(), &e.to_string())),
+        }
+    }
+
     /// The changes since the previous drain, as one object.
     #[wasm_bindgen(unchecked_return_type = "Batch")]
     pub fn drain(&mut self) -> JsValue {

@@ -117,6 +117,37 @@ fn drops_mid_stream_resume_from_the_cursor_with_no_gap_and_no_duplicate() {
 }
 
 #[wasm_bindgen_test(unsupported = test)]
+fn a_client_that_asks_for_binary_frames_reads_them_like_text() {
+    let log = log();
+    let config = ClientConfig {
+        binary_frames: true,
+        ..ws_only()
+    };
+    let mut c = Client::new(config, 0);
+    c.subscribe("s1");
+    outbox(&mut c);
+    c.handle_open(1, 0);
+    let (_, sent) = outbox(&mut c);
+    assert!(
+        sent[0].ends_with(r#","features":["session_status","binary_frames"]}"#),
+        "{sent:?}"
+    );
+    c.handle_frame_bytes(1, welcome(500).as_bytes(), 0);
+    let (_, sent) = outbox(&mut c);
+    assert!(sent[0].starts_with(r#"{"t":"subscribe""#), "{sent:?}");
+    for f in encode_events("s1", "e1", &log, 4096) {
+        c.handle_frame_bytes(1, f.text.as_bytes(), 0);
+        // A frame of a connection that is gone is ignored, as text is.
+        c.handle_frame_bytes(0, f.text.as_bytes(), 0);
+    }
+    c.handle_frame_bytes(1, caught_up(log.len() as u64).as_bytes(), 0);
+    let mut want = crate::core::timeline::Timeline::new();
+    log.iter().for_each(|e| want.handle_event(e));
+    assert_eq!(c.projector().items("s1"), want.items());
+    assert_eq!(c.drain().state, Some(ConnectionState::CaughtUp));
+}
+
+#[wasm_bindgen_test(unsupported = test)]
 fn a_client_that_prints_the_log_gets_each_event_once_from_where_it_started() {
     let log = log();
     let mut c = Client::new(ClientConfig::default(), 0);

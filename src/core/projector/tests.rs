@@ -291,11 +291,25 @@ fn a_stall_in_the_log_shows_in_the_lifecycle_until_the_turn_speaks() {
 fn a_whole_log_projects_like_one_pass_and_batches_rebuild_it() {
     let log = log(DEBUSSY);
     let mut p = Projector::new();
+    // The same frames as binary messages (`binary_frames`): the same signals and batches.
+    let mut bytes = Projector::new();
     let mut model = HashMap::new();
     for frame in frames(&log, 0, 4096) {
         assert_eq!(p.handle_frame(&frame, 0), Ok(Signal::None));
-        apply(&mut model, &p.drain());
+        assert_eq!(
+            bytes.handle_frame_bytes(frame.as_bytes(), 0),
+            Ok(Signal::None)
+        );
+        let batch = p.drain();
+        assert_eq!(bytes.drain(), batch);
+        apply(&mut model, &batch);
     }
+    let bad = bytes.handle_frame_bytes(b"{\"t\":\"events\"\xff", 0);
+    assert_eq!(bad.unwrap_err().code(), ErrorCode::MalformedFrame);
+    assert!(
+        matches!(&bytes.drain().notes[..], [Note::Error { code, .. }] if code == "malformed_frame"),
+        "a frame that is not UTF-8 is noted like any malformed frame"
+    );
     let (items, lifecycle) = reference(&log);
     assert_eq!(p.items("s1"), items.as_slice());
     assert_eq!(model["s1"], items);

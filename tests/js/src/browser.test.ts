@@ -98,6 +98,8 @@ try {
     // At most one batch per animation frame, however many frames arrived.
     assert.equal(r.distinctFrames, r.callbacks, "two batches in one animation frame");
     assert.ok(r.framesReceived > r.callbacks, `${r.framesReceived} frames, ${r.callbacks} batches`);
+    assert.ok(r.binaryFrames > r.callbacks, `${r.binaryFrames} of ${r.framesReceived} frames binary`);
+    assert.equal(r.textAfterBinary, 0, "from the welcome on, every frame came as a binary message (binary_frames)");
     assert.deepEqual(problems, []);
     console.log(
       `browser: ${r.events} events, ${r.drops} drops mid-turn, ${r.framesReceived} frames in ` +

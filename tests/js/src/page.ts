@@ -39,13 +39,22 @@ async function api(method: string, path: string, body?: unknown): Promise<any> {
   return r.status === 204 ? null : r.json();
 }
 
-/** Counts the frames the server sends, by wrapping the WebSocket the package constructs. */
+/** Counts the frames the server sends, by wrapping the WebSocket the package constructs: all,
+ * binary ones, and text ones after a binary one on the same socket (the Client asks for
+ * `binary_frames`: from the welcome on, none should be text; a heartbeat may precede it). */
 let framesReceived = 0;
+let binaryFrames = 0;
+let textAfterBinary = 0;
 const NativeWebSocket = WebSocket;
 window.WebSocket = class extends NativeWebSocket {
   constructor(url: string | URL, protocols?: string | string[]) {
     super(url, protocols);
-    this.addEventListener("message", () => framesReceived++);
+    let binary = false;
+    this.addEventListener("message", (e) => {
+      framesReceived++;
+      if (typeof e.data !== "string") (binary = true), binaryFrames++;
+      else if (binary) textAfterBinary++;
+    });
   }
 };
 
@@ -142,6 +151,8 @@ async function scenario(): Promise<Record<string, unknown>> {
     callbacks: seen.frameTimes.length,
     distinctFrames: new Set(seen.frameTimes).size,
     framesReceived,
+    binaryFrames,
+    textAfterBinary,
     pageItems: seen.items.get(session) ?? [],
     snapshot: client.snapshot(session),
     reference: reference.snapshot(session),

@@ -12,10 +12,15 @@
 // printed by `agentwire-testkit frames`: live (one event per frame) and catch-up (100 per
 // frame), 10k and 100k events. The wasm side ingests every frame, drains every 16 frames and
 // mirrors each batch into a JS list, as a page does; the reducer (in projector-page.ts)
-// parses each frame and applies it to its list. Both must end with the same items. Besides
-// the totals it times the steps of the wasm path on their own passes: the string crossing
-// (TextEncoder.encodeInto, what passing a string to wasm costs), decoding (the same frames
-// again, dropped by the cursor after decoding), applying (ingest − decode) and draining.
+// parses each frame and applies it to its list. All must end with the same items. The wasm
+// side runs twice: on binary frames (`ingestBytes` of each frame's UTF-8 bytes: what the
+// package's `Client` gets, as it asks for `binary_frames` in `hello`; the headline figure)
+// and on text frames (`ingest` of strings: a page that owns a socket of text frames; `.text`).
+// The reducer reads text frames (what a JSON client gets). Besides the totals it times the
+// steps of the wasm path on their own passes: the string crossing (TextEncoder.encodeInto,
+// about what passing a string to wasm costs) and the bytes' (Uint8Array.set), decoding (the
+// same frames again, dropped by the cursor after decoding, as text and as bytes), applying
+// (ingest − decode) and draining.
 
 import { execFileSync } from "node:child_process";
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync, openSync } from "node:fs";
@@ -67,11 +72,11 @@ try {
   const version = context.browser()?.version() ?? "chromium";
   const mem = await page.evaluate(() => window.bench(0, 0));
   const perEvent: Record<string, number> = {};
-  console.log(`projector vs a plain JS reducer, ${version}, median of ${reps} runs, drain every 16 frames, package ${pkgDir}`);
+  console.log(`projector vs a plain JS reducer, ${version}, best of ${reps} runs (each step too), drain every 16 frames, package ${pkgDir}`);
   for (const [n, label] of [[10_000, "10k"], [100_000, "100k"]] as const) {
     const r = (await page.evaluate(([n, reps]) => window.bench(n, reps), [n, reps] as const)) as Record<string, any>;
     for (const mode of ["live", "catchup"]) {
-      const events = r[`${mode}.events`], wasm = r[`${mode}.wasm`], plain = r[`${mode}.plain`];
+      const events = r[`${mode}.events`], wasm = r[`${mode}.wasm`], text = r[`${mode}.text`], plain = r[`${mode}.plain`];
       const s = r[`${mode}.steps`];
       if (!r[`${mode}.same`]) {
         console.error(`DIFFERENT ITEMS (${mode} ${label}): ${JSON.stringify(r[`${mode}.diff`])}`);
@@ -81,14 +86,17 @@ try {
       perEvent[`${mode}.${label}`] = ns;
       console.log(
         `  ${mode.padEnd(8)} ${String(events).padStart(6)} events (${r[`${mode}.items`]} items, same: ${r[`${mode}.same`]}): ` +
-        `wasm ${wasm.toFixed(1)} ms (${ns.toFixed(0)} ns/event), JS reducer ${plain.toFixed(1)} ms, ratio ${(plain / wasm).toFixed(2)}x`,
+        `wasm ${wasm.toFixed(1)} ms binary frames (${ns.toFixed(0)} ns/event), ${text.toFixed(1)} ms text frames, ` +
+        `JS reducer ${plain.toFixed(1)} ms, ratio ${(plain / wasm).toFixed(2)}x (text ${(plain / text).toFixed(2)}x)`,
       );
       console.log(
-        `           steps: crossing ${s.crossing.toFixed(1)} ms, ingest ${s.ingest.toFixed(1)} ms ` +
-        `(decode ${s.decode.toFixed(1)}, apply ${s.apply.toFixed(1)}), drain every 16: drainJson ${s.drainJson.toFixed(1)} ms, drain ${s.drain.toFixed(1)} ms`,
+        `           steps: crossing ${s.crossing.toFixed(1)} ms (bytes ${s.crossingBytes.toFixed(1)}), ingest ${s.ingest.toFixed(1)} ms ` +
+        `(decode ${s.decode.toFixed(1)}, as bytes ${s.decodeBytes.toFixed(1)}; apply ${s.apply.toFixed(1)}), ` +
+        `drain every 16: drainJson ${s.drainJson.toFixed(1)} ms, drain ${s.drain.toFixed(1)} ms`,
       );
       const id = `projector.${mode === "live" ? "live" : "catchup"}.${label}`;
-      BENCH(id, wasm.toFixed(1), "ms", `js reducer ${plain.toFixed(1)} ms`, `${(plain / wasm).toFixed(2)}x`, `chromium, ${events} events`);
+      BENCH(id, wasm.toFixed(1), "ms", `js reducer ${plain.toFixed(1)} ms`, `${(plain / wasm).toFixed(2)}x`, `chromium, ${events} events, binary frames`);
+      BENCH(`${id}.text`, text.toFixed(1), "ms", `js reducer ${plain.toFixed(1)} ms`, `${(plain / text).toFixed(2)}x`, `chromium, ${events} events, text frames`);
       BENCH(`${id}.per_event`, ns.toFixed(0), "ns", "-", "-", "wasm, per event");
     }
   }

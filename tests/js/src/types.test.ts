@@ -55,16 +55,25 @@ for (const t of transcripts()) {
   const text: string = offline.project(t.format, t.text, 0);
   assert.match(text, /^lifecycle: (initializing|idle|running|error|closed)\n/);
 
-  // The same events as server frames, with a replay overlap, through a Projector.
+  // The same events as server frames, with a replay overlap, through a Projector; and as
+  // binary frames (their UTF-8 bytes) through another, which drains the same batches.
   const p = new Projector();
+  const pb = new Projector();
+  const utf8 = new TextEncoder();
   const model = new Map<string, Item[]>();
   const frame = (evs: Event[]) => JSON.stringify({ t: "events", session: "local", epoch: "e1", events: evs });
+  const both = (f: string) => {
+    p.ingest(f, 0);
+    pb.ingestBytes(utf8.encode(f), 0);
+    const batch = p.drain();
+    assert.deepEqual(pb.drain(), batch, `${t.name}: binary frames drain as text frames`);
+    return batch;
+  };
   for (let i = 0; i < parsed.length; i += 7) {
-    p.ingest(frame(parsed.slice(Math.max(0, i - 3), i + 7)), 0);
-    apply(model, checkBatch(p.drain(), t.name));
+    apply(model, checkBatch(both(frame(parsed.slice(Math.max(0, i - 3), i + 7))), t.name));
   }
-  p.ingest(JSON.stringify({ t: "caught_up", session: "local", latest: parsed.length }), 0);
-  apply(model, checkBatch(p.drain(), t.name));
+  apply(model, checkBatch(both(JSON.stringify({ t: "caught_up", session: "local", latest: parsed.length })), t.name));
+  pb.free();
   const snapshot: Item[] = p.snapshot("local");
   assertShape({ check: arrayOf(item.check) }, snapshot, `${t.name} snapshot`);
   assert.deepEqual(model.get("local") ?? [], snapshot, `${t.name}: batches rebuild the snapshot`);
@@ -82,8 +91,15 @@ for (const t of transcripts()) {
   tp.finish(0);
   apply(tmodel, checkBatch(tp.drain(), t.name));
   assert.deepEqual(tmodel.get("local") ?? [], snapshot, `${t.name}: live transcript = frames`);
+  // And as bytes, in pieces that may end inside a character.
+  const tb = offline.Projector.transcript(t.format, "local");
+  const bytes = utf8.encode(t.text);
+  for (let i = 0; i < bytes.length; i += 101) tb.ingestBytes(bytes.subarray(i, i + 101), 0);
+  tb.finish(0);
+  assert.deepEqual(tb.snapshot("local"), snapshot, `${t.name}: transcript bytes = frames`);
   p.free();
   tp.free();
+  tb.free();
 }
 
 // Every other kind of frame, and frames that are not valid.
@@ -107,6 +123,7 @@ for (const f of frames) p.ingest(JSON.stringify(f), 0);
 const gap = JSON.parse(offline.normalize("claude", readFileSync(join(root, "examples", "claude-session.jsonl"), "utf8"), 0).split("\n")[2]!) as Event;
 p.ingest(JSON.stringify({ t: "events", session: "s1", epoch: "e2", events: [{ ...gap, session_id: "s1" }] }), 0);
 expectError(() => p.ingest("{not json", 0), "malformed_frame");
+expectError(() => p.ingestBytes(new Uint8Array([0x7b, 0xff, 0x7d]), 0), "malformed_frame");
 expectError(() => p.ingest(JSON.stringify({ t: "teleport" }), 0), "unknown_type");
 const last = checkBatch(p.drain(), "frames");
 assertShape(storeStatus, p.store("s1"), "store");
