@@ -10,9 +10,11 @@
 //! Run: `cargo bench --bench store` (add `-- --quick` for a shorter run, `-- postgres` for
 //! PostgreSQL only). The sustained figure of issue 14 (100 sessions appending for
 //! `STORE_BENCH_SECS`, default 5, with the commit latency of a single append meanwhile) and
-//! its `BENCH` lines: `cargo bench --bench store -- sustained`. The projection checkpoints of
-//! issue 16 (a save of 1,000 items, a cold snapshot's reads of 200 and 10,000) and their
-//! `BENCH` lines: `cargo bench --bench store -- projection`.
+//! its `BENCH` lines: `cargo bench --bench store -- sustained`. It also reports the CPU per
+//! event (the process's, and the writer thread's), and `STORE_BENCH_PREFILL=N` fills the log
+//! with N events (in 100 other sessions) first, so the id index is as large as after a while.
+//! The projection checkpoints of issue 16 (a save of 1,000 items, a cold snapshot's reads of
+//! 200 and 10,000) and their `BENCH` lines: `cargo bench --bench store -- projection`.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -283,7 +285,47 @@ fn sustained(_c: &mut Criterion, name: &str, open: Open) {
         )))
         .unwrap();
     }
+    // A log that already holds events, so the id index is as large as a companion's after a
+    // while (`STORE_BENCH_PREFILL` events in 100 other sessions, batches of 1000; default 0).
+    let prefill: u64 = std::env::var("STORE_BENCH_PREFILL")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    if prefill > 0 {
+        let fill: Vec<String> = (0..SESSIONS).map(|i| format!("f{i:03}")).collect();
+        rt.block_on(async {
+            for id in &fill {
+                let record = SessionRecord::new(
+                    id.as_str(),
+                    "claude",
+                    "/work/project",
+                    SessionState::Running,
+                    "local",
+                    Timestamp::EPOCH,
+                );
+                bench.store.create_session(record).await.unwrap();
+            }
+            let per_session = prefill.div_ceil(SESSIONS as u64);
+            let tasks: Vec<_> = (fill.iter())
+                .map(|id| {
+                    let (store, id) = (bench.store.clone(), id.clone());
+                    tokio::spawn(async move {
+                        for first in (0..per_session).step_by(1000) {
+                            let last = (first + 1000).min(per_session);
+                            let batch = (first..last).map(|n| event(&id, n)).collect();
+                            store.append(&id, batch).await.unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        eprintln!("{name}_sustained: the log holds {prefill} events before the run");
+    }
     let commits_before = (bench.commits)();
+    let cpu_before = thread_cpu();
     let (events, latencies, elapsed) = rt.block_on(async {
         let start = std::time::Instant::now();
         let deadline = start + std::time::Duration::from_secs_f64(secs);
@@ -324,6 +366,13 @@ fn sustained(_c: &mut Criterion, name: &str, open: Open) {
         (events, prober.await.unwrap(), elapsed)
     });
     let rate = events as f64 / elapsed;
+    let (all, writer) = cpu_since(&cpu_before);
+    eprintln!(
+        "{name}_sustained: CPU per event {:.2} us (the process), {:.2} us (its busiest store \
+         thread: the writer)",
+        all * 1e6 / events as f64,
+        writer * 1e6 / events as f64
+    );
     let mut sorted = latencies;
     sorted.sort_by(f64::total_cmp);
     let pct = |p: f64| sorted[((sorted.len() - 1) as f64 * p).round() as usize];
@@ -343,6 +392,17 @@ fn sustained(_c: &mut Criterion, name: &str, open: Open) {
          {SESSIONS} sessions x batches of {BATCH}, {secs} s, fsync per commit",
         rate / TARGET
     );
+    println!(
+        "BENCH\tstore.{backend}.cpu_per_event\t{:.2}\tus\t-\t-\tthe whole process; the writer \
+         thread {:.2} us{}",
+        all * 1e6 / events as f64,
+        writer * 1e6 / events as f64,
+        if prefill > 0 {
+            format!(", log prefilled with {prefill} events")
+        } else {
+            String::new()
+        }
+    );
     for (p, label) in [(0.5, "p50"), (0.99, "p99")] {
         println!(
             "BENCH\tstore.{backend}.commit_latency_under_load.{label}\t{:.2}\tms\t-\t-\t\
@@ -350,6 +410,49 @@ fn sustained(_c: &mut Criterion, name: &str, open: Open) {
             pct(p)
         );
     }
+}
+
+/// CPU seconds per thread of this process (Linux: `/proc/self/task/*/stat`), with its name.
+fn thread_cpu() -> std::collections::HashMap<u64, (String, f64)> {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut threads = std::collections::HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return threads;
+    };
+    for task in dir.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = stat[open + 1..close].to_owned();
+        // After the name: state is field 3, utime 14 and stime 15.
+        let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+        let ticks = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<f64>().ok());
+        if let (Ok(tid), Some(user), Some(system)) = (
+            task.file_name().to_string_lossy().parse(),
+            ticks(14),
+            ticks(15),
+        ) {
+            threads.insert(tid, (comm, (user + system) / hz));
+        }
+    }
+    threads
+}
+
+/// CPU seconds since `before`: the whole process's, and the busiest store thread's.
+fn cpu_since(before: &std::collections::HashMap<u64, (String, f64)>) -> (f64, f64) {
+    let (mut all, mut writer) = (0.0, 0.0f64);
+    for (tid, (comm, cpu)) in thread_cpu() {
+        let spent = cpu - before.get(&tid).map_or(0.0, |(_, c)| *c);
+        all += spent;
+        if comm.starts_with("agentwire-store") {
+            writer = writer.max(spent);
+        }
+    }
+    (all, writer)
 }
 
 fn reads(c: &mut Criterion, name: &str, open: Open) {

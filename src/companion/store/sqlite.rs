@@ -432,6 +432,8 @@ enum Op {
 /// only numbers and inserts.
 struct Row {
     event: Event,
+    /// The id's 128 bits: the key that finds a repeated id inside the batch.
+    key: u128,
     body: String,
     copy: Event,
 }
@@ -440,6 +442,7 @@ impl Row {
     fn new(event: Event) -> Row {
         let event = event.into_sequenced(0);
         Row {
+            key: event.id().bits(),
             body: event.to_json(),
             copy: event.clone(),
             event,
@@ -838,8 +841,9 @@ impl Step<'_> {
     fn append(&mut self, session_id: String, rows: Vec<Row>) -> Result<Vec<Appended>, StoreError> {
         let mut seq = self.latest_of(&session_id)?;
         let mut out: Vec<Appended> = Vec::with_capacity(rows.len());
-        // Id -> index in `out` of its first occurrence in this batch.
-        let mut seen: HashMap<String, usize> = HashMap::with_capacity(rows.len());
+        // Id (its 128 bits, taken on the appending task) -> index in `out` of its first
+        // occurrence in this batch: no copy of the id, no hashing of its text, per event.
+        let mut seen: HashMap<u128, usize> = HashMap::with_capacity(rows.len());
         // One statement per new event: an id already stored is found by the insert's own
         // unique-index probe (it inserts nothing), and only then read back.
         let mut insert = self.conn.prepare_cached(
@@ -847,16 +851,22 @@ impl Step<'_> {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (id) DO NOTHING",
         )?;
-        for Row { event, body, copy } in rows {
+        for Row {
+            event,
+            key,
+            body,
+            copy,
+        } in rows
+        {
             let id = event.id().as_str();
-            if let Some(&first) = seen.get(id) {
+            if let Some(&first) = seen.get(&key) {
                 out.push(Appended {
                     event: out[first].event.clone(),
                     duplicate: true,
                 });
                 continue;
             }
-            seen.insert(id.to_owned(), out.len());
+            seen.insert(key, out.len());
             self.wrote = true;
             let inserted = insert.execute(params![
                 session_id,
