@@ -505,8 +505,9 @@ struct RawEvent<'a> {
     metadata: Option<Value>,
 }
 
-/// Read as a [`RawEvent`] and validated by [`Event::new`] (any failure is the deserializer's
-/// error, with the [`EventError`]'s message).
+/// Read as the wire's fields (id, type and timestamp borrowed from the input) and validated
+/// by [`Event::new`] (any failure is the deserializer's error, with the [`EventError`]'s
+/// message).
 impl<'de> Deserialize<'de> for Event {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Event, D::Error> {
         let raw = RawEvent::deserialize(deserializer)?;
