@@ -14,7 +14,9 @@ use std::time::Instant;
 
 use agentwire::companion::seed::{seed, SeedOptions};
 use agentwire::companion::snapshot::{Projections, CHECKPOINT_EVERY};
-use agentwire::companion::store::{EventQuery, SqliteStore, Store, StoredProjection};
+use agentwire::companion::store::{
+    EventQuery, PostgresStore, SqliteStore, Store, StoredProjection,
+};
 use agentwire::core::client::{Action, Client, ClientConfig};
 use agentwire::core::event::Event;
 use agentwire::core::projector::{Note, Projector, Signal};
@@ -402,10 +404,9 @@ async fn check_cold(store: &Arc<dyn Store>, whole: &Projection, items: usize, pa
     applied
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stored_projection_answers_snapshots_and_history_as_one_pass() {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("a.db")).unwrap());
+/// A session seeded into `store`, its projection brought up to date by one cache, then
+/// snapshots and history of every size from cold caches, as one pass over the log.
+async fn stored_projections_answer_as_one_pass(store: Arc<dyn Store>) {
     let options = SeedOptions {
         session: SESSION.into(),
         events: 20_000,
@@ -442,6 +443,20 @@ async fn a_stored_projection_answers_snapshots_and_history_as_one_pass() {
             .unwrap()
             .is_none()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_projection_answers_snapshots_and_history_as_one_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("a.db")).unwrap();
+    stored_projections_answer_as_one_pass(Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_projection_on_postgres_answers_snapshots_and_history_as_one_pass() {
+    let url = postgres::fresh_database().await;
+    let store = PostgresStore::connect(&url).await.unwrap();
+    stored_projections_answer_as_one_pass(Arc::new(store)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
