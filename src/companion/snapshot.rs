@@ -42,8 +42,9 @@ pub const IDLE: Duration = Duration::from_secs(10 * 60);
 /// A projection is checkpointed once it has applied this many events beyond its last
 /// checkpoint: a cold snapshot applies at most about this many.
 pub const CHECKPOINT_EVERY: u64 = 4096;
-/// Items a projection keeps in memory before its first open one after a checkpoint: what
-/// snapshots of up to this many items are answered from without reading items back.
+/// Items a projection keeps in memory after a checkpoint: its last this many (more when an
+/// open item reaches further back), what snapshots of up to this many items are answered
+/// from without reading items back.
 pub const KEEP: usize = 1000;
 /// Events read from the store per page while a projection catches up.
 const PAGE: usize = 4096;
