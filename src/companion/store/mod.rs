@@ -320,6 +320,29 @@ fn decode(session_id: &str, seq: i64, body: &str) -> Result<Event, StoreError> {
     Ok(event.into_sequenced(seq))
 }
 
+/// A stored checkpoint row `(format, after, items, body)`, if it is of `format`; a negative
+/// count is [`StoreError::Corrupt`].
+fn checkpoint_row(
+    session_id: &str,
+    format: u32,
+    (stored_format, after, items, body): (i64, i64, i64, Vec<u8>),
+) -> Result<Option<StoredProjection>, StoreError> {
+    if stored_format != i64::from(format) {
+        return Ok(None);
+    }
+    let count = |what: &str, n: i64| {
+        u64::try_from(n).map_err(|_| {
+            StoreError::Corrupt(format!("session {session_id:?}: projection {what} {n}"))
+        })
+    };
+    Ok(Some(StoredProjection {
+        format,
+        after: count("after", after)?,
+        items: count("items", items)?,
+        body,
+    }))
+}
+
 /// The bodies of a range `from..to` of projected items from rows `(index, body)` in index
 /// order, or the first index missing from them (see [`Store::projected_items`]).
 fn contiguous_items<E>(

@@ -64,8 +64,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Statement};
 
 use super::{
-    contiguous_items, decode, missing_item, new_epoch, Appended, Committed, EventQuery,
-    SessionRecord, SessionState, Store, StoreError, StoredProjection,
+    checkpoint_row, contiguous_items, decode, missing_item, new_epoch, Appended, Committed,
+    EventQuery, SessionRecord, SessionState, Store, StoreError, StoredProjection,
 };
 use crate::core::event::Event;
 use crate::core::time::Timestamp;
@@ -1174,21 +1174,13 @@ async fn read_projection(
     let Some(row) = rows.first() else {
         return Ok(None);
     };
-    let stored_format: i64 = row.try_get(0)?;
-    if stored_format != i64::from(format) {
-        return Ok(None);
-    }
-    let count = |what: &str, n: i64| {
-        u64::try_from(n).map_err(|_| {
-            StoreError::Corrupt(format!("session {session_id:?}: projection {what} {n}"))
-        })
-    };
-    Ok(Some(StoredProjection {
-        format,
-        after: count("after", row.try_get(1)?)?,
-        items: count("items", row.try_get(2)?)?,
-        body: row.try_get(3)?,
-    }))
+    let row = (
+        row.try_get(0)?,
+        row.try_get(1)?,
+        row.try_get(2)?,
+        row.try_get(3)?,
+    );
+    checkpoint_row(session_id, format, row)
 }
 
 /// One query for the range; the first index missing from it (absent, or of another format)

@@ -51,8 +51,8 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use super::{
-    contiguous_items, decode, missing_item, new_epoch, Appended, Committed, EventQuery,
-    SessionRecord, SessionState, Store, StoreError, StoredProjection,
+    checkpoint_row, contiguous_items, decode, missing_item, new_epoch, Appended, Committed,
+    EventQuery, SessionRecord, SessionState, Store, StoreError, StoredProjection,
 };
 use crate::core::event::Event;
 use crate::core::time::Timestamp;
@@ -1050,23 +1050,7 @@ fn read_projection(
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })
         .optional()?;
-    let Some((stored_format, after, items, body)) = row else {
-        return Ok(None);
-    };
-    if stored_format != i64::from(format) {
-        return Ok(None);
-    }
-    let count = |what: &str, n: i64| {
-        u64::try_from(n).map_err(|_| {
-            StoreError::Corrupt(format!("session {session_id:?}: projection {what} {n}"))
-        })
-    };
-    Ok(Some(StoredProjection {
-        format,
-        after: count("after", after)?,
-        items: count("items", items)?,
-        body,
-    }))
+    row.map_or(Ok(None), |row| checkpoint_row(session_id, format, row))
 }
 
 /// One query for the range; the first index missing from it (absent, or of another format)
