@@ -311,9 +311,6 @@ impl Projections {
         from: usize,
         to: usize,
     ) -> Result<Vec<Item>, StoreError> {
-        if from >= to {
-            return Ok(Vec::new());
-        }
         let bodies = (self.store)
             .projected_items(session, PROJECTION_FORMAT, from as u64, to as u64)
             .await?;
