@@ -538,9 +538,15 @@ impl Client {
     /// again on the next one if it is kept (commands are idempotent by id), failed with
     /// `connection_lost` if not. A command never waits for an answer that will not come.
     pub fn handle_post_reply(&mut self, posted: &str, body: &str, now_ms: i64) {
-        let number = serde_json::from_str::<ClientMsg>(posted)
+        // Only its `id` (a command's, or a ping's) is read back: this is our own JSON.
+        #[derive(serde::Deserialize)]
+        struct Posted {
+            id: Option<String>,
+        }
+        let number = serde_json::from_str::<Posted>(posted)
             .ok()
-            .and_then(|msg| msg.command_id().and_then(command_number));
+            .and_then(|posted| posted.id)
+            .and_then(|id| command_number(&id));
         for frame in body.lines().filter(|line| !line.trim().is_empty()) {
             match ServerMsg::decode(frame, usize::MAX) {
                 Ok(ServerMsg::Error { error, .. }) => {

@@ -56,6 +56,7 @@ pub mod provider_error;
 pub mod render;
 pub mod snapshot;
 pub mod stream;
+mod tagged;
 pub mod time;
 pub mod timeline;
 pub mod wire;

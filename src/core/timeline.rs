@@ -29,15 +29,18 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
 use std::mem;
 
+use serde::de::MapAccess;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::event::{Event, EventId, EventType};
 use super::hash::{FastMap, FastSet};
 use super::normalize::excerpt;
+use super::tagged::{self, Tagged, Variant};
 
-/// One entry of the timeline, as a UI shows it. Serialized with a `kind` tag.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One entry of the timeline, as a UI shows it. Serialized with a `kind` tag (and read by
+/// [`tagged`](super::tagged), through [`ItemFields`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Item {
     /// The user's prompt (`message_sent`).
@@ -63,6 +66,49 @@ pub enum Item {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         provider_error: Option<Value>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        run_id: Option<String>,
+    },
+    Approval(Approval),
+}
+
+impl<'de> Deserialize<'de> for Item {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Item, D::Error> {
+        tagged::deserialize(d)
+    }
+}
+
+impl Tagged for Item {
+    const TAG: &'static str = "kind";
+    const EXPECTING: &'static str = "internally tagged enum Item";
+
+    fn variant<'de, A: MapAccess<'de>>(tag: &str, rest: A) -> Result<Item, A::Error> {
+        ItemFields::deserialize(Variant::new(tag, rest))
+    }
+}
+
+/// [`Item`] as serde reads an externally tagged enum: the same variants and fields, read
+/// from the rest of a tagged object by [`tagged`](super::tagged).
+#[derive(Deserialize)]
+#[serde(remote = "Item", rename_all = "snake_case")]
+enum ItemFields {
+    UserMessage {
+        text: String,
+        #[serde(default)]
+        run_id: Option<String>,
+    },
+    AssistantMessage(Message),
+    Reasoning(Message),
+    ToolCall(ToolCall),
+    Todo {
+        items: Value,
+        #[serde(default)]
+        run_id: Option<String>,
+    },
+    Error {
+        message: String,
+        #[serde(default)]
+        provider_error: Option<Value>,
+        #[serde(default)]
         run_id: Option<String>,
     },
     Approval(Approval),

@@ -8,12 +8,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use serde::de::value::MapAccessDeserializer;
+use serde::de::MapAccess;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::error::ErrorCode;
 use super::event::Event;
 use super::snapshot::{Snapshot, SnapshotRequest};
+use super::tagged::{self, Tagged, Variant};
 use super::time::Timestamp;
 use super::timeline::Item;
 
@@ -184,8 +187,8 @@ pub enum Thinking {
     High,
 }
 
-/// A message from the server.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A message from the server. Read by [`tagged`](super::tagged) (through [`ServerMsgFields`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum ServerMsg {
     Welcome {
@@ -279,6 +282,121 @@ pub enum ServerMsg {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         session: Option<String>,
     },
+}
+
+impl<'de> Deserialize<'de> for ServerMsg {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ServerMsg, D::Error> {
+        tagged::deserialize(d)
+    }
+}
+
+impl Tagged for ServerMsg {
+    const TAG: &'static str = "t";
+    const EXPECTING: &'static str = "internally tagged enum ServerMsg";
+
+    fn variant<'de, A: MapAccess<'de>>(tag: &str, rest: A) -> Result<ServerMsg, A::Error> {
+        if tag == "error" {
+            // Its error's fields are the message's own (`flatten`, which serde also buffers).
+            let ErrorFields {
+                code,
+                message,
+                session,
+            } = ErrorFields::deserialize(MapAccessDeserializer::new(rest))?;
+            return Ok(ServerMsg::Error {
+                error: WireError { code, message },
+                session,
+            });
+        }
+        ServerMsgFields::deserialize(Variant::new(tag, rest))
+    }
+}
+
+/// [`ServerMsg`] as serde reads an externally tagged enum: the same variants and fields (a
+/// field added there and not here does not compile), read from the rest of a tagged object
+/// by [`tagged`](super::tagged). `error` is read on its own ([`ErrorFields`]).
+#[derive(Deserialize)]
+#[serde(remote = "ServerMsg", rename_all = "snake_case")]
+enum ServerMsgFields {
+    Welcome {
+        protocol: u32,
+        epoch: String,
+        max_frame: usize,
+        heartbeat_ms: u64,
+        server: String,
+    },
+    Events {
+        session: String,
+        epoch: String,
+        events: Vec<Event>,
+    },
+    EventPart {
+        session: String,
+        epoch: String,
+        sequence: u64,
+        index: u32,
+        last: bool,
+        text: String,
+    },
+    Snapshot(Box<Snapshot>),
+    History {
+        id: String,
+        session: String,
+        start: usize,
+        items: Vec<Item>,
+    },
+    MessagePart {
+        session: String,
+        index: u32,
+        last: bool,
+        text: String,
+    },
+    CaughtUp {
+        session: String,
+        latest: u64,
+    },
+    Reset {
+        session: String,
+        epoch: String,
+        reason: String,
+    },
+    Resync {
+        session: String,
+        after: u64,
+    },
+    SessionStatus {
+        session: String,
+        store: StoreStatus,
+    },
+    Heartbeat {
+        now_ms: i64,
+    },
+    Pong {
+        #[serde(default)]
+        id: Option<String>,
+    },
+    Reply {
+        id: String,
+        ok: bool,
+        #[serde(default)]
+        result: Option<Value>,
+        #[serde(default)]
+        error: Option<WireError>,
+    },
+    #[serde(skip_deserializing)]
+    #[allow(dead_code)]
+    Error {
+        error: WireError,
+        session: Option<String>,
+    },
+}
+
+/// The fields of an `error` message.
+#[derive(Deserialize)]
+struct ErrorFields {
+    code: String,
+    message: String,
+    #[serde(default)]
+    session: Option<String>,
 }
 
 /// Whether a session's events reach the store, as the companion found it last: what
@@ -437,42 +555,9 @@ impl ClientMsg {
     }
 }
 
-/// The fields of an `events` frame, read as a plain struct (the `t` tag is skipped as an
-/// unknown field): see [`ServerMsg::decode`].
-#[derive(Deserialize)]
-struct EventsFrame {
-    session: String,
-    epoch: String,
-    events: Vec<Event>,
-}
-
-/// How the server starts every `events` frame (the tag first, as `encode` writes it).
-const EVENTS_HEAD: &str = r#"{"t":"events","#;
-
 impl ServerMsg {
     /// Decodes a server frame no longer than `limit` bytes.
-    ///
-    /// The hot path: an `events` frame that starts with its tag, as every server writes it, is
-    /// read straight into its fields. serde reads an internally tagged enum by first buffering
-    /// the whole frame into a tree of its own (every string, every nested object) and then
-    /// reading the variant from that tree, which made decoding most of a page's cost per
-    /// event (tests/js/src/projector.bench.ts). Any other frame, or one the struct cannot
-    /// read, takes the general path, so the result (and every error) is the same.
     pub fn decode(frame: &str, limit: usize) -> Result<ServerMsg, DecodeError> {
-        if frame.len() <= limit && frame.starts_with(EVENTS_HEAD) {
-            if let Ok(EventsFrame {
-                session,
-                epoch,
-                events,
-            }) = serde_json::from_str(frame)
-            {
-                return Ok(ServerMsg::Events {
-                    session,
-                    epoch,
-                    events,
-                });
-            }
-        }
         decode(frame, limit)
     }
 
@@ -894,41 +979,203 @@ mod tests {
         );
     }
 
+    /// An item of every kind.
+    fn items() -> Vec<Item> {
+        use crate::core::timeline::{Approval, ApprovalStatus, Message, ToolCall, ToolStatus};
+        let message = |text: &str| Message {
+            message_id: Some("m1".into()),
+            text: text.into(),
+            streaming: false,
+            discarded: false,
+            run_id: Some("r1".into()),
+        };
+        vec![
+            Item::UserMessage {
+                text: "fix \"it\"\n".into(),
+                run_id: None,
+            },
+            Item::AssistantMessage(message("done")),
+            Item::Reasoning(message("hm")),
+            Item::ToolCall(ToolCall {
+                tool_call_id: "t1".into(),
+                tool_name: "bash".into(),
+                input: json!({"command": "ls", "kind": "x", "t": [1, 2.5, null]}),
+                status: ToolStatus::Failed,
+                output: "out".into(),
+                error: Some("exit 1".into()),
+                title: None,
+                parent_tool_use_id: None,
+                run_id: None,
+            }),
+            Item::Todo {
+                items: json!([{"content": "a", "status": "pending"}]),
+                run_id: Some("r1".into()),
+            },
+            Item::Error {
+                message: "boom".into(),
+                provider_error: Some(json!({"kind": "rate_limited"})),
+                run_id: None,
+            },
+            Item::Approval(Approval {
+                request_id: "q1".into(),
+                tool_name: "edit".into(),
+                input: json!({}),
+                status: ApprovalStatus::Pending,
+                tool_call_id: Some("t1".into()),
+                run_id: None,
+            }),
+        ]
+    }
+
+    /// A message of every type.
+    fn server_messages() -> Vec<ServerMsg> {
+        let mut snapshot = crate::core::snapshot::Projection::new("s1").snapshot("e1", 10);
+        snapshot.items = items();
+        let error = WireError::new(ErrorCode::UnknownSession, "no such session");
+        vec![
+            ServerMsg::Welcome {
+                protocol: 1,
+                epoch: "e1".into(),
+                max_frame: 65536,
+                heartbeat_ms: 15000,
+                server: "agentwire".into(),
+            },
+            ServerMsg::Events {
+                session: "s1".into(),
+                epoch: "e1".into(),
+                events: vec![event(1, "a"), event(2, "b")],
+            },
+            ServerMsg::EventPart {
+                session: "s1".into(),
+                epoch: "e1".into(),
+                sequence: 3,
+                index: 0,
+                last: false,
+                text: "{\"id\"".into(),
+            },
+            ServerMsg::Snapshot(Box::new(snapshot)),
+            ServerMsg::History {
+                id: "c1".into(),
+                session: "s1".into(),
+                start: 4,
+                items: items(),
+            },
+            ServerMsg::MessagePart {
+                session: "s1".into(),
+                index: 2,
+                last: true,
+                text: "}".into(),
+            },
+            ServerMsg::CaughtUp {
+                session: "s1".into(),
+                latest: 9,
+            },
+            ServerMsg::Reset {
+                session: "s1".into(),
+                epoch: "e2".into(),
+                reason: "stale_epoch".into(),
+            },
+            ServerMsg::Resync {
+                session: "s1".into(),
+                after: 5,
+            },
+            ServerMsg::SessionStatus {
+                session: "s1".into(),
+                store: StoreStatus::available(3),
+            },
+            ServerMsg::Heartbeat { now_ms: -1 },
+            ServerMsg::Pong { id: None },
+            ServerMsg::Pong {
+                id: Some("p1".into()),
+            },
+            ServerMsg::Reply {
+                id: "c2".into(),
+                ok: true,
+                result: Some(json!({"turn_id": "u1"})),
+                error: None,
+            },
+            ServerMsg::Reply {
+                id: "c3".into(),
+                ok: false,
+                result: None,
+                error: Some(error.clone()),
+            },
+            ServerMsg::Error {
+                error: error.clone(),
+                session: Some("s1".into()),
+            },
+            ServerMsg::Error {
+                error,
+                session: None,
+            },
+        ]
+    }
+
     #[wasm_bindgen_test(unsupported = test)]
-    fn the_fast_path_for_events_frames_decodes_as_the_general_one() {
-        let good = ServerMsg::Events {
-            session: "s1".into(),
-            epoch: "e1".into(),
-            events: vec![event(1, "a"), event(2, "b")],
-        }
-        .encode();
-        let e = event(1, "x").to_json();
-        let frames = [
-            good.clone(),
-            good.replacen(
-                r#""t":"events","#,
-                r#""t":"events","extra":[1,{"t":2}],"#,
-                1,
-            ),
-            r#"{"t":"events","session":"s1","epoch":"e1","events":[]}"#.into(),
-            // Malformed, each in its own way: the general path's errors.
-            r#"{"t":"events","session":"s1","epoch":"e1"}"#.into(),
-            r#"{"t":"events","session":"s1","epoch":7,"events":[]}"#.into(),
-            format!(
-                r#"{{"t":"events","session":"s1","epoch":"e1","events":[{}]}}"#,
-                e.replace("evt_", "evt_X")
-            ),
-            format!(r#"{{"t":"events","session":"s1","epoch":"e1","events":[{e}]"#),
-            r#"{"t":"events","#.into(),
-        ];
-        for frame in &frames {
-            let general: Result<ServerMsg, _> = decode(frame, 1 << 20);
-            assert_eq!(ServerMsg::decode(frame, 1 << 20), general, "{frame}");
+    fn server_messages_read_back_with_their_tags_anywhere() {
+        for msg in server_messages() {
+            let text = msg.encode();
+            assert_eq!(
+                ServerMsg::decode(&text, 1 << 20).as_ref(),
+                Ok(&msg),
+                "{text}"
+            );
             // A binary frame holds the same text and decodes the same.
-            let bytes = ServerMsg::decode_bytes(frame.as_bytes(), 1 << 20);
-            assert_eq!(bytes, general, "{frame}");
+            assert_eq!(
+                ServerMsg::decode_bytes(text.as_bytes(), 1 << 20).as_ref(),
+                Ok(&msg)
+            );
+            // Another writer's order: keys sorted (so `t` and every item's `kind` come after
+            // other keys), and whitespace.
+            let sorted =
+                serde_json::to_string_pretty(&serde_json::from_str::<Value>(&text).unwrap())
+                    .unwrap();
+            assert!(!sorted.starts_with(r#"{"t""#));
+            assert_eq!(
+                ServerMsg::decode(&sorted, 1 << 20).as_ref(),
+                Ok(&msg),
+                "{sorted}"
+            );
         }
-        assert!(ServerMsg::decode(&frames[0], 1 << 20).is_ok());
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn malformed_server_frames_are_told_apart() {
+        let e = event(1, "x").to_json();
+        let bad_event = format!(
+            r#"{{"t":"events","session":"s1","epoch":"e1","events":[{}]}}"#,
+            e.replace("evt_", "evt_X")
+        );
+        let truncated = format!(r#"{{"t":"events","session":"s1","epoch":"e1","events":[{e}]"#);
+        let cases: &[(&str, DecodeError)] = &[
+            (r#"{"t":"teleport"}"#, DecodeError::UnknownType("teleport".into())),
+            (r#"{"a":1,"t":"teleport"}"#, DecodeError::UnknownType("teleport".into())),
+            (r#"{"session":"s1"}"#, DecodeError::Malformed("missing field `t` at line 1 column 16".into())),
+            ("{}", DecodeError::Malformed("missing field `t` at line 1 column 2".into())),
+            (r#"{"t":7}"#, DecodeError::Malformed("invalid type: integer `7`, expected a string at line 1 column 6".into())),
+            (r#"{"x":0,"t":7}"#, DecodeError::Malformed("invalid type: integer `7`, expected a string tag at line 1 column 13".into())),
+            ("[1]", DecodeError::Malformed("invalid type: sequence, expected internally tagged enum ServerMsg at line 1 column 0".into())),
+            (r#"{"t":"events","session":"s1","epoch":"e1"}"#, DecodeError::Malformed("missing field `events` at line 1 column 42".into())),
+            (r#"{"epoch":"e1","t":"events","session":"s1"}"#, DecodeError::Malformed("missing field `events` at line 1 column 42".into())),
+            (r#"{"t":"events","session":"s1","epoch":7,"events":[]}"#, DecodeError::Malformed("invalid type: integer `7`, expected a string at line 1 column 38".into())),
+            (r#"{"t":"error","code":"x"}"#, DecodeError::Malformed("missing field `message` at line 1 column 24".into())),
+            (r#"{"t":"events","#, DecodeError::Malformed("EOF while parsing a value at line 1 column 14".into())),
+        ];
+        for (frame, want) in cases {
+            assert_eq!(
+                ServerMsg::decode(frame, 1 << 20).as_ref(),
+                Err(want),
+                "{frame}"
+            );
+        }
+        for frame in [bad_event, truncated] {
+            assert_eq!(
+                ServerMsg::decode(&frame, 1 << 20).unwrap_err().code(),
+                ErrorCode::MalformedFrame,
+                "{frame}"
+            );
+        }
+        let good = server_messages()[1].encode();
         assert_eq!(
             ServerMsg::decode(&good, 16).unwrap_err().code(),
             ErrorCode::FrameTooLarge
