@@ -26,13 +26,14 @@
 //! and fail with `connection_lost` if the connection drops before their reply (they may or
 //! may not have been carried out).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
 use serde::Serialize;
 use serde_json::Value;
 
 use super::error::ErrorCode;
 use super::projector::{Batch, Projector, Signal};
+use super::sorted::{SortedMap, SortedSet};
 use super::wire::{
     is_turn_id, ClientMsg, Decision, ServerMsg, Thinking, WireError, DEFAULT_MAX_FRAME,
     FEATURE_BINARY_FRAMES, FEATURE_SESSION_STATUS, PROTOCOL_VERSIONS,
@@ -209,7 +210,7 @@ pub struct Client {
     welcomed: bool,
     heartbeat_ms: i64,
     last_heard_ms: i64,
-    awaiting_caught_up: BTreeSet<String>,
+    awaiting_caught_up: SortedSet<String>,
     reconnect_at: Option<i64>,
     backoff_ms: i64,
     rng: u64,
@@ -229,7 +230,7 @@ pub struct Client {
     posts: VecDeque<String>,
     next_command: u64,
     /// Commands not answered yet, by number (the order they were given).
-    pending: BTreeMap<u64, Command>,
+    pending: SortedMap<u64, Command>,
     transmit: VecDeque<String>,
     actions: VecDeque<Action>,
     replies: VecDeque<Reply>,
@@ -262,7 +263,7 @@ impl Client {
             welcomed: false,
             heartbeat_ms: 15_000,
             last_heard_ms: now_ms,
-            awaiting_caught_up: BTreeSet::new(),
+            awaiting_caught_up: SortedSet::new(),
             reconnect_at: None,
             next_command: 0,
             probe_until: None,
@@ -273,7 +274,7 @@ impl Client {
             welcomed_at: 0,
             ws_retry_at: None,
             posts: VecDeque::new(),
-            pending: BTreeMap::new(),
+            pending: SortedMap::new(),
             transmit: VecDeque::new(),
             actions: VecDeque::new(),
             replies: VecDeque::new(),

@@ -55,6 +55,7 @@ pub mod projector;
 pub mod provider_error;
 pub mod render;
 pub mod snapshot;
+mod sorted;
 pub mod stream;
 mod tagged;
 pub mod time;

@@ -25,7 +25,7 @@
 //!   since no result ever came); a session terminal does the same for every run.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fmt::Write;
 use std::mem;
 
@@ -36,6 +36,7 @@ use serde_json::Value;
 use super::event::{Event, EventId, EventType};
 use super::hash::{FastMap, FastSet};
 use super::normalize::excerpt;
+use super::sorted::SortedSet;
 use super::tagged::{self, Tagged, Variant};
 
 /// One entry of the timeline, as a UI shows it. Serialized with a `kind` tag (and read by
@@ -283,7 +284,7 @@ pub struct Timeline {
     /// Keyed by run id; `""` holds what has no run (run ids are never empty).
     runs: FastMap<String, RunState>,
     /// Indices of pending approval items (index order = request order).
-    pending: BTreeSet<usize>,
+    pending: SortedSet<usize>,
     total: Tally,
     usage_changed: bool,
     approvals_changed: bool,

@@ -6,7 +6,7 @@
 //! Everything is JSON text frames tagged by `t`. Sans-IO: the server and the clients own the
 //! sockets; this module only encodes, decodes and checks.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use serde::de::value::MapAccessDeserializer;
 use serde::de::MapAccess;
@@ -16,6 +16,7 @@ use serde_json::Value;
 use super::error::ErrorCode;
 use super::event::Event;
 use super::snapshot::{Snapshot, SnapshotRequest};
+use super::sorted::SortedMap;
 use super::tagged::{self, Tagged, Variant};
 use super::time::Timestamp;
 use super::timeline::Item;
@@ -827,7 +828,7 @@ pub struct Cursor {
     pub after: u64,
     pub epoch: Option<String>,
     /// Pieces of an event arriving as `event_part` frames, by index.
-    parts: BTreeMap<u32, String>,
+    parts: SortedMap<u32, String>,
     parts_sequence: u64,
 }
 
