@@ -5,7 +5,8 @@
 //!
 //! Run: `cargo bench --bench core` (add `-- --quick` for a shorter run). Besides Criterion's
 //! report, the normalization part prints one `BENCH` line per format (MB/s, 10^6 bytes per
-//! second, the median of timed runs, against the 300 MB/s target of issue 14).
+//! second, the median of timed runs, against the 300 MB/s target of issue 14);
+//! `-- normalize/codex` (any format's name) times that format alone.
 
 use std::hint::black_box;
 use std::path::Path;

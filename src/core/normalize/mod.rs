@@ -516,7 +516,9 @@ impl Normalizer {
         match serde_json::from_str::<Value>(text) {
             Ok(value) => self.handle_record(line_no, value, now),
             Err(e) => {
-                let msg = format!("{e}; line starts {:?}", excerpt(text, 60));
+                let mut msg = e.to_string();
+                msg.push_str("; line starts ");
+                push_debug(&mut msg, excerpt(text, 60));
                 self.state
                     .diagnose(line_no, DiagnosticKind::InvalidJson, msg);
             }
@@ -664,6 +666,25 @@ fn json_kind(v: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
+}
+
+/// Appends `s` as `{:?}` writes it; printable ASCII (where only `"` and `\` are escaped)
+/// without the formatting machinery.
+fn push_debug(out: &mut String, s: &str) {
+    if !s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        use fmt::Write;
+        let _ = write!(out, "{s:?}");
+        return;
+    }
+    out.reserve(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        if matches!(c, '"' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
 }
 
 /// At most `max` characters of `s`, cut on a char boundary.

@@ -292,6 +292,23 @@ fn check_fast_path(format: Format, input: &[u8]) {
 }
 
 #[wasm_bindgen_test(unsupported = test)]
+fn excerpts_in_diagnostics_are_written_as_debug_writes_them() {
+    for s in [
+        "",
+        "plain {\"a\":1}",
+        "back\\slash 'quote'",
+        "tab\there",
+        "nul\0 del\u{7f}",
+        "é and \u{301} and \u{200b}",
+        "~ !",
+    ] {
+        let mut out = String::new();
+        super::push_debug(&mut out, s);
+        assert_eq!(out, format!("{s:?}"));
+    }
+}
+
+#[wasm_bindgen_test(unsupported = test)]
 fn the_newline_search_finds_the_first_newline() {
     // A newline at every offset of a word and past it, two of them, none.
     for len in 0..40 {
