@@ -5,7 +5,8 @@
 //!
 //! Run: `cargo bench --bench core` (add `-- --quick` for a shorter run). Besides Criterion's
 //! report, the normalization part prints one `BENCH` line per format (MB/s, 10^6 bytes per
-//! second, the median of timed runs, against the 300 MB/s target of issue 14).
+//! second, the median of timed runs, against the 300 MB/s target of issue 14);
+//! `-- normalize/codex` (any format's name) times that format alone.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -58,6 +59,9 @@ fn normalization(c: &mut Criterion) {
         (Format::Gemini, "gemini"),
         (Format::Opencode, "opencode"),
     ] {
+        if !wanted(format) {
+            continue;
+        }
         let input = corpus(dir);
         let events = normalize(Some(format), Config::new("s1"), &input, Timestamp::EPOCH)
             .events
@@ -81,6 +85,16 @@ fn normalization(c: &mut Criterion) {
         });
     }
     g.finish();
+}
+
+/// False when criterion's filter names another format (`-- normalize/codex` times Codex
+/// alone, e.g. under `perf record`).
+fn wanted(format: Format) -> bool {
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    match filter.as_deref().and_then(|f| f.strip_prefix("normalize/")) {
+        Some(name) => name == format.as_str(),
+        None => true,
+    }
 }
 
 /// The normalization throughput target of issue 14, in MB/s.

@@ -13,8 +13,10 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::time::Timestamp;
@@ -170,9 +172,12 @@ impl fmt::Display for Provider {
 }
 
 /// An event id: `evt_` followed by 32 lowercase hex digits.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct EventId(String);
+///
+/// Held inline (its 36 ASCII bytes, no allocation); it orders, hashes, prints and
+/// serializes exactly as the string it is.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(try_from = "String")]
+pub struct EventId([u8; 36]);
 
 impl EventId {
     /// Checks the `evt_` + 32 lowercase hex form.
@@ -182,10 +187,9 @@ impl EventId {
             && s[4..]
                 .bytes()
                 .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-        if ok {
-            Ok(EventId(s.to_owned()))
-        } else {
-            Err(EventError::InvalidId(s.to_owned()))
+        match <[u8; 36]>::try_from(s.as_bytes()) {
+            Ok(bytes) if ok => Ok(EventId(bytes)),
+            _ => Err(EventError::InvalidId(s.to_owned())),
         }
     }
 
@@ -197,26 +201,50 @@ impl EventId {
 
     /// The id of a finished [`Fnv128`] hash: `evt_` and its 32 hex digits.
     pub(crate) fn from_hash(hash: u128) -> EventId {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut s = String::with_capacity(36);
-        s.push_str("evt_");
-        for i in (0..32).rev() {
-            s.push(char::from(HEX[((hash >> (i * 4)) & 0xf) as usize]));
-        }
-        EventId(s)
+        let mut bytes = [0u8; 36];
+        bytes[..4].copy_from_slice(b"evt_");
+        bytes[4..].copy_from_slice(&hex32(hash));
+        EventId(bytes)
     }
 
     /// The id's 128 bits (its 32 hex digits): a key as unique as the id, cheaper to hash.
     pub fn bits(&self) -> u128 {
-        self.0
-            .get(4..)
-            .and_then(|hex| u128::from_str_radix(hex, 16).ok())
-            .unwrap_or_else(|| fnv1a128(&[&self.0]))
+        u128::from_str_radix(&self.as_str()[4..], 16).unwrap_or_else(|_| fnv1a128(&[self.as_str()]))
     }
 
     /// The id as text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        // Only `parse` and `from_hash` make an id, both of ASCII.
+        std::str::from_utf8(&self.0).unwrap_or("")
+    }
+}
+
+/// The 32 lowercase hex digits of `hash`, most significant first (what `{:032x}` writes).
+pub(crate) fn hex32(hash: u128) -> [u8; 32] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = HEX[((hash >> ((31 - i) * 4)) & 0xf) as usize];
+    }
+    out
+}
+
+/// Hashes as the id's text does (`str`'s `Hash`), so maps keyed by ids behave as before.
+impl Hash for EventId {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl fmt::Debug for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("EventId").field(&self.as_str()).finish()
+    }
+}
+
+impl Serialize for EventId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -229,13 +257,13 @@ impl TryFrom<String> for EventId {
 
 impl From<EventId> for String {
     fn from(id: EventId) -> String {
-        id.0
+        id.as_str().to_owned()
     }
 }
 
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
@@ -366,15 +394,20 @@ impl EventInit {
 
 /// One immutable canonical event. Build it with [`Event::new`]; read it with the getters.
 ///
-/// `sequence` 0 means "not yet placed in a log"; logs number from 1.
+/// `sequence` 0 means "not yet placed in a log"; logs number from 1. The session and run
+/// ids are shared (`Arc<str>`): the events of one normalizer hold one copy of each.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Event {
     id: EventId,
     #[serde(rename = "type")]
     kind: EventType,
-    session_id: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    run_id: Option<String>,
+    #[serde(serialize_with = "shared_str")]
+    session_id: Arc<str>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "shared_opt_str"
+    )]
+    run_id: Option<Arc<str>>,
     sequence: u64,
     timestamp: Timestamp,
     provider: Provider,
@@ -410,14 +443,50 @@ impl Event {
         Ok(Event {
             id,
             kind: init.kind,
-            session_id: init.session_id,
-            run_id: init.run_id,
+            session_id: Arc::from(init.session_id),
+            run_id: init.run_id.map(Arc::from),
             sequence: init.sequence,
             timestamp: init.timestamp,
             provider: init.provider,
             correlation_id: init.correlation_id,
             data: init.data,
             metadata: init.metadata,
+            schema_version: SCHEMA_VERSION,
+        })
+    }
+
+    /// [`Event::new`] for a normalizer: the id is given and the session and run ids are
+    /// shared handles (checked as `new` checks them).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_parts(
+        id: EventId,
+        kind: EventType,
+        session_id: &Arc<str>,
+        run_id: Option<Arc<str>>,
+        sequence: u64,
+        timestamp: Timestamp,
+        provider: Provider,
+        correlation_id: Option<String>,
+        data: Map<String, Value>,
+        metadata: Map<String, Value>,
+    ) -> Result<Event, EventError> {
+        if session_id.is_empty() {
+            return Err(EventError::EmptySessionId);
+        }
+        if run_id.as_deref() == Some("") {
+            return Err(EventError::EmptyRunId);
+        }
+        Ok(Event {
+            id,
+            kind,
+            session_id: Arc::clone(session_id),
+            run_id,
+            sequence,
+            timestamp,
+            provider,
+            correlation_id,
+            data,
+            metadata,
             schema_version: SCHEMA_VERSION,
         })
     }
@@ -478,6 +547,17 @@ impl Event {
     /// The event as one line of JSON (no trailing newline).
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("an Event always serializes")
+    }
+}
+
+fn shared_str<S: Serializer>(s: &Arc<str>, ser: S) -> Result<S::Ok, S::Error> {
+    ser.serialize_str(s)
+}
+
+fn shared_opt_str<S: Serializer>(s: &Option<Arc<str>>, ser: S) -> Result<S::Ok, S::Error> {
+    match s {
+        Some(s) => ser.serialize_some(&**s),
+        None => ser.serialize_none(),
     }
 }
 

@@ -38,6 +38,8 @@
 //! `message_received`, both before the run terminal; at end of input only the streamed text
 //! is closed (the run stays open for the lifecycle projection).
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -158,7 +160,19 @@ impl Decoder for Codex {
             _ => return false,
         };
         out.set_timestamp(line.timestamp);
-        self.item(phase, line.item.as_ref(), out);
+        match line.item {
+            None => self.item(phase, None, out),
+            Some(ItemRead::Text {
+                ty,
+                id,
+                text,
+                phase: item_phase,
+            }) => {
+                let text = text.as_deref().unwrap_or("");
+                self.text_item(phase, ty, &id, text, item_phase.as_ref(), out);
+            }
+            Some(ItemRead::Other(item)) => self.item(phase, Some(&item), out),
+        }
         true
     }
 
@@ -167,8 +181,9 @@ impl Decoder for Codex {
     }
 }
 
-/// The fields of the records the typed fast path reads (thread, turn and item records; the
-/// item itself stays a `Value`, as its decoding needs many of its fields).
+/// The fields of the records the typed fast path reads (thread, turn and item records; a
+/// text item is read typed, any other item as a `Value`, as its decoding needs many of its
+/// fields).
 #[derive(Deserialize)]
 struct Line<'a> {
     #[serde(rename = "type", borrow)]
@@ -179,8 +194,116 @@ struct Line<'a> {
     thread_id: Option<Str<'a>>,
     #[serde(default, deserialize_with = "present")]
     usage: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    item: Option<Value>,
+    #[serde(default, borrow)]
+    item: Option<ItemRead<'a>>,
+}
+
+/// The item of an `item.*` line: an `agent_message`, `reasoning` or `plan` item read as the
+/// fields its decoding uses (`id`, `type`, `text`, `phase`, borrowed), any other one as the
+/// `Value` that `serde_json` would build. It must be an object whose `id` and `type`, when
+/// they come first (as Codex writes them), are strings; anything else fails the typed read.
+enum ItemRead<'a> {
+    Text {
+        ty: TextItem,
+        id: Str<'a>,
+        text: Option<Str<'a>>,
+        phase: Option<Value>,
+    },
+    Other(Value),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TextItem {
+    AgentMessage,
+    Reasoning,
+    Plan,
+}
+
+impl TextItem {
+    fn parse(ty: &str) -> Option<TextItem> {
+        Some(match ty {
+            "agent_message" => TextItem::AgentMessage,
+            "reasoning" => TextItem::Reasoning,
+            "plan" => TextItem::Plan,
+            _ => return None,
+        })
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ItemRead<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{Error, IgnoredAny, MapAccess, Visitor};
+
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ItemRead<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an item object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ItemRead<'de>, A::Error> {
+                // The leading `id` and `type`.
+                let (mut id, mut ty): (Option<Str<'de>>, Option<Str<'de>>) = (None, None);
+                let mut key = map.next_key::<Str<'de>>()?;
+                while let Some(k) = &key {
+                    match &**k {
+                        "id" if id.is_none() => id = Some(map.next_value()?),
+                        "type" if ty.is_none() => ty = Some(map.next_value()?),
+                        _ => break,
+                    }
+                    key = map.next_key()?;
+                }
+                let (text_ty, id) = match (ty.as_deref().and_then(TextItem::parse), id) {
+                    (Some(text_ty), Some(id)) => (text_ty, id),
+                    (_, id) => return generic(map, id, ty, key),
+                };
+                let (mut text, mut phase) = (None, None);
+                while let Some(k) = key {
+                    match &*k {
+                        "text" if text.is_none() => {
+                            text = Some(map.next_value::<Option<Str<'de>>>()?)
+                        }
+                        "phase" if phase.is_none() => phase = Some(map.next_value::<Value>()?),
+                        "id" | "type" | "text" | "phase" => {
+                            return Err(A::Error::custom("duplicate item field"))
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                    key = map.next_key()?;
+                }
+                Ok(ItemRead::Text {
+                    ty: text_ty,
+                    id,
+                    text: text.flatten(),
+                    phase,
+                })
+            }
+        }
+
+        /// Any other item: the map `Value` would build (a repeated key keeps the last), from
+        /// the leading `id` and `type` already read and the `key` read after them.
+        fn generic<'de, A: MapAccess<'de>>(
+            mut map: A,
+            id: Option<Str<'de>>,
+            ty: Option<Str<'de>>,
+            mut key: Option<Str<'de>>,
+        ) -> Result<ItemRead<'de>, A::Error> {
+            let mut obj = Map::new();
+            for (k, v) in [("id", id), ("type", ty)] {
+                if let Some(v) = v {
+                    obj.insert(k.to_owned(), Value::String(v.0.into_owned()));
+                }
+            }
+            while let Some(k) = key {
+                let v: Value = map.next_value()?;
+                obj.insert(k.0.into_owned(), v);
+                key = map.next_key()?;
+            }
+            Ok(ItemRead::Other(Value::Object(obj)))
+        }
+        d.deserialize_map(V)
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -230,31 +353,11 @@ impl Codex {
                 Phase::Completed => self.turn.tool_completed(out, &run, id, kind, item),
             };
         }
+        if let Some(text_ty) = TextItem::parse(ty) {
+            let text = str_field(item, "text").unwrap_or("");
+            return self.text_item(phase, text_ty, id, text, item.get("phase"), out);
+        }
         match (ty, phase) {
-            ("agent_message" | "reasoning" | "plan", Phase::Started | Phase::Updated) => {
-                out.ignore()
-            }
-            ("agent_message", Phase::Completed) => {
-                let run = self.turn.ensure_run(out);
-                let mut extra = Map::new();
-                if let Some(phase) = item.get("phase").filter(|p| !p.is_null()) {
-                    extra.insert("phase".into(), phase.clone());
-                }
-                let text = str_field(item, "text").unwrap_or("");
-                self.turn.whole(out, &run, Stream::Message, id, text, extra);
-            }
-            ("plan", Phase::Completed) => {
-                let run = self.turn.ensure_run(out);
-                let text = str_field(item, "text").unwrap_or("");
-                self.turn
-                    .whole(out, &run, Stream::Plan, id, text, Map::new());
-            }
-            ("reasoning", Phase::Completed) => {
-                let run = self.turn.ensure_run(out);
-                let text = str_field(item, "text").unwrap_or("");
-                self.turn
-                    .whole(out, &run, Stream::Reasoning, id, text, Map::new());
-            }
             ("todo_list", _) => {
                 let run = self.turn.ensure_run(out);
                 let items: Vec<Value> = item
@@ -292,6 +395,36 @@ impl Codex {
             }
             (other, _) => out.unknown(format_args!("item type {other:?}")),
         }
+    }
+}
+
+impl Codex {
+    /// An `agent_message`, `reasoning` or `plan` item: its whole text on completion.
+    fn text_item(
+        &mut self,
+        phase: Phase,
+        ty: TextItem,
+        id: &str,
+        text: &str,
+        item_phase: Option<&Value>,
+        out: &mut Out<'_>,
+    ) {
+        if phase != Phase::Completed {
+            return out.ignore();
+        }
+        let run = self.turn.ensure_run(out);
+        let (stream, extra) = match ty {
+            TextItem::AgentMessage => {
+                let mut extra = Map::new();
+                if let Some(p) = item_phase.filter(|p| !p.is_null()) {
+                    extra.insert("phase".into(), p.clone());
+                }
+                (Stream::Message, extra)
+            }
+            TextItem::Plan => (Stream::Plan, Map::new()),
+            TextItem::Reasoning => (Stream::Reasoning, Map::new()),
+        };
+        self.turn.whole(out, &run, stream, id, text, extra);
     }
 }
 
@@ -647,7 +780,8 @@ impl Stream {
 /// cleared when the turn ends.
 #[derive(Default)]
 pub(super) struct TurnState {
-    pub(super) run: Option<String>,
+    /// Shared with the run's events (one copy of the id per run).
+    pub(super) run: Option<Arc<str>>,
     /// The open tool calls, with the bytes of aggregated output already reported
     /// (`item.updated`), for `output_delta`.
     tools: OpenTools<usize>,
@@ -656,15 +790,15 @@ pub(super) struct TurnState {
 
 impl TurnState {
     /// Starts a run: `run_started` with `data`.
-    pub(super) fn open_run(&mut self, out: &mut Out<'_>, data: Map<String, Value>) -> String {
-        let run = out.new_run_id();
+    pub(super) fn open_run(&mut self, out: &mut Out<'_>, data: Map<String, Value>) -> Arc<str> {
+        let run: Arc<str> = Arc::from(out.new_run_id());
         out.emit(EventType::RunStarted, Some(&run), Value::Object(data));
-        self.run = Some(run.clone());
+        self.run = Some(Arc::clone(&run));
         run
     }
 
     /// The open run, or a new one.
-    pub(super) fn ensure_run(&mut self, out: &mut Out<'_>) -> String {
+    pub(super) fn ensure_run(&mut self, out: &mut Out<'_>) -> Arc<str> {
         match &self.run {
             Some(r) => r.clone(),
             None => self.open_run(out, Map::new()),

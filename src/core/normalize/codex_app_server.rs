@@ -58,6 +58,8 @@
 //! `message_received`/`reasoning_received` at turn end and at end of input; tool calls
 //! still open at turn end get `tool_call_cancelled`, before the run terminal.
 
+use std::sync::Arc;
+
 use serde_json::{json, Map, Value};
 
 use super::codex::{emit_error, str_field, tool_kind, usage_data, Stream, TurnState};
@@ -238,7 +240,7 @@ impl CodexAppServer {
         }
     }
 
-    fn start_turn(&mut self, out: &mut Out<'_>, turn_id: Option<&str>) -> String {
+    fn start_turn(&mut self, out: &mut Out<'_>, turn_id: Option<&str>) -> Arc<str> {
         let mut data = Map::new();
         if let Some(t) = turn_id {
             data.insert("provider_turn_id".into(), json!(t));
@@ -251,7 +253,7 @@ impl CodexAppServer {
 
     /// The run a record of provider turn `turn_id` belongs to: the open one, else a new one;
     /// `None` for a late record of the turn that already ended.
-    fn run_for(&mut self, out: &mut Out<'_>, turn_id: Option<&str>) -> Option<String> {
+    fn run_for(&mut self, out: &mut Out<'_>, turn_id: Option<&str>) -> Option<Arc<str>> {
         let late = turn_id.is_some()
             && (turn_id == self.ended_turn.as_deref()
                 || self
@@ -274,7 +276,7 @@ impl CodexAppServer {
     /// Like [`Self::run_for`] for records that may also be session-level (errors, usage,
     /// reroutes): `None` (no run) when the record names no turn and none is open, or names
     /// the turn that already ended.
-    fn run_or_session(&mut self, out: &mut Out<'_>, turn_id: Option<&str>) -> Option<String> {
+    fn run_or_session(&mut self, out: &mut Out<'_>, turn_id: Option<&str>) -> Option<Arc<str>> {
         match turn_id {
             Some(_) => self.run_for(out, turn_id),
             None => self.turn.run.clone(),

@@ -33,6 +33,8 @@
 //! placeholders (`<DURATION>`) make them invalid JSON are diagnostics of the framing; a turn
 //! whose `result` line was lost stays open (no terminal is invented at the end of input).
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -47,7 +49,8 @@ use crate::core::provider_error::{add_details, ProviderError};
 #[derive(Default)]
 pub(crate) struct Gemini {
     session_id: Option<String>,
-    run: Option<String>,
+    /// Shared with the run's events (one copy of the id per run).
+    run: Option<Arc<str>>,
     /// The assistant message being assembled from `delta: true` chunks.
     text: Option<Assembling>,
     /// Ordinal for synthesized message ids.
@@ -108,9 +111,27 @@ impl Decoder for Gemini {
                     return false;
                 };
                 out.set_timestamp(line.timestamp);
-                let status = line.status.as_deref();
+                let status = line.status.as_ref().and_then(Value::as_str);
                 let (error, output) = (line.error.as_ref(), line.output.as_ref());
                 self.tool_result_parts(id, status, error, output, out);
+            }
+            "init" => {
+                out.set_timestamp(line.timestamp);
+                self.init_parts(line.session_id.as_deref(), line.model.as_ref(), out);
+            }
+            "error" => {
+                out.set_timestamp(line.timestamp);
+                self.error_parts(
+                    line.severity.as_deref(),
+                    line.message.as_deref(),
+                    ErrorFields {
+                        status: line.status.as_ref(),
+                        category: line.category.as_ref(),
+                        reason: line.reason.as_ref(),
+                        error: line.error.as_ref(),
+                    },
+                    out,
+                );
             }
             _ => return false,
         }
@@ -122,8 +143,8 @@ impl Decoder for Gemini {
     }
 }
 
-/// The fields of the records the typed fast path reads (`message`, `tool_use`,
-/// `tool_result`).
+/// The fields of the records the typed fast path reads (`init`, `message`, `tool_use`,
+/// `tool_result`, `error`).
 #[derive(Deserialize)]
 struct Line<'a> {
     #[serde(rename = "type", borrow)]
@@ -142,18 +163,42 @@ struct Line<'a> {
     tool_name: Option<Str<'a>>,
     #[serde(default, deserialize_with = "present")]
     parameters: Option<Value>,
-    #[serde(default, borrow)]
-    status: Option<Str<'a>>,
+    #[serde(default, deserialize_with = "present")]
+    status: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     error: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     output: Option<Value>,
+    #[serde(default, borrow)]
+    session_id: Option<Str<'a>>,
+    #[serde(default, deserialize_with = "present")]
+    model: Option<Value>,
+    #[serde(default, borrow)]
+    severity: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    message: Option<Str<'a>>,
+    #[serde(default, deserialize_with = "present")]
+    category: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    reason: Option<Value>,
+}
+
+/// The fields of an `error` line that are kept as its `details` (present, even as null).
+struct ErrorFields<'a> {
+    status: Option<&'a Value>,
+    category: Option<&'a Value>,
+    reason: Option<&'a Value>,
+    error: Option<&'a Value>,
 }
 
 impl Gemini {
     fn init(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
-        self.flush(out);
         let session = obj.get("session_id").and_then(Value::as_str);
+        self.init_parts(session, obj.get("model"), out);
+    }
+
+    fn init_parts(&mut self, session: Option<&str>, model: Option<&Value>, out: &mut Out<'_>) {
+        self.flush(out);
         if session.is_none() {
             out.missing("session_id");
         }
@@ -161,7 +206,7 @@ impl Gemini {
             self.session_id = session.map(str::to_owned);
             let mut data = Map::new();
             data.insert("provider_session_id".into(), json!(session));
-            if let Some(model) = obj.get("model") {
+            if let Some(model) = model {
                 data.insert("model".into(), model.clone());
             }
             out.emit(EventType::SessionStarted, None, Value::Object(data));
@@ -306,30 +351,47 @@ impl Gemini {
     }
 
     fn error(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
+        let severity = obj.get("severity").and_then(Value::as_str);
+        let message = obj.get("message").and_then(Value::as_str);
+        let fields = ErrorFields {
+            status: obj.get("status"),
+            category: obj.get("category"),
+            reason: obj.get("reason"),
+            error: obj.get("error"),
+        };
+        self.error_parts(severity, message, fields, out);
+    }
+
+    fn error_parts(
+        &mut self,
+        severity: Option<&str>,
+        message: Option<&str>,
+        fields: ErrorFields<'_>,
+        out: &mut Out<'_>,
+    ) {
         self.flush(out);
-        let severity = obj
-            .get("severity")
-            .and_then(Value::as_str)
-            .unwrap_or("error");
-        let message = obj
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("error");
-        let own_kind = obj
-            .get("error")
+        let severity = severity.unwrap_or("error");
+        let message = message.unwrap_or("error");
+        let own_kind = fields
+            .error
             .and_then(|e| e.get("type"))
-            .or_else(|| obj.get("reason"))
-            .or_else(|| obj.get("category"))
+            .or(fields.reason)
+            .or(fields.category)
             .and_then(Value::as_str);
-        let status = obj.get("status").and_then(Value::as_u64);
+        let status = fields.status.and_then(Value::as_u64);
         let own_kind = own_kind.unwrap_or("");
         let mut data =
             ProviderError::from_provider(out.provider(), own_kind, status, message).to_data();
         data.insert("severity".into(), json!(severity));
-        let details: Map<String, Value> = ["status", "category", "reason", "error"]
-            .iter()
-            .filter_map(|k| obj.get(*k).map(|v| ((*k).to_owned(), v.clone())))
-            .collect();
+        let details: Map<String, Value> = [
+            ("status", fields.status),
+            ("category", fields.category),
+            ("reason", fields.reason),
+            ("error", fields.error),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v.clone())))
+        .collect();
         if !details.is_empty() {
             add_details(&mut data, Value::Object(details));
         }
@@ -397,14 +459,14 @@ impl Gemini {
         out.emit(EventType::MessageReceived, self.run.as_deref(), data);
     }
 
-    fn start_run(&mut self, out: &mut Out<'_>) -> String {
-        let run = out.new_run_id();
+    fn start_run(&mut self, out: &mut Out<'_>) -> Arc<str> {
+        let run: Arc<str> = Arc::from(out.new_run_id());
         out.emit(EventType::RunStarted, Some(&run), json!({}));
-        self.run = Some(run.clone());
+        self.run = Some(Arc::clone(&run));
         run
     }
 
-    fn ensure_run(&mut self, out: &mut Out<'_>) -> String {
+    fn ensure_run(&mut self, out: &mut Out<'_>) -> Arc<str> {
         match &self.run {
             Some(run) => run.clone(),
             None => self.start_run(out),

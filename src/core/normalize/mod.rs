@@ -32,11 +32,12 @@ mod turn;
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::event::{Event, EventId, EventInit, EventType, Fnv128, Provider};
+use super::event::{hex32, Event, EventId, EventType, Fnv128, Provider};
 use super::time::Timestamp;
 
 pub use alias::{canonical_type, filter_by_run, filter_by_type, normalize_batch, sort_events};
@@ -292,8 +293,8 @@ impl Normalizer {
             format,
             decoder: format.map(Format::decoder),
             state: EmitState {
-                session_id: config.session_id.clone(),
-                source: config.source.clone(),
+                session_id: Arc::from(config.session_id.as_str()),
+                run: None,
                 id_prefix: {
                     let mut h = Fnv128::new();
                     h.part(config.session_id.as_bytes());
@@ -343,7 +344,7 @@ impl Normalizer {
             doc.extend_from_slice(bytes);
             return self.check_document_size();
         }
-        while let Some(nl) = bytes.iter().position(|&b| b == b'\n') {
+        while let Some(nl) = find_newline(bytes) {
             let (head, rest) = (&bytes[..nl], &bytes[nl + 1..]);
             bytes = rest;
             if let Some(len) = self.skipping.take() {
@@ -515,7 +516,9 @@ impl Normalizer {
         match serde_json::from_str::<Value>(text) {
             Ok(value) => self.handle_record(line_no, value, now),
             Err(e) => {
-                let msg = format!("{e}; line starts {:?}", excerpt(text, 60));
+                let mut msg = e.to_string();
+                msg.push_str("; line starts ");
+                push_debug(&mut msg, excerpt(text, 60));
                 self.state
                     .diagnose(line_no, DiagnosticKind::InvalidJson, msg);
             }
@@ -620,6 +623,24 @@ pub fn normalize(
     }
 }
 
+/// The index of the first `\n` in `bytes`, eight bytes at a time (a word with a zero byte
+/// after XOR with `\n` repeated has a newline; the rest is scanned bytewise from there).
+fn find_newline(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    const NL: u64 = u64::from_ne_bytes([b'\n'; 8]);
+    let mut i = 0;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let w = u64::from_ne_bytes(word.try_into().expect("8 bytes")) ^ NL;
+        if w.wrapping_sub(ONES) & !w & HIGH != 0 {
+            break;
+        }
+        i += 8;
+    }
+    bytes[i..].iter().position(|&b| b == b'\n').map(|p| i + p)
+}
+
 enum SseField<'a> {
     Data(&'a str),
     Other,
@@ -647,6 +668,25 @@ fn json_kind(v: &Value) -> &'static str {
     }
 }
 
+/// Appends `s` as `{:?}` writes it; printable ASCII (where only `"` and `\` are escaped)
+/// without the formatting machinery.
+fn push_debug(out: &mut String, s: &str) {
+    if !s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        use fmt::Write;
+        let _ = write!(out, "{s:?}");
+        return;
+    }
+    out.reserve(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        if matches!(c, '"' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+}
+
 /// At most `max` characters of `s`, cut on a char boundary.
 pub(crate) fn excerpt(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {
@@ -657,8 +697,9 @@ pub(crate) fn excerpt(s: &str, max: usize) -> &str {
 
 /// The emitting state shared by all decoders of one normalizer.
 struct EmitState {
-    session_id: String,
-    source: String,
+    session_id: Arc<str>,
+    /// The run id of the last event emitted with one, shared by the events of that run.
+    run: Option<Arc<str>>,
     /// The id hash after the parts every event id shares: the session and the source.
     id_prefix: Fnv128,
     provider: Provider,
@@ -736,9 +777,26 @@ impl Out<'_> {
         if let Some(id) = self.state.pending_run_ids.pop_front() {
             return id;
         }
-        let n = self.state.turn_counter.to_string();
-        let hash = super::event::fnv1a128(&[&self.state.session_id, &self.state.source, "run", &n]);
-        format!("run_{:032x}", hash)
+        // fnv1a128([session, source, "run", turn]), resumed after (session, source).
+        let mut hash = self.state.id_prefix;
+        hash.part(b"run");
+        hash.part_u64(self.state.turn_counter);
+        let mut id = String::with_capacity(36);
+        id.push_str("run_");
+        id.extend(hex32(hash.finish()).iter().map(|&b| char::from(b)));
+        id
+    }
+
+    /// The shared handle of `run`: the last one's when it is the same run.
+    fn run_handle(state: &mut EmitState, run: &str) -> Arc<str> {
+        match &state.run {
+            Some(last) if **last == *run => Arc::clone(last),
+            _ => {
+                let handle: Arc<str> = Arc::from(run);
+                state.run = Some(Arc::clone(&handle));
+                handle
+            }
+        }
     }
 
     /// Emits one event. `data` must be a JSON object (anything else is wrapped as `value`).
@@ -765,21 +823,22 @@ impl Out<'_> {
         hash.part_u64(u64::from(self.index));
         let id = EventId::from_hash(hash.finish());
         self.index += 1;
-        let init = EventInit {
-            id: Some(id),
-            run_id: run_id.filter(|r| !r.is_empty()).map(str::to_owned),
-            sequence: state.sequence,
-            correlation_id: correlation_id.map(str::to_owned),
+        let run_id = run_id
+            .filter(|r| !r.is_empty())
+            .map(|r| Out::run_handle(state, r));
+        let event = Event::from_parts(
+            id,
+            kind,
+            &state.session_id,
+            run_id,
+            state.sequence,
+            self.timestamp,
+            state.provider,
+            correlation_id.map(str::to_owned),
             data,
             metadata,
-            ..EventInit::new(
-                kind,
-                state.session_id.clone(),
-                state.provider,
-                self.timestamp,
-            )
-        };
-        match Event::new(init) {
+        );
+        match event {
             Ok(event) => {
                 state.sequence += 1;
                 state.stats.events += 1;

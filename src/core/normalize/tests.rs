@@ -292,6 +292,41 @@ fn check_fast_path(format: Format, input: &[u8]) {
 }
 
 #[wasm_bindgen_test(unsupported = test)]
+fn excerpts_in_diagnostics_are_written_as_debug_writes_them() {
+    for s in [
+        "",
+        "plain {\"a\":1}",
+        "back\\slash 'quote'",
+        "tab\there",
+        "nul\0 del\u{7f}",
+        "é and \u{301} and \u{200b}",
+        "~ !",
+    ] {
+        let mut out = String::new();
+        super::push_debug(&mut out, s);
+        assert_eq!(out, format!("{s:?}"));
+    }
+}
+
+#[wasm_bindgen_test(unsupported = test)]
+fn the_newline_search_finds_the_first_newline() {
+    // A newline at every offset of a word and past it, two of them, none.
+    for len in 0..40 {
+        for at in 0..=len {
+            let mut bytes = vec![b'a'; len];
+            if at < len {
+                bytes[at] = b'\n';
+                if at + 9 < len {
+                    bytes[at + 9] = b'\n';
+                }
+            }
+            let want = bytes.iter().position(|&b| b == b'\n');
+            assert_eq!(super::find_newline(&bytes), want, "len {len}, at {at}");
+        }
+    }
+}
+
+#[wasm_bindgen_test(unsupported = test)]
 fn the_fast_paths_read_every_record_as_the_value_path_does() {
     // Escapes, nulls, fields of another type, duplicate fields, absent fields, timestamps of
     // every JSON type, leading space, arrays, trailing garbage, invalid JSON.
@@ -334,6 +369,14 @@ fn the_fast_paths_read_every_record_as_the_value_path_does() {
         r#"{"type":"tool_result","tool_id":"t10","timestamp":"not a time"}"#,
         r#"{"type":"error","severity":"warning","message":"Loop detected"}"#,
         r#"{"type":"result","status":"success","stats":{"input_tokens":1}}"#,
+        r#"{"type":"init","session_id":5,"model":null}"#,
+        r#"{"type":"init","session_id":"s-2","model":{"a":1}}"#,
+        r#"{"type":"init","session_id":"s-2","session_id":"s-3"}"#,
+        r#"{"type":"error","severity":3,"message":"m"}"#,
+        r#"{"type":"error","message":"Quota","status":429,"reason":"RATE_LIMIT_EXCEEDED","category":null}"#,
+        r#"{"type":"error","error":{"type":"E"},"reason":"r","message":"x","timestamp":"2026-01-01T00:00:00Z"}"#,
+        r#"{"type":"error","error":[1],"category":"c"}"#,
+        r#"{"type":"error","message":"a","message":"b"}"#,
     ];
     let codex = [
         r#"{"type":"thread.started","thread_id":"th\u0041"}"#,
@@ -356,6 +399,17 @@ fn the_fast_paths_read_every_record_as_the_value_path_does() {
         r#"{"type":"turn.completed","usage":{"input_tokens":3,"cached_input_tokens":1.5}}"#,
         r#"{"type":"turn.completed","usage":7}"#,
         r#"{"type":"error","message":"Reconnecting... 1/1"}"#,
+        r#"{"type":"item.completed","item":{"type":"agent_message","id":"i4","text":null,"phase":"final"}}"#,
+        r#"{"type":"item.completed","item":{"id":"i5","type":"agent_message","text":5}}"#,
+        r#"{"type":"item.completed","item":{"id":"i6","id":"i7","type":"reasoning","text":"x"}}"#,
+        r#"{"type":"item.completed","item":{"id":"i8","type":"plan","text":"p","text":"q"}}"#,
+        r#"{"type":"item.completed","item":{"id":"i8","type":"plan","text":"p","type":"reasoning"}}"#,
+        r#"{"type":"item.started","item":{"id":"i9","type":"agent_message","extra":[1,{"b":2}]}}"#,
+        r#"{"type":"item.completed","item":{"text":"t","id":"i10","type":"reasoning"}}"#,
+        r#"{"type":"item.completed","item":{"id":5,"type":"reasoning"}}"#,
+        r#"{"type":"item.completed","item":{"id":"c2","type":"command_execution","id":"c3","command":"ls","exit_code":1}}"#,
+        r#"{"type":"item.completed","item":{"id":"i\u0031","type":"agent_\u006dessage","text":"esc\n","phase":{"p":[null]}}}"#,
+        r#"{"type":"item.completed","item":{"id":"i11","type":"agent_message","phase":"a","phase":"b"}}"#,
     ];
     let opencode = [
         r#"{"type":"server.connected","properties":{}}"#,
