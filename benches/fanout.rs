@@ -20,15 +20,14 @@
 //! the store. The subscribers are WebSocket clients in the same process, as cheap as a client
 //! can be (the handshake and frame headers read by hand, each frame checked as UTF-8, each
 //! event's sequence found without decoding the frame; `-- --client tungstenite` for
-//! `tokio-tungstenite` clients, about twice the CPU per frame), so that most of the two cores
-//! go to the server. Prints
+//! `tokio-tungstenite` clients), so that most of the two cores go to the server. Prints
 //! p50/p99/max and deliveries/s per load, and one `BENCH` line per figure (see scripts/bench);
 //! numbers go to BENCHMARKS.md.
 //!
 //! Run: `cargo bench --bench fanout` (`-- --quick` for 3 s loads, `-- --seconds N` for the live
 //! loads' length, `-- --only NAME` for one load (`live1000`, `live100x5`, `burst`, `line1000`,
-//! `line100x5`), `-- --client tungstenite` (see above), `-- --store postgres` for a PostgreSQL store on a throwaway server started as
-//! the tests do).
+//! `line100x5`), `-- --client tungstenite` (see above), `-- --store postgres` for a PostgreSQL
+//! store on a throwaway server started as the tests do).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -218,8 +217,8 @@ enum Client {
     /// found by scanning. What a real client must do per frame and no more, so that the
     /// server's share of the two cores is what the bench measures.
     Raw,
-    /// `tokio-tungstenite` (`--client tungstenite`): what the bench used before, about twice
-    /// the raw client's CPU per frame.
+    /// `tokio-tungstenite` (`--client tungstenite`): what the bench used before (its clients
+    /// took a third of the CPU in the profile, the raw ones a fifth, mostly `recvfrom`).
     Tungstenite,
 }
 

@@ -6,26 +6,23 @@
 //! `Tail`: the session's latest events, each encoded to JSON once ([`Encoded`]), and the
 //! frames last built from them for each `max_frame`. Invariants:
 //!
-//! * The tail holds a contiguous run of the session's log, filled only from reads of the store
-//!   (a follower's, or the session's filler's, below; never from this companion's own commits,
-//!   so with several companions writing one PostgreSQL log it has no holes). A sequence, once
-//!   stored, never changes, so an entry is never stale; a read the tail cannot start goes to
-//!   the store.
-//! * At most one reader of a session reads the live edge from the store at a time (the fill
-//!   lock); the followers that find it taken wait for that read to end, all woken at once
-//!   (`Tail::filled`, no hand-over from one to the next), and take its events from the tail. A
-//!   follower far behind reads the store on its own and does not hold the others up.
+//! * The tail holds a contiguous run of the session's log, filled only from what a follower
+//!   read from the store (never from this companion's own commits, so with several companions
+//!   writing one PostgreSQL log it has no holes). A sequence, once stored, never changes, so an
+//!   entry is never stale; a read the tail cannot start goes to the store.
+//! * At most one follower of a session reads the live edge from the store at a time (the fill
+//!   lock); the others that find it taken wait for that read to end, all woken at once
+//!   (`Tail::filled`: no hand-over from one waiter to the next, each behind the run queue), and
+//!   take its events from the tail. A follower far behind reads the store on its own and does
+//!   not hold the others up.
 //! * Frames for `(after, last, max_frame)` are built once (`Tail::frames`) and shared: a frame
 //!   is [`Text`], whose clones share one buffer, so a hundred subscribers in step cost one
 //!   encoding and a hundred reference counts. The bytes are those of
 //!   [`wire::encode_events`] on the same events.
 //! * Commits reach followers through one dispatcher task per [`Fanout`], which listens to the
-//!   store's broadcast and hands each commit to the filler of the session that moved (a task
-//!   per tail): it reads the new events from the store into the tail, then wakes the session's
-//!   followers, so each finds them there, woken once and reading nothing from the store. (A
-//!   tail still empty is not read ahead: its followers read the store.) A lag of the broadcast
-//!   wakes every follower at once, to read the store. A follower marks the wake-up seen before
-//!   it reads, so a commit between its read and its wait still wakes it.
+//!   store's broadcast and wakes only the followers of the session that moved (all of them if
+//!   it lagged). A follower marks the wake-up seen before it reads, so a commit between its read
+//!   and its wait still wakes it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
@@ -124,17 +121,12 @@ impl Fanout {
     /// Wakes the followers of `session` (of every session for `None`).
     fn wake(&self, session: Option<&str>, moved: Moved) {
         let mut sessions = self.sessions.lock().expect("fanout lock");
-        let notify = |tail: &Tail| match moved {
-            // The filler reads it into the tail, then wakes the followers.
-            Moved::Committed(latest) => {
-                tail.announced.send_if_modified(|a| {
-                    let moved = latest > *a;
-                    *a = (*a).max(latest);
-                    moved
-                });
-            }
-            Moved::Lagged => tail.wake.send_modify(|w| w.lags += 1),
-            Moved::Closed => tail.wake.send_modify(|w| w.closed = true),
+        let notify = |tail: &Tail| {
+            tail.wake.send_modify(|w| match moved {
+                Moved::Committed(latest) => w.latest = w.latest.max(latest),
+                Moved::Lagged => w.lags += 1,
+                Moved::Closed => w.closed = true,
+            });
         };
         match session {
             Some(id) => match sessions.get(id).map(Weak::upgrade) {
@@ -162,18 +154,15 @@ impl Fanout {
         if let Some(tail) = sessions.get(session).and_then(Weak::upgrade) {
             return tail;
         }
-        let (announced, commits) = watch::channel(0);
         let tail = Arc::new(Tail {
             session: session.to_owned(),
             state: Mutex::new(TailState::default()),
             fill: tokio::sync::Mutex::new(()),
             filled: Notify::new(),
             wake: watch::channel(Wake::default()).0,
-            announced,
             caught_up: Mutex::new(None),
         });
         sessions.insert(session.to_owned(), Arc::downgrade(&tail));
-        tokio::spawn(fill(Arc::downgrade(&tail), self.store.clone(), commits));
         tail
     }
 }
@@ -182,13 +171,11 @@ impl Fanout {
 struct Tail {
     session: String,
     state: Mutex<TailState>,
-    /// Held by the one reading the live edge from the store (the filler, or a follower).
+    /// Held by the follower reading the live edge from the store.
     fill: tokio::sync::Mutex<()>,
     /// Told when a read of the live edge ends, to the followers that found `fill` taken.
     filled: Notify,
     wake: watch::Sender<Wake>,
-    /// The highest latest sequence a commit announced, for the session's filler.
-    announced: watch::Sender<u64>,
     /// The last `caught_up` frame, with its `latest`.
     caught_up: Mutex<Option<(u64, Text)>>,
 }
@@ -272,37 +259,6 @@ impl Tail {
         .collect()
     }
 
-    /// Reads what commits announced up to `latest` into the tail, ahead of waking its
-    /// followers. Not for an empty tail (it does not know where its followers are); a failed
-    /// read leaves the tail as it was, for the followers to read the store.
-    async fn read_ahead(&self, store: &dyn Store, latest: u64) {
-        let _fill = self.lock_fill().await;
-        let end = self
-            .state
-            .lock()
-            .expect("tail lock")
-            .events
-            .back()
-            .map(|e| e.sequence);
-        if let Some(end) = end.filter(|end| *end < latest) {
-            let query = EventQuery {
-                after: Some(end),
-                limit: Some(TAIL),
-                ..EventQuery::default()
-            };
-            if let Ok(events) = store.get_events(&self.session, &query).await {
-                self.extend(&encode(&events));
-            }
-        }
-    }
-
-    async fn lock_fill(&self) -> Fill<'_> {
-        Fill {
-            lock: Some(self.fill.lock().await),
-            filled: &self.filled,
-        }
-    }
-
     fn try_lock_fill(&self) -> Option<Fill<'_>> {
         Some(Fill {
             lock: Some(self.fill.try_lock().ok()?),
@@ -383,21 +339,6 @@ impl TailState {
             self.memos.pop_front();
         }
         self.memos.push_back((after, last, max_frame, frames));
-    }
-}
-
-/// The session's filler: reads each announced commit into the tail, then wakes the followers.
-/// Ends with the tail (when its last follower is gone).
-async fn fill(tail: Weak<Tail>, store: Arc<dyn Store>, mut announced: watch::Receiver<u64>) {
-    while announced.changed().await.is_ok() {
-        let latest = *announced.borrow_and_update();
-        let Some(tail) = tail.upgrade() else { return };
-        tail.read_ahead(&*store, latest).await;
-        tail.wake.send_if_modified(|w| {
-            let moved = latest > w.latest;
-            w.latest = w.latest.max(latest);
-            moved
-        });
     }
 }
 
@@ -652,57 +593,37 @@ mod tests {
         out
     }
 
-    /// A commit wakes the followers at the live edge only once its events are in the tail
-    /// (read once, by the session's filler), and they all send the same buffer.
-    #[tokio::test]
-    async fn a_commit_wakes_followers_with_its_events_in_the_tail() {
+    /// Many followers at the live edge, woken by one commit at once: one of them reads it from
+    /// the store, and every one gets its events once, in the same buffer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn followers_at_the_edge_share_one_read_and_one_buffer() {
         // (events stored, followers, events appended in one commit)
-        let cases = [(1, 1, 1), (10, 3, 1), (100, 50, 7)];
+        let cases = [(0, 1, 1), (10, 3, 1), (100, 200, 7)];
         for (stored, followers, more) in cases {
             let session = "ses_f2";
             let (_dir, store) = store_with(session, stored).await;
             let fanout = Fanout::new(store.clone());
-            let mut all: Vec<Follower> = (0..followers)
-                .map(|_| Follower::new(&fanout, session, 0))
+            let (ready_tx, mut ready) = tokio::sync::mpsc::channel(followers);
+            let tasks: Vec<_> = (0..followers)
+                .map(|_| {
+                    let (fanout, ready) = (fanout.clone(), ready_tx.clone());
+                    tokio::spawn(async move {
+                        let mut follower = Follower::new(&fanout, session, 0);
+                        catch_up(&mut follower, 512).await;
+                        ready.send(()).await.unwrap();
+                        catch_up(&mut follower, 512).await.0
+                    })
+                })
                 .collect();
-            for follower in &mut all {
-                catch_up(follower, 512).await;
+            for _ in 0..followers {
+                ready.recv().await.unwrap();
             }
-            let tail = all[0].tail.clone();
-            let mut woken = all[0].wake.clone();
-            woken.borrow_and_update();
-            // With the fill lock held here, the filler cannot read the commit in: once the
-            // dispatcher has handed it over, no follower is woken yet.
-            let held = tail.fill.lock().await;
             append(&store, session, stored..stored + more).await;
-            let latest = (stored + more) as u64;
-            let mut announced = tail.announced.subscribe();
-            let deadline = std::time::Duration::from_secs(10);
-            tokio::time::timeout(deadline, announced.wait_for(|a| *a >= latest))
-                .await
-                .expect("the commit handed to the filler in time")
-                .unwrap();
-            assert!(
-                !woken.has_changed().unwrap(),
-                "woken before the tail has the events"
-            );
-            drop(held);
-            tokio::time::timeout(deadline, woken.changed())
-                .await
-                .expect("a wake-up in time")
-                .unwrap();
-            let in_tail = tail.read(stored as u64, 512).map(|e| e.len());
-            assert_eq!(
-                in_tail,
-                Some(more),
-                "{followers} followers: read ahead of the wake-up"
-            );
-
             let want: Vec<u64> = (stored as u64 + 1..=(stored + more) as u64).collect();
             let mut buffers = Vec::new();
-            for follower in &mut all {
-                let (live, _) = catch_up(follower, 512).await;
-                assert_eq!(sequences(&live), want);
+            for task in tasks {
+                let live = task.await.unwrap();
+                assert_eq!(sequences(&live), want, "{followers} followers");
                 buffers.push(live[0][0].text.as_ptr());
             }
             buffers.dedup();
