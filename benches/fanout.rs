@@ -17,15 +17,17 @@
 //! the client's read). In the line loads, from the event's timestamp (stamped when the host
 //! read the agent's line, in whole milliseconds, so up to 1 ms early) to the socket, split also
 //! at the append's start (`line->append`: normalizer, session, store queue), found by wrapping
-//! the store. The subscribers are plain WebSocket clients in
-//! the same process, which find each event's stamp without decoding the frame. Prints
+//! the store. The subscribers are WebSocket clients in the same process, as cheap as a client
+//! can be (the handshake and frame headers read by hand, each frame checked as UTF-8, each
+//! event's sequence found without decoding the frame; `-- --client tungstenite` for
+//! `tokio-tungstenite` clients), so that most of the two cores go to the server. Prints
 //! p50/p99/max and deliveries/s per load, and one `BENCH` line per figure (see scripts/bench);
 //! numbers go to BENCHMARKS.md.
 //!
 //! Run: `cargo bench --bench fanout` (`-- --quick` for 3 s loads, `-- --seconds N` for the live
 //! loads' length, `-- --only NAME` for one load (`live1000`, `live100x5`, `burst`, `line1000`,
-//! `line100x5`), `-- --store postgres` for a PostgreSQL store on a throwaway server started as
-//! the tests do).
+//! `line100x5`), `-- --client tungstenite` (see above), `-- --store postgres` for a PostgreSQL
+//! store on a throwaway server started as the tests do).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -207,6 +209,205 @@ impl Store for Timed {
 /// What one subscriber saw: per event, its sequence and when its frame arrived (wall ns).
 type Seen = Vec<(u64, u64)>;
 
+/// Which WebSocket client the subscribers are.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Client {
+    /// A minimal reader (the default): the RFC 6455 handshake and frame header by hand over a
+    /// plain `TcpStream`, every frame read whole and checked as UTF-8, each event's sequence
+    /// found by scanning. What a real client must do per frame and no more, so that the
+    /// server's share of the two cores is what the bench measures.
+    Raw,
+    /// `tokio-tungstenite` (`--client tungstenite`): what the bench used before (its clients
+    /// took a third of the CPU in the profile, the raw ones a fifth, mostly `recvfrom`).
+    Tungstenite,
+}
+
+/// What one subscriber does with each text frame: the first `caught_up` makes it ready, and
+/// every `events` frame after that is one delivery per event in it.
+struct Subscriber {
+    seen: Seen,
+    ready: Option<tokio::sync::mpsc::Sender<()>>,
+    last: u64,
+}
+
+impl Subscriber {
+    async fn frame(&mut self, text: &str) {
+        if text.starts_with(r#"{"t":"caught_up""#) {
+            // The first one: later ones come after each live page.
+            if let Some(ready) = self.ready.take() {
+                ready.send(()).await.unwrap();
+            }
+        } else if text.starts_with(r#"{"t":"events""#) {
+            let now = wall_ns();
+            for seq in numbers(text, "\"sequence\":") {
+                self.last = seq;
+                // Events stored before the subscriber was ready are no deliveries.
+                if self.ready.is_none() {
+                    self.seen.push((seq, now));
+                }
+            }
+        }
+    }
+}
+
+fn hello_and_subscribe(session: String) -> [String; 2] {
+    let hello = ClientMsg::Hello {
+        protocols: vec![1],
+        max_frame: None,
+        client: None,
+        features: Vec::new(),
+    };
+    let sub = ClientMsg::Subscribe {
+        session,
+        after: 0,
+        epoch: None,
+        snapshot: None,
+    };
+    [hello.encode(), sub.encode()]
+}
+
+async fn tungstenite_client(
+    addr: std::net::SocketAddr,
+    token: &str,
+    session: String,
+    ready: tokio::sync::mpsc::Sender<()>,
+    mut done: tokio::sync::watch::Receiver<u64>,
+) -> Seen {
+    let url = format!("ws://{addr}/ws?token={token}");
+    // tungstenite zeroes its whole read buffer (128 KiB by default) before every
+    // read: with a thousand clients that memset was a third of the bench's CPU.
+    let config = WebSocketConfig::default().read_buffer_size(8 << 10);
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), true)
+            .await
+            .unwrap();
+    for msg in hello_and_subscribe(session) {
+        ws.send(Message::Text(msg.into())).await.unwrap();
+    }
+    let mut sub = Subscriber {
+        seen: Seen::new(),
+        ready: Some(ready),
+        last: 0,
+    };
+    loop {
+        let end = *done.borrow_and_update();
+        if end > 0 && sub.last >= end {
+            return sub.seen;
+        }
+        let frame = tokio::select! {
+            frame = ws.next() => frame,
+            _ = done.changed() => continue,
+        };
+        let Some(Ok(Message::Text(text))) = frame else {
+            panic!("socket closed")
+        };
+        sub.frame(&text).await;
+    }
+}
+
+/// A client frame (masked, as RFC 6455 requires of clients; the key is zero, which leaves
+/// the payload as it is).
+fn client_frame(text: &str) -> Vec<u8> {
+    let mut frame = vec![0x81u8];
+    match text.len() {
+        n if n < 126 => frame.push(0x80 | n as u8),
+        n if n <= 0xffff => {
+            frame.push(0x80 | 126);
+            frame.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            frame.push(0x80 | 127);
+            frame.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    frame.extend_from_slice(&[0; 4]);
+    frame.extend_from_slice(text.as_bytes());
+    frame
+}
+
+/// The next whole server frame at the start of `buf`: (opcode, payload range, its length).
+fn server_frame(buf: &[u8]) -> Option<(u8, std::ops::Range<usize>)> {
+    let (&b0, &b1) = (buf.first()?, buf.get(1)?);
+    assert!(b0 & 0x80 != 0 && b1 & 0x80 == 0, "a whole, unmasked frame");
+    let (len, head) = match b1 & 0x7f {
+        126 => (
+            u16::from_be_bytes(buf.get(2..4)?.try_into().unwrap()) as usize,
+            4,
+        ),
+        127 => (
+            u64::from_be_bytes(buf.get(2..10)?.try_into().unwrap()) as usize,
+            10,
+        ),
+        n => (n as usize, 2),
+    };
+    (buf.len() >= head + len).then_some((b0 & 0x0f, head..head + len))
+}
+
+async fn raw_client(
+    addr: std::net::SocketAddr,
+    token: &str,
+    session: String,
+    ready: tokio::sync::mpsc::Sender<()>,
+    mut done: tokio::sync::watch::Receiver<u64>,
+) -> Seen {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let request = format!(
+        "GET /ws?token={token} HTTP/1.1\r\nHost: {addr}\r\nConnection: Upgrade\r\n\
+         Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 16 << 10];
+    let mut end = 0;
+    // The response head; what follows it is frames.
+    let mut start = loop {
+        let n = tcp.read(&mut buf[end..]).await.unwrap();
+        assert!(n > 0, "closed during the handshake");
+        end += n;
+        if let Some(at) = buf[..end].windows(4).position(|w| w == b"\r\n\r\n") {
+            assert!(buf.starts_with(b"HTTP/1.1 101"), "upgraded");
+            break at + 4;
+        }
+    };
+    for msg in hello_and_subscribe(session) {
+        tcp.write_all(&client_frame(&msg)).await.unwrap();
+    }
+    let mut sub = Subscriber {
+        seen: Seen::new(),
+        ready: Some(ready),
+        last: 0,
+    };
+    loop {
+        while let Some((opcode, payload)) = server_frame(&buf[start..end]) {
+            let range = start + payload.start..start + payload.end;
+            start = range.end;
+            match opcode {
+                0x1 => sub.frame(std::str::from_utf8(&buf[range]).unwrap()).await,
+                0x8 => panic!("socket closed"),
+                _ => {}
+            }
+        }
+        let end_seq = *done.borrow_and_update();
+        if end_seq > 0 && sub.last >= end_seq {
+            return sub.seen;
+        }
+        // Keep the partial frame at the front; grow for a frame larger than the buffer.
+        buf.copy_within(start..end, 0);
+        (start, end) = (0, end - start);
+        if end == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        let n = tokio::select! {
+            n = tcp.read(&mut buf[end..]) => n.unwrap(),
+            _ = done.changed() => continue,
+        };
+        assert!(n > 0, "socket closed");
+        end += n;
+    }
+}
+
 struct Bench {
     store: Arc<dyn Store>,
     hub: Arc<Hub>,
@@ -298,65 +499,20 @@ impl Bench {
         session: &str,
         subscribers: usize,
         done: tokio::sync::watch::Receiver<u64>,
+        client: Client,
     ) -> Vec<tokio::task::JoinHandle<Seen>> {
         let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(subscribers);
         let mut clients = Vec::new();
         for _ in 0..subscribers {
-            let url = format!("ws://{}/ws?token={}", self.addr, self.token);
+            let (addr, token) = (self.addr, self.token.clone());
             let ready = ready_tx.clone();
             let session = session.to_owned();
-            let mut done = done.clone();
+            let done = done.clone();
             clients.push(tokio::spawn(async move {
-                // tungstenite zeroes its whole read buffer (128 KiB by default) before every
-                // read: with a thousand clients that memset was a third of the bench's CPU.
-                let config = WebSocketConfig::default().read_buffer_size(8 << 10);
-                let (mut ws, _) =
-                    tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), true)
-                        .await
-                        .unwrap();
-                let hello = ClientMsg::Hello {
-                    protocols: vec![1],
-                    max_frame: None,
-                    client: None,
-                    features: Vec::new(),
-                };
-                ws.send(Message::Text(hello.encode().into())).await.unwrap();
-                let sub = ClientMsg::Subscribe {
-                    session,
-                    after: 0,
-                    epoch: None,
-                    snapshot: None,
-                };
-                ws.send(Message::Text(sub.encode().into())).await.unwrap();
-                let mut seen = Seen::new();
-                let mut ready = Some(ready);
-                let mut last = 0;
-                loop {
-                    let end = *done.borrow_and_update();
-                    if end > 0 && last >= end {
-                        return seen;
-                    }
-                    let frame = tokio::select! {
-                        frame = ws.next() => frame,
-                        _ = done.changed() => continue,
-                    };
-                    let Some(Ok(Message::Text(text))) = frame else {
-                        panic!("socket closed")
-                    };
-                    if text.starts_with(r#"{"t":"caught_up""#) {
-                        // The first one: later ones come after each live page.
-                        if let Some(ready) = ready.take() {
-                            ready.send(()).await.unwrap();
-                        }
-                    } else if text.starts_with(r#"{"t":"events""#) {
-                        let now = wall_ns();
-                        for seq in numbers(&text, "\"sequence\":") {
-                            last = seq;
-                            // Events stored before the subscriber was ready are no deliveries.
-                            if ready.is_none() {
-                                seen.push((seq, now));
-                            }
-                        }
+                match client {
+                    Client::Raw => raw_client(addr, &token, session, ready, done).await,
+                    Client::Tungstenite => {
+                        tungstenite_client(addr, &token, session, ready, done).await
                     }
                 }
             }));
@@ -430,6 +586,7 @@ enum Feed {
 /// Runs one load; prints its figures and BENCH lines under `id`.
 async fn load(
     backend: &str,
+    client: Client,
     id: &str,
     sessions: usize,
     subscribers: usize,
@@ -453,7 +610,10 @@ async fn load(
             }
         };
         let (done_tx, done_rx) = tokio::sync::watch::channel(0u64);
-        clients.push((id.clone(), bench.subscribe(&id, subscribers, done_rx).await));
+        clients.push((
+            id.clone(),
+            bench.subscribe(&id, subscribers, done_rx, client).await,
+        ));
         ids.push(id);
         dones.push(done_tx);
     }
@@ -566,6 +726,11 @@ async fn load(
 #[tokio::main]
 async fn main() {
     let backend = arg("--store").unwrap_or_else(|| "sqlite".into());
+    let client = match arg("--client").as_deref() {
+        None | Some("raw") => Client::Raw,
+        Some("tungstenite") => Client::Tungstenite,
+        Some(other) => panic!("--client {other}: expected raw or tungstenite"),
+    };
     let quick = flag("--quick") || std::env::var_os("BENCH_QUICK").is_some();
     let seconds: f64 =
         arg("--seconds").map_or(if quick { 3.0 } else { 10.0 }, |s| s.parse().unwrap());
@@ -581,24 +746,60 @@ async fn main() {
     let one = [(0.99, 10.0)];
     let hundred = [(0.5, 5.0), (0.99, 20.0)];
     if run("live1000") {
-        load(&backend, "fanout.append.1x1000", 1, 1000, appends, &one).await;
+        load(
+            &backend,
+            client,
+            "fanout.append.1x1000",
+            1,
+            1000,
+            appends,
+            &one,
+        )
+        .await;
     }
     if run("live100x5") {
-        load(&backend, "fanout.append.100x5", 100, 5, appends, &hundred).await;
+        load(
+            &backend,
+            client,
+            "fanout.append.100x5",
+            100,
+            5,
+            appends,
+            &hundred,
+        )
+        .await;
     }
     if run("line1000") {
         let agents = Feed::Agents { seconds };
-        load(&backend, "fanout.line.1x1000", 1, 1000, agents, &one).await;
+        load(
+            &backend,
+            client,
+            "fanout.line.1x1000",
+            1,
+            1000,
+            agents,
+            &one,
+        )
+        .await;
     }
     if run("line100x5") {
         let agents = Feed::Agents { seconds };
-        load(&backend, "fanout.line.100x5", 100, 5, agents, &hundred).await;
+        load(
+            &backend,
+            client,
+            "fanout.line.100x5",
+            100,
+            5,
+            agents,
+            &hundred,
+        )
+        .await;
     }
     if run("burst") {
         let burst = Feed::Appends {
             events: if quick { 200 } else { 500 },
             every: Duration::ZERO,
         };
-        load(&backend, "fanout.burst.1x1000", 1, 1000, burst, &[]).await;
+        load(&backend, client, "fanout.burst.1x1000", 1, 1000, burst, &[]).await;
     }
 }

@@ -11,8 +11,10 @@
 //!   writing one PostgreSQL log it has no holes). A sequence, once stored, never changes, so an
 //!   entry is never stale; a read the tail cannot start goes to the store.
 //! * At most one follower of a session reads the live edge from the store at a time (the fill
-//!   lock); the others wait for it and take its events from the tail. A follower far behind
-//!   reads the store on its own and does not hold the others up.
+//!   lock); the others that find it taken wait for that read to end, all woken at once
+//!   (`Tail::filled`: no hand-over from one waiter to the next, each behind the run queue), and
+//!   take its events from the tail. A follower far behind reads the store on its own and does
+//!   not hold the others up.
 //! * Frames for `(after, last, max_frame)` are built once (`Tail::frames`) and shared: a frame
 //!   is [`Text`], whose clones share one buffer, so a hundred subscribers in step cost one
 //!   encoding and a hundred reference counts. The bytes are those of
@@ -25,7 +27,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, watch, Notify};
 
 use super::store::{EventQuery, Store, StoreError};
 use crate::core::wire::{self, ServerMsg};
@@ -156,6 +158,7 @@ impl Fanout {
             session: session.to_owned(),
             state: Mutex::new(TailState::default()),
             fill: tokio::sync::Mutex::new(()),
+            filled: Notify::new(),
             wake: watch::channel(Wake::default()).0,
             caught_up: Mutex::new(None),
         });
@@ -170,6 +173,8 @@ struct Tail {
     state: Mutex<TailState>,
     /// Held by the follower reading the live edge from the store.
     fill: tokio::sync::Mutex<()>,
+    /// Told when a read of the live edge ends, to the followers that found `fill` taken.
+    filled: Notify,
     wake: watch::Sender<Wake>,
     /// The last `caught_up` frame, with its `latest`.
     caught_up: Mutex<Option<(u64, Text)>>,
@@ -203,6 +208,62 @@ impl Tail {
                 .cloned()
                 .collect(),
         )
+    }
+
+    /// The frames of the events after `after` (at most `limit`) for `max_frame`, built once,
+    /// with the last sequence they hold, if the tail holds the next event: what
+    /// [`Tail::read`] then [`Tail::frames`] give, in one look and without copying the events.
+    fn frames_after(
+        &self,
+        epoch: &str,
+        after: u64,
+        limit: usize,
+        max_frame: usize,
+    ) -> Option<(Arc<[OutFrame]>, u64)> {
+        let mut state = self.state.lock().expect("tail lock");
+        let first = state.events.front()?.sequence;
+        let last = state.events.back()?.sequence;
+        if after >= last || after + 1 < first || limit == 0 {
+            return None;
+        }
+        let end = last.min(after.saturating_add(limit as u64));
+        if let Some((.., frames)) =
+            (state.memos.iter()).find(|(a, l, m, _)| (*a, *l, *m) == (after, end, max_frame))
+        {
+            return Some((frames.clone(), end));
+        }
+        let skip = (after + 1 - first) as usize;
+        let events = state.events.range(skip..skip + (end - after) as usize);
+        let frames = self.encode(epoch, events, max_frame);
+        state.remember(after, end, max_frame, frames.clone());
+        Some((frames, end))
+    }
+
+    fn encode<'a>(
+        &self,
+        epoch: &str,
+        events: impl Iterator<Item = &'a Encoded>,
+        max_frame: usize,
+    ) -> Arc<[OutFrame]> {
+        wire::frame_encoded(
+            &self.session,
+            epoch,
+            events.map(|e| (e.sequence, &*e.json)),
+            max_frame,
+        )
+        .into_iter()
+        .map(|f| OutFrame {
+            text: f.text.into(),
+            last_sequence: f.last_sequence,
+        })
+        .collect()
+    }
+
+    fn try_lock_fill(&self) -> Option<Fill<'_>> {
+        Some(Fill {
+            lock: Some(self.fill.try_lock().ok()?),
+            filled: &self.filled,
+        })
     }
 
     /// Whether a read after `after` would extend the tail (or start it): the live edge.
@@ -252,26 +313,42 @@ impl Tail {
         {
             return frames.clone();
         }
-        let frames: Arc<[OutFrame]> = wire::frame_encoded(
-            &self.session,
-            epoch,
-            events.iter().map(|e| (e.sequence, &*e.json)),
-            max_frame,
-        )
-        .into_iter()
-        .map(|f| OutFrame {
-            text: f.text.into(),
-            last_sequence: f.last_sequence,
-        })
-        .collect();
-        if state.memos.len() == MEMOS {
-            state.memos.pop_front();
-        }
-        state
-            .memos
-            .push_back((after, last, max_frame, frames.clone()));
+        let frames = self.encode(epoch, events.iter(), max_frame);
+        state.remember(after, last, max_frame, frames.clone());
         frames
     }
+}
+
+/// The fill lock, held: on every way out, released and then the waiting followers told.
+struct Fill<'a> {
+    lock: Option<tokio::sync::MutexGuard<'a, ()>>,
+    filled: &'a Notify,
+}
+
+impl Drop for Fill<'_> {
+    fn drop(&mut self) {
+        // Released first: a follower woken finds the lock free.
+        drop(self.lock.take());
+        self.filled.notify_waiters();
+    }
+}
+
+impl TailState {
+    fn remember(&mut self, after: u64, last: u64, max_frame: usize, frames: Arc<[OutFrame]>) {
+        if self.memos.len() == MEMOS {
+            self.memos.pop_front();
+        }
+        self.memos.push_back((after, last, max_frame, frames));
+    }
+}
+
+fn encode(events: &[crate::core::event::Event]) -> Vec<Encoded> {
+    (events.iter())
+        .map(|e| Encoded {
+            sequence: e.sequence(),
+            json: e.to_json().into(),
+        })
+        .collect()
 }
 
 impl Tail {
@@ -332,28 +409,37 @@ impl Follower {
     /// The next events after the cursor, encoded (at most `limit`), or the end of catch-up.
     pub async fn next_events(&mut self, limit: usize) -> Result<Page<Vec<Encoded>>, StoreError> {
         loop {
-            // Seen before reading: a commit from now on wakes the wait below.
-            let wake = *self.wake.borrow_and_update();
-            if wake.closed {
-                return Err(StoreError::Closed);
-            }
-            if wake.lags != self.lags {
-                self.lags = wake.lags;
-                self.must_read = true;
-            }
-            if let Some(events) = self.read(limit, wake.latest).await? {
-                self.after = events.last().map_or(self.after, |e| e.sequence);
-                self.caught_up_sent = false;
-                return Ok(Page::Events(events));
-            }
-            if !self.caught_up_sent {
-                self.caught_up_sent = true;
-                return Ok(Page::CaughtUp(self.after));
-            }
-            if self.wake.changed().await.is_err() {
-                return Err(StoreError::Closed);
+            if let Some(page) = self.step(limit).await? {
+                return Ok(page);
             }
         }
+    }
+
+    /// One look: the next events or the end of catch-up, else (`None`) a wait for the next
+    /// wake-up.
+    async fn step(&mut self, limit: usize) -> Result<Option<Page<Vec<Encoded>>>, StoreError> {
+        // Seen before reading: a commit from now on wakes the wait below.
+        let wake = *self.wake.borrow_and_update();
+        if wake.closed {
+            return Err(StoreError::Closed);
+        }
+        if wake.lags != self.lags {
+            self.lags = wake.lags;
+            self.must_read = true;
+        }
+        if let Some(events) = self.read(limit, wake.latest).await? {
+            self.after = events.last().map_or(self.after, |e| e.sequence);
+            self.caught_up_sent = false;
+            return Ok(Some(Page::Events(events)));
+        }
+        if !self.caught_up_sent {
+            self.caught_up_sent = true;
+            return Ok(Some(Page::CaughtUp(self.after)));
+        }
+        if self.wake.changed().await.is_err() {
+            return Err(StoreError::Closed);
+        }
+        Ok(None)
     }
 
     /// [`Follower::next_events`] as `max_frame`-bounded frames, shared with every follower of
@@ -363,13 +449,26 @@ impl Follower {
         limit: usize,
         max_frame: usize,
     ) -> Result<Page<Arc<[OutFrame]>>, StoreError> {
-        let after = self.after;
-        Ok(match self.next_events(limit).await? {
-            Page::Events(events) => {
-                Page::Events(self.tail.frames(&self.epoch, after, &events, max_frame))
+        loop {
+            // Usually, at the live edge: the tail holds the next events, and their frames.
+            let tail = &self.tail;
+            if let Some((frames, last)) =
+                tail.frames_after(&self.epoch, self.after, limit, max_frame)
+            {
+                self.after = last;
+                self.caught_up_sent = false;
+                return Ok(Page::Events(frames));
             }
-            Page::CaughtUp(latest) => Page::CaughtUp(latest),
-        })
+            let after = self.after;
+            match self.step(limit).await? {
+                Some(Page::Events(events)) => {
+                    let frames = self.tail.frames(&self.epoch, after, &events, max_frame);
+                    return Ok(Page::Events(frames));
+                }
+                Some(Page::CaughtUp(latest)) => return Ok(Page::CaughtUp(latest)),
+                None => {}
+            }
+        }
     }
 
     /// The `caught_up` frame for `latest`, shared by the session's followers.
@@ -385,22 +484,25 @@ impl Follower {
         limit: usize,
         latest: u64,
     ) -> Result<Option<Vec<Encoded>>, StoreError> {
-        if let Some(events) = self.tail.read(self.after, limit) {
-            return Ok(Some(events));
-        }
-        if !self.must_read && latest <= self.after {
-            return Ok(None);
-        }
-        // At the live edge, one follower reads for all; the others find its events in the tail.
-        let _fill = match self.tail.at_edge(self.after) {
-            true => {
-                let guard = self.tail.fill.lock().await;
-                if let Some(events) = self.tail.read(self.after, limit) {
-                    return Ok(Some(events));
-                }
-                Some(guard)
+        let tail = &self.tail;
+        // At the live edge, one reads for all; the others find its events in the tail.
+        let _fill = loop {
+            // Made before looking, it hears of every read that ends from now on (a
+            // `notify_waiters` reaches a `Notified` from its making, not its first poll).
+            let filled = tail.filled.notified();
+            if let Some(events) = tail.read(self.after, limit) {
+                return Ok(Some(events));
             }
-            false => None,
+            if !self.must_read && latest <= self.after {
+                return Ok(None);
+            }
+            if !tail.at_edge(self.after) {
+                break None;
+            }
+            match tail.try_lock_fill() {
+                Some(fill) => break Some(fill),
+                None => filled.await,
+            }
         };
         let query = EventQuery {
             after: Some(self.after),
@@ -413,12 +515,7 @@ impl Follower {
         if events.is_empty() {
             return Ok(None);
         }
-        let encoded: Vec<Encoded> = (events.iter())
-            .map(|e| Encoded {
-                sequence: e.sequence(),
-                json: e.to_json().into(),
-            })
-            .collect();
+        let encoded = encode(&events);
         self.tail.extend(&encoded);
         Ok(Some(encoded))
     }
@@ -494,6 +591,44 @@ mod tests {
             }
         }
         out
+    }
+
+    /// Many followers at the live edge, woken by one commit at once: one of them reads it from
+    /// the store, and every one gets its events once, in the same buffer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn followers_at_the_edge_share_one_read_and_one_buffer() {
+        // (events stored, followers, events appended in one commit)
+        let cases = [(0, 1, 1), (10, 3, 1), (100, 200, 7)];
+        for (stored, followers, more) in cases {
+            let session = "ses_f2";
+            let (_dir, store) = store_with(session, stored).await;
+            let fanout = Fanout::new(store.clone());
+            let (ready_tx, mut ready) = tokio::sync::mpsc::channel(followers);
+            let tasks: Vec<_> = (0..followers)
+                .map(|_| {
+                    let (fanout, ready) = (fanout.clone(), ready_tx.clone());
+                    tokio::spawn(async move {
+                        let mut follower = Follower::new(&fanout, session, 0);
+                        catch_up(&mut follower, 512).await;
+                        ready.send(()).await.unwrap();
+                        catch_up(&mut follower, 512).await.0
+                    })
+                })
+                .collect();
+            for _ in 0..followers {
+                ready.recv().await.unwrap();
+            }
+            append(&store, session, stored..stored + more).await;
+            let want: Vec<u64> = (stored as u64 + 1..=(stored + more) as u64).collect();
+            let mut buffers = Vec::new();
+            for task in tasks {
+                let live = task.await.unwrap();
+                assert_eq!(sequences(&live), want, "{followers} followers");
+                buffers.push(live[0][0].text.as_ptr());
+            }
+            buffers.dedup();
+            assert_eq!(buffers.len(), 1, "one buffer for {followers} followers");
+        }
     }
 
     /// Followers from several cursors, over logs longer than a page and at the live edge:
