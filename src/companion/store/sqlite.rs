@@ -21,7 +21,9 @@
 //!   writer merges it into the cold table in id order, in a transaction of its own, right
 //!   after the group that filled it committed (that group is answered after the merge). An
 //!   id is always in exactly one of the two tables, so idempotence holds across the merge, a
-//!   restart, or a crash halfway through one.
+//!   restart, or a crash halfway through one. A Bloom filter of the cold ids, in memory
+//!   (~10 bits per id: built on open, given each merge's ids after its commit), lets a new
+//!   id skip the cold probe; it has no false negatives, so it only ever saves a probe.
 //!   Filters by run, type or time scan the session's rows in sequence order. The appending
 //!   task encodes the bodies (and the copies the recent tail keeps), not the writer; what a
 //!   group leaves to free (events evicted from the recent tail, bound bodies) is freed on a
@@ -551,6 +553,66 @@ struct IdIndex {
     merge_at: u64,
     /// After a failed merge, the next is tried only once the hot table holds this many.
     retry_at: u64,
+    /// Every id of `ids_cold` (and maybe others): a new id skips the cold probe.
+    filter: ColdFilter,
+}
+
+/// A Bloom filter of the cold table's ids, in memory (~10 bits per id, about 1 % false
+/// positives): built from the table on open, given each merge's ids after it committed, and
+/// rebuilt larger once the table outgrew it. It has no false negatives, so an id it does not
+/// hold is not in `ids_cold`: the append skips that probe (a b-tree of the whole log).
+struct ColdFilter {
+    bits: Vec<u64>,
+    /// Ids it was sized for; past them it is rebuilt.
+    capacity: u64,
+}
+
+impl ColdFilter {
+    const HASHES: u64 = 7;
+
+    fn new(capacity: u64) -> ColdFilter {
+        let capacity = capacity.max(1 << 16);
+        let words = (capacity * 10).div_ceil(64).next_power_of_two();
+        ColdFilter {
+            bits: vec![0; words as usize],
+            capacity,
+        }
+    }
+
+    /// Every id of `ids_cold`, in a filter with room for twice as many.
+    fn read(conn: &Connection, cold: u64) -> Result<ColdFilter, StoreError> {
+        let mut filter = ColdFilter::new(cold.saturating_mul(2));
+        let mut stmt = conn.prepare("SELECT id FROM ids_cold")?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            let id: Vec<u8> = row.get(0)?;
+            let bits: [u8; 16] = id.as_slice().try_into().map_err(|_| {
+                StoreError::Corrupt(format!("an id of {} bytes in ids_cold", id.len()))
+            })?;
+            filter.insert(u128::from_be_bytes(bits));
+        }
+        Ok(filter)
+    }
+
+    /// The bit positions of `key` (ids are hashes already; mixed so both halves count).
+    fn positions(&self, key: u128) -> impl Iterator<Item = usize> {
+        let (lo, hi) = (key as u64, (key >> 64) as u64);
+        let h1 = (lo ^ hi.rotate_left(32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let h2 = hi.wrapping_mul(0xc2b2_ae3d_27d4_eb4f) | 1;
+        let mask = (self.bits.len() as u64 * 64) - 1;
+        (0..Self::HASHES).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) & mask) as usize)
+    }
+
+    fn insert(&mut self, key: u128) {
+        for bit in self.positions(key).collect::<Vec<_>>() {
+            self.bits[bit / 64] |= 1 << (bit % 64);
+        }
+    }
+
+    fn may_hold(&self, key: u128) -> bool {
+        self.positions(key)
+            .all(|bit| self.bits[bit / 64] & (1 << (bit % 64)) != 0)
+    }
 }
 
 impl IdIndex {
@@ -561,11 +623,13 @@ impl IdIndex {
                 r.get(0)
             })
             .optional()?;
+        let cold = cold.and_then(|c| c.parse().ok()).unwrap_or(0);
         Ok(IdIndex {
             hot: hot as u64,
-            cold: cold.and_then(|c| c.parse().ok()).unwrap_or(0),
+            cold,
             merge_at,
             retry_at: 0,
+            filter: ColdFilter::read(conn, cold)?,
         })
     }
 
@@ -610,6 +674,7 @@ impl Writer {
         let mut new_ids = 0;
         let mut spent: Vec<String> = Vec::new();
         let latest = &self.latest;
+        let cold_filter = &self.ids.filter;
         let outcome = (|| -> Result<Vec<Result<Done, StoreError>>, StoreError> {
             let tx = self
                 .conn
@@ -633,6 +698,7 @@ impl Writer {
                     bytes: 0,
                     spent: Vec::new(),
                     new_ids: 0,
+                    cold_filter,
                 };
                 let result = step.apply(op);
                 let (writes, wrote, tail) = (step.writes, step.wrote, step.tail);
@@ -752,10 +818,23 @@ impl Writer {
     /// A failed merge is tried again once the hot table has grown by `merge_at`.
     fn merge_ids(&mut self) {
         let cold = self.ids.cold;
-        let merged = (|| -> Result<u64, StoreError> {
+        let merged = (|| -> Result<(u64, Vec<u128>), StoreError> {
             let tx = self
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            // For the filter, once the merge committed.
+            let mut moving: Vec<u128> = Vec::with_capacity(self.ids.hot as usize);
+            {
+                let mut stmt = tx.prepare("SELECT id FROM ids_hot")?;
+                let mut rows = stmt.query([])?;
+                while let Some(row) = rows.next()? {
+                    let id: Vec<u8> = row.get(0)?;
+                    let bits: [u8; 16] = id.as_slice().try_into().map_err(|_| {
+                        StoreError::Corrupt(format!("an id of {} bytes in ids_hot", id.len()))
+                    })?;
+                    moving.push(u128::from_be_bytes(bits));
+                }
+            }
             // An id is in one table only (the append probes the cold one before adding it
             // to the hot one); if ever in both, the cold row, the older, stays. `OR IGNORE`,
             // not `ON CONFLICT DO NOTHING`: a statement that cannot abort needs no statement
@@ -774,10 +853,19 @@ impl Writer {
                 [cold.to_string()],
             )?;
             tx.commit()?;
-            Ok(cold)
+            Ok((cold, moving))
         })();
         match merged {
-            Ok(cold) => {
+            Ok((cold, moving)) => {
+                if cold > self.ids.filter.capacity {
+                    match ColdFilter::read(&self.conn, cold) {
+                        Ok(filter) => self.ids.filter = filter,
+                        // Too full, but it still holds every cold id.
+                        Err(_) => moving.into_iter().for_each(|k| self.ids.filter.insert(k)),
+                    }
+                } else {
+                    moving.into_iter().for_each(|k| self.ids.filter.insert(k));
+                }
                 self.ids.cold = cold;
                 self.ids.hot = 0;
                 self.ids.retry_at = 0;
@@ -842,6 +930,8 @@ struct Step<'a> {
     spent: Vec<String>,
     /// Ids it added to the hot id table.
     new_ids: u64,
+    /// Holds every id of the cold table.
+    cold_filter: &'a ColdFilter,
 }
 
 impl Step<'_> {
@@ -1030,8 +1120,10 @@ impl Step<'_> {
             seen.insert(key, out.len());
             self.wrote = true;
             let bits = key.to_be_bytes();
-            let stored = cold.query_row([&bits[..]], |r| r.get::<_, bool>(0))?
-                || claim.execute(params![&bits[..], session_id, (seq + 1) as i64])? == 0;
+            let in_cold = self.cold_filter.may_hold(key)
+                && cold.query_row([&bits[..]], |r| r.get::<_, bool>(0))?;
+            let stored =
+                in_cold || claim.execute(params![&bits[..], session_id, (seq + 1) as i64])? == 0;
             if stored {
                 out.push(Appended {
                     event: stored_event(self.conn, event.id().as_str(), &bits)?,
