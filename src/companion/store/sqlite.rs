@@ -22,7 +22,7 @@
 //!   after the group that filled it committed (that group is answered after the merge). An
 //!   id is always in exactly one of the two tables, so idempotence holds across the merge, a
 //!   restart, or a crash halfway through one. A Bloom filter of the cold ids, in memory
-//!   (~10 bits per id: built on open, given each merge's ids after its commit), lets a new
+//!   (2.5–5 bytes per id: built on open, given each merge's ids after its commit), lets a new
 //!   id skip the cold probe; it has no false negatives, so it only ever saves a probe.
 //!   Filters by run, type or time scan the session's rows in sequence order. The appending
 //!   task encodes the bodies (and the copies the recent tail keeps), not the writer; what a
@@ -557,7 +557,8 @@ struct IdIndex {
     filter: ColdFilter,
 }
 
-/// A Bloom filter of the cold table's ids, in memory (~10 bits per id, about 1 % false
+/// A Bloom filter of the cold table's ids, in memory (10 bits per id of its capacity, which
+/// is twice the cold ids when built, rounded up to a power of two: under 1 % false
 /// positives): built from the table on open, given each merge's ids after it committed, and
 /// rebuilt larger once the table outgrew it. It has no false negatives, so an id it does not
 /// hold is not in `ids_cold`: the append skips that probe (a b-tree of the whole log).
