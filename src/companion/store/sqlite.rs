@@ -586,8 +586,8 @@ impl ColdFilter {
         let mut stmt = conn.prepare("SELECT id FROM ids_cold")?;
         let mut rows = stmt.query([])?;
         while let Some(row) = rows.next()? {
-            let id: Vec<u8> = row.get(0)?;
-            let bits: [u8; 16] = id.as_slice().try_into().map_err(|_| {
+            let id = row.get_ref(0)?.as_blob().map_err(rusqlite::Error::from)?;
+            let bits: [u8; 16] = id.try_into().map_err(|_| {
                 StoreError::Corrupt(format!("an id of {} bytes in ids_cold", id.len()))
             })?;
             filter.insert(u128::from_be_bytes(bits));
@@ -595,23 +595,24 @@ impl ColdFilter {
         Ok(filter)
     }
 
-    /// The bit positions of `key` (ids are hashes already; mixed so both halves count).
-    fn positions(&self, key: u128) -> impl Iterator<Item = usize> {
+    /// The bit positions of `key` among `len` bits, a power of two (ids are hashes already;
+    /// mixed so both halves count).
+    fn positions(len: usize, key: u128) -> impl Iterator<Item = usize> {
         let (lo, hi) = (key as u64, (key >> 64) as u64);
         let h1 = (lo ^ hi.rotate_left(32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let h2 = hi.wrapping_mul(0xc2b2_ae3d_27d4_eb4f) | 1;
-        let mask = (self.bits.len() as u64 * 64) - 1;
+        let mask = len as u64 - 1;
         (0..Self::HASHES).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) & mask) as usize)
     }
 
     fn insert(&mut self, key: u128) {
-        for bit in self.positions(key).collect::<Vec<_>>() {
+        for bit in Self::positions(self.bits.len() * 64, key) {
             self.bits[bit / 64] |= 1 << (bit % 64);
         }
     }
 
     fn may_hold(&self, key: u128) -> bool {
-        self.positions(key)
+        Self::positions(self.bits.len() * 64, key)
             .all(|bit| self.bits[bit / 64] & (1 << (bit % 64)) != 0)
     }
 }
