@@ -10,9 +10,11 @@
 //! Run: `cargo bench --bench store` (add `-- --quick` for a shorter run, `-- postgres` for
 //! PostgreSQL only). The sustained figure of issue 14 (100 sessions appending for
 //! `STORE_BENCH_SECS`, default 5, with the commit latency of a single append meanwhile) and
-//! its `BENCH` lines: `cargo bench --bench store -- sustained`. It also reports the CPU per
-//! event (the process's, and the writer thread's), and `STORE_BENCH_PREFILL=N` fills the log
-//! with N events (in 100 other sessions) first, so the id index is as large as after a while.
+//! its `BENCH` lines: `cargo bench --bench store -- sustained` (`-- store_sustained`: SQLite
+//! alone). It also reports the CPU per event (the process's, and the writer thread's), and
+//! `STORE_BENCH_PREFILL=N` fills the log with N events (in 100 other sessions) first, so the
+//! id index is as large as after a while (and SQLite's hot id table has been merged into the
+//! cold one a few times).
 //! The projection checkpoints of issue 16 (a save of 1,000 items, a cold snapshot's reads of
 //! 200 and 10,000) and their `BENCH` lines: `cargo bench --bench store -- projection`.
 

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use agentwire::companion::store::sqlite::SqliteOptions;
 use agentwire::companion::store::{
     Appended, Committed, EventQuery, PostgresStore, SessionRecord, SessionState, SqliteStore,
     Store, StoreError, StoredProjection,
@@ -989,6 +990,8 @@ fn a_version_0_database_is_migrated_and_keeps_its_epoch() {
         tables,
         [
             "events",
+            "ids_cold",
+            "ids_hot",
             "meta",
             "nodes",
             "projected_items",
@@ -1150,10 +1153,14 @@ async fn a_version_3_log_is_migrated_with_its_events_and_filters() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
+    assert!(
+        indexes.is_empty(),
+        "no index beside the table's own key (the ids have tables of their own): {indexes:?}"
+    );
     assert_eq!(
-        indexes,
-        ["events_by_id"],
-        "one index beside the table's own key"
+        id_tables(&path),
+        (5, 1),
+        "every migrated id in the cold table, the new one in the hot one"
     );
     let without_rowid: String = conn
         .query_row(
@@ -1212,7 +1219,6 @@ async fn a_version_4_log_is_migrated_keeping_its_events_and_epoch() {
     assert_eq!(user_version(&path), 4);
 
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(SqliteStore::SCHEMA_VERSION, 5);
     assert_eq!(store.epoch(), "fedcba9876543210fedcba9876543210");
     assert_eq!(
         store.get_events("a", &EventQuery::default()).await.unwrap(),
@@ -1230,7 +1236,7 @@ async fn a_version_4_log_is_migrated_keeping_its_events_and_epoch() {
         .unwrap();
     assert_eq!(appended_seqs(&appended), [(3, true), (4, false)]);
     drop(store);
-    assert_eq!(user_version(&path), 5);
+    assert_eq!(user_version(&path), SqliteStore::SCHEMA_VERSION);
 
     let store = SqliteStore::open(&path).unwrap();
     assert_eq!(store.epoch(), "fedcba9876543210fedcba9876543210");
@@ -1250,6 +1256,258 @@ async fn a_version_4_log_is_migrated_keeping_its_events_and_epoch() {
         )
         .unwrap();
     assert!(without_rowid.contains("WITHOUT ROWID"), "{without_rowid}");
+}
+
+/// The rows of the two id tables (schema 6): `(ids_cold, ids_hot)`.
+fn id_tables(path: &std::path::Path) -> (i64, i64) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.busy_timeout(DEADLINE).unwrap();
+    let count = |table: &str| {
+        conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap()
+    };
+    (count("ids_cold"), count("ids_hot"))
+}
+
+/// Appends to `session` one event per row of `want`, its id derived from the row's key, and
+/// checks each answer: `(key, the session that stores it, its sequence there, duplicate)`.
+async fn check_appends(store: &dyn Store, session: &str, want: &[(&str, &str, u64, bool)]) {
+    let batch = (want.iter())
+        .map(|(key, ..)| event_with_id(session, key, EventType::MessageStreamed, None, 1_000))
+        .collect();
+    let got = within(store.append(session, batch)).await.unwrap();
+    let got: Vec<(EventId, String, u64, bool)> = (got.iter())
+        .map(|a| {
+            let e = &a.event;
+            (
+                e.id().clone(),
+                e.session_id().to_owned(),
+                e.sequence(),
+                a.duplicate,
+            )
+        })
+        .collect();
+    let want: Vec<(EventId, String, u64, bool)> = (want.iter())
+        .map(|(key, owner, seq, dup)| (EventId::derive(&[key]), owner.to_string(), *seq, *dup))
+        .collect();
+    assert_eq!(got, want, "appending to {session}");
+}
+
+/// `count` batches of 3 new ids `{session}{n}` from `first`, in `session` from sequence `seq`.
+async fn append_new(store: &dyn Store, session: &str, first: u64, seq: u64, count: u64) {
+    for b in 0..count {
+        let keys: Vec<String> = (0..3)
+            .map(|i| format!("{session}{}", first + b * 3 + i))
+            .collect();
+        let want: Vec<(&str, &str, u64, bool)> = (keys.iter().enumerate())
+            .map(|(i, k)| (k.as_str(), session, seq + b * 3 + i as u64, false))
+            .collect();
+        check_appends(store, session, &want).await;
+    }
+}
+
+fn open_merging_at(path: &std::path::Path, merge_ids_at: u64) -> Arc<SqliteStore> {
+    Arc::new(SqliteStore::open_with(path, SqliteOptions { merge_ids_at }).unwrap())
+}
+
+/// New ids go to the hot id table, which is merged into the cold one once it holds
+/// `merge_ids_at` (here 4): an id is found stored wherever it is, across sessions, in the
+/// same batch, after a restart, and with another threshold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_are_found_stored_across_merges_of_the_id_index_and_restarts() {
+    let dir = temp_dir();
+    let path = dir.path().join("log.db");
+    let store = open_merging_at(&path, 4);
+    store.create_session(session("a", 1)).await.unwrap();
+    store.create_session(session("b", 2)).await.unwrap();
+    // Five batches of 3: merged after the 2nd and the 4th (6 ids each time).
+    append_new(&*store, "a", 0, 1, 5).await;
+    assert_eq!(id_tables(&path), (12, 3));
+
+    let cold_hot_new = [
+        ("a0", "a", 1, true),
+        ("a13", "a", 14, true),
+        ("b-new", "b", 1, false),
+        ("a0", "a", 1, true),
+        ("b-new", "b", 1, true),
+    ];
+    check_appends(&*store, "b", &cold_hot_new).await;
+    // 3 + 1 new ids: merged.
+    assert_eq!(id_tables(&path), (16, 0));
+    let own = [
+        ("a5", "a", 6, true),
+        ("a14", "a", 15, true),
+        ("a-new", "a", 16, false),
+    ];
+    check_appends(&*store, "a", &own).await;
+    assert_eq!(id_tables(&path), (16, 1));
+    drop(store);
+
+    let every = [
+        ("a0", "a", 1, true),
+        ("a11", "a", 12, true),
+        ("a14", "a", 15, true),
+        ("a-new", "a", 16, true),
+        ("b-new", "b", 1, true),
+        ("b1", "b", 2, false),
+    ];
+    for merge_ids_at in [4, 65_536] {
+        let store = open_merging_at(&path, merge_ids_at);
+        check_appends(&*store, "b", &every[..every.len() - 1]).await;
+        check_appends(&*store, "a", &[("a-new", "a", 16, true)]).await;
+        drop(store);
+    }
+    let store = open_merging_at(&path, 4);
+    check_appends(&*store, "b", &every).await;
+    assert_eq!(store.latest_sequence("a").await.unwrap(), 16);
+    assert_eq!(store.latest_sequence("b").await.unwrap(), 2);
+}
+
+/// A merge of the id tables that fails halfway (here a trigger refuses the hot table's
+/// delete, after the cold table took its ids) is rolled back whole, as a crash halfway
+/// would be: every id is still found, and the next open merges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_of_the_id_index_that_fails_halfway_leaves_every_id_found() {
+    let dir = temp_dir();
+    let path = dir.path().join("log.db");
+    let store = open_merging_at(&path, 4);
+    store.create_session(session("a", 1)).await.unwrap();
+    drop(store);
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.execute_batch(
+        "CREATE TRIGGER refuse BEFORE DELETE ON ids_hot
+         BEGIN SELECT RAISE(ABORT, 'merge refused'); END;",
+    )
+    .unwrap();
+
+    let store = open_merging_at(&path, 4);
+    append_new(&*store, "a", 0, 1, 3).await;
+    assert_eq!(id_tables(&path), (0, 9), "no merge went through");
+    let stored = [
+        ("a0", "a", 1, true),
+        ("a8", "a", 9, true),
+        ("a9", "a", 10, false),
+    ];
+    check_appends(&*store, "a", &stored).await;
+    drop(store);
+
+    raw.execute_batch("DROP TRIGGER refuse").unwrap();
+    let store = open_merging_at(&path, 4);
+    let after = [
+        ("a0", "a", 1, true),
+        ("a9", "a", 10, true),
+        ("a10", "a", 11, false),
+    ];
+    check_appends(&*store, "a", &after).await;
+    assert_eq!(id_tables(&path), (11, 0), "merged");
+    check_appends(&*store, "a", &after[..2]).await;
+    drop(store);
+}
+
+/// A log as schema version 5 left it: one unique index on the text id.
+const SCHEMA_5: &str = "
+    CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) STRICT;
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY NOT NULL, provider TEXT NOT NULL, cwd TEXT NOT NULL,
+        state TEXT NOT NULL, provider_session_id TEXT, created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL, node TEXT NOT NULL DEFAULT ''
+    ) STRICT;
+    CREATE TABLE nodes (name TEXT PRIMARY KEY NOT NULL, seen_at INTEGER NOT NULL) STRICT;
+    CREATE TABLE events (
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        seq INTEGER NOT NULL CHECK (seq >= 1), id TEXT NOT NULL, run_id TEXT,
+        type TEXT NOT NULL, timestamp_ms INTEGER NOT NULL, body TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) STRICT, WITHOUT ROWID;
+    CREATE UNIQUE INDEX events_by_id ON events (id);
+    CREATE TABLE projections (
+        session_id TEXT PRIMARY KEY NOT NULL REFERENCES sessions(id),
+        format INTEGER NOT NULL, after INTEGER NOT NULL CHECK (after >= 0),
+        items INTEGER NOT NULL CHECK (items >= 0), body BLOB NOT NULL
+    ) STRICT;
+    CREATE TABLE projected_items (
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        idx INTEGER NOT NULL CHECK (idx >= 0), format INTEGER NOT NULL, body BLOB NOT NULL,
+        PRIMARY KEY (session_id, idx)
+    ) STRICT, WITHOUT ROWID;
+    INSERT INTO meta VALUES ('epoch', '00112233445566778899aabbccddeeff');
+    INSERT INTO sessions VALUES ('a', 'demo', '/tmp', 'closed', NULL, 1, 1, 'local');
+    INSERT INTO sessions VALUES ('b', 'demo', '/tmp', 'closed', NULL, 2, 2, 'local');
+    INSERT INTO projections VALUES ('a', 1, 3, 0, x'c0ffee');
+    PRAGMA user_version = 5;";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_5_log_is_migrated_keeping_its_events_and_every_id_stored() {
+    let dir = temp_dir();
+    let path = dir.path().join("log.db");
+    let old: Vec<(&str, &str, u64)> = vec![
+        ("a", "a1", 1),
+        ("a", "a2", 2),
+        ("a", "a3", 3),
+        ("b", "b1", 1),
+        ("b", "b2", 2),
+    ];
+    let event = |(session, key, seq): &(&str, &str, u64)| {
+        event_with_id(session, key, EventType::MessageStreamed, None, 1_000).with_sequence(*seq)
+    };
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(SCHEMA_5).unwrap();
+        for row in &old {
+            let e = event(row);
+            conn.execute(
+                "INSERT INTO events VALUES (?1, ?2, ?3, NULL, ?4, ?5, ?6)",
+                rusqlite::params![
+                    row.0,
+                    row.2 as i64,
+                    e.id().as_str(),
+                    e.kind().as_str(),
+                    e.timestamp().unix_millis(),
+                    e.to_json()
+                ],
+            )
+            .unwrap();
+        }
+    }
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.epoch(), "00112233445566778899aabbccddeeff");
+    let want: Vec<Event> = old[..3].iter().map(event).collect();
+    assert_eq!(
+        store.get_events("a", &EventQuery::default()).await.unwrap(),
+        want
+    );
+    assert_eq!(
+        store.load_projection("a", 1).await.unwrap(),
+        Some(StoredProjection {
+            format: 1,
+            after: 3,
+            items: 0,
+            body: vec![0xc0, 0xff, 0xee]
+        })
+    );
+    let stored = [
+        ("a2", "a", 2, true),
+        ("b2", "b", 2, true),
+        ("b3", "b", 3, false),
+    ];
+    check_appends(&store, "b", &stored).await;
+    check_appends(&store, "a", &[("a1", "a", 1, true), ("a4", "a", 4, false)]).await;
+    drop(store);
+    assert_eq!(user_version(&path), SqliteStore::SCHEMA_VERSION);
+    assert_eq!(
+        id_tables(&path),
+        (5, 2),
+        "the migrated ids cold, the new ones hot"
+    );
+
+    let store = SqliteStore::open(&path).unwrap();
+    let every: Vec<(&str, &str, u64, bool)> = (old.iter())
+        .map(|(s, k, n)| (*k, *s, *n, true))
+        .chain([("a4", "a", 4, true), ("b3", "b", 3, true)])
+        .collect();
+    check_appends(&store, "b", &every).await;
+    assert_eq!(store.latest_sequence("b").await.unwrap(), 3);
 }
 
 #[test]

@@ -10,9 +10,20 @@
 //!   poisons the others in its group; an append is refused (unknown session) before it writes
 //!   anything, and one that fails after writing (an I/O error) fails its whole group, which
 //!   its callers retry (appends are idempotent by id).
-//! * An append costs one statement per new event (`INSERT … ON CONFLICT (id) DO NOTHING`,
-//!   prepared once) into two b-trees: the events table, keyed by (session, sequence) with no
-//!   rowid, and the unique index on the id; a stored id is found by the insert's own probe.
+//! * An append costs three prepared statements per new event: a probe of the cold id table
+//!   and an insert into the hot one (the id's 128 bits, a 16-byte key; a stored id is found
+//!   in either and its event read back), then the event into the events table,
+//!   keyed by (session, sequence) with no rowid. The id index is two levels (schema 6): ids
+//!   are hashes, so a group's inserts land on random leaves and every leaf a commit touches
+//!   is written whole to the WAL; the hot table stays small (tens of thousands of ids, a few
+//!   hundred pages whatever the log's size), and once it holds
+//!   [`SqliteOptions::merge_ids_at`] ids (more with a large log: `merge_threshold`) the
+//!   writer merges it into the cold table in id order, in a transaction of its own, right
+//!   after the group that filled it committed (that group is answered after the merge). An
+//!   id is always in exactly one of the two tables, so idempotence holds across the merge, a
+//!   restart, or a crash halfway through one. A Bloom filter of the cold ids, in memory
+//!   (2.5–5 bytes per id: built on open, given each merge's ids after its commit), lets a new
+//!   id skip the cold probe; it has no false negatives, so it only ever saves a probe.
 //!   Filters by run, type or time scan the session's rows in sequence order. The appending
 //!   task encodes the bodies (and the copies the recent tail keeps), not the writer; what a
 //!   group leaves to free (events evicted from the recent tail, bound bodies) is freed on a
@@ -129,6 +140,25 @@ const MIGRATIONS: &[&str] = &[
          body       BLOB NOT NULL,
          PRIMARY KEY (session_id, idx)
      ) STRICT, WITHOUT ROWID;",
+    // 6: the id index in two levels, keyed by the id's 128 bits (16 bytes, big-endian): new
+    // ids go to the small `ids_hot`, which the writer merges into `ids_cold` in id order, in
+    // one transaction, once it holds enough (see `Writer::merge_ids`). An id is in exactly
+    // one of them, with the (session, sequence) that stored it; `events.id` stays as the
+    // text the index was built from, without an index of its own.
+    "CREATE TABLE ids_cold (
+         id         BLOB PRIMARY KEY NOT NULL CHECK (length(id) = 16),
+         session_id TEXT NOT NULL,
+         seq        INTEGER NOT NULL
+     ) STRICT, WITHOUT ROWID;
+     CREATE TABLE ids_hot (
+         id         BLOB PRIMARY KEY NOT NULL CHECK (length(id) = 16),
+         session_id TEXT NOT NULL,
+         seq        INTEGER NOT NULL
+     ) STRICT, WITHOUT ROWID;
+     INSERT INTO ids_cold (id, session_id, seq)
+         SELECT unhex(substr(id, 5)), session_id, seq FROM events ORDER BY 1;
+     INSERT INTO meta (key, value) SELECT 'ids_cold', CAST(count(*) AS TEXT) FROM ids_cold;
+     DROP INDEX events_by_id;",
 ];
 
 /// Requests waiting for the writer before `append` callers wait for room.
@@ -150,6 +180,34 @@ const WAL_HARD_PAGES: i64 = 65_536;
 const PAGE_SIZE: i64 = 16_384;
 /// The writer's page cache, in KiB (a negative `cache_size`).
 const WRITER_CACHE_KIB: i64 = -65_536;
+/// Ids the hot id table holds, at least, before the writer merges it into the cold one.
+const MERGE_IDS_AT: u64 = 65_536;
+
+/// How a [`SqliteStore`] is opened; [`SqliteStore::open`] takes the defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SqliteOptions {
+    /// The hot id table is merged into the cold one once it holds this many ids, or more
+    /// with a large log ([`merge_threshold`]). Small values cross merges quickly (tests).
+    pub merge_ids_at: u64,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> SqliteOptions {
+        SqliteOptions {
+            merge_ids_at: MERGE_IDS_AT,
+        }
+    }
+}
+
+/// The hot table's size at which it is merged, with `cold` ids in the cold table:
+/// `max(at, sqrt(cold * at) / 4)`, at the default `at` `sqrt(cold * 4096)`. Every commit
+/// rewrites the hot leaves it touches (nearly all of them: ids are hashes), every merge
+/// rewrites every cold leaf, so per event the hot table costs about `hot / group` and the
+/// merge `cold / hot`: least at `hot = sqrt(cold * group)`, with groups of ~4,096 events
+/// under load. The hot table grows with the square root of the log, never below `at`.
+fn merge_threshold(at: u64, cold: u64) -> u64 {
+    at.max(cold.saturating_mul(at).isqrt() / 4)
+}
 
 /// The embedded SQLite store. See the module docs for its shape; share it as `Arc<dyn Store>`.
 pub struct SqliteStore {
@@ -219,6 +277,11 @@ impl SqliteStore {
     /// `spawn_blocking`. It needs no runtime; the store's async methods need a tokio runtime.
     /// A file whose schema is newer than this build is refused.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with(path, SqliteOptions::default())
+    }
+
+    /// [`SqliteStore::open`] with `options`.
+    pub fn open_with(path: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
         make_private(path)?;
         let mut conn = Connection::open(path)?;
         // Only a new (empty) file takes it: a split moves fewer cells per event stored. An
@@ -241,6 +304,7 @@ impl SqliteStore {
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.set_prepared_statement_cache_capacity(32);
         let epoch = migrate(&mut conn)?;
+        let ids = IdIndex::read(&conn, options.merge_ids_at.max(1))?;
 
         let (trash, bins) = std::sync::mpsc::channel::<Trash>();
         let dropper = std::thread::Builder::new()
@@ -277,6 +341,7 @@ impl SqliteStore {
             unchecked_bytes: 0,
             wal_pages,
             trash,
+            ids,
         };
         let writer = std::thread::Builder::new()
             .name("agentwire-store-writer".into())
@@ -474,6 +539,105 @@ struct Writer {
     wal_pages: Arc<AtomicI64>,
     /// To the dropper thread: what a group leaves to free (evicted tail events, bodies).
     trash: std::sync::mpsc::Sender<Trash>,
+    ids: IdIndex,
+}
+
+/// What the writer knows of the two id tables (schema 6): how many ids each holds, as
+/// committed, and when to merge the hot one into the cold one.
+struct IdIndex {
+    /// Ids in `ids_hot` (counted on open, then counted by the writer).
+    hot: u64,
+    /// Ids in `ids_cold`, as the last merge recorded in `meta` (only sizes the hot table).
+    cold: u64,
+    /// [`SqliteOptions::merge_ids_at`].
+    merge_at: u64,
+    /// After a failed merge, the next is tried only once the hot table holds this many.
+    retry_at: u64,
+    /// Every id of `ids_cold` (and maybe others): a new id skips the cold probe.
+    filter: ColdFilter,
+}
+
+/// A Bloom filter of the cold table's ids, in memory (10 bits per id of its capacity, which
+/// is twice the cold ids when built, rounded up to a power of two: under 1 % false
+/// positives): built from the table on open, given each merge's ids after it committed, and
+/// rebuilt larger once the table outgrew it. It has no false negatives, so an id it does not
+/// hold is not in `ids_cold`: the append skips that probe (a b-tree of the whole log).
+struct ColdFilter {
+    bits: Vec<u64>,
+    /// Ids it was sized for; past them it is rebuilt.
+    capacity: u64,
+}
+
+impl ColdFilter {
+    const HASHES: u64 = 7;
+
+    fn new(capacity: u64) -> ColdFilter {
+        let capacity = capacity.max(1 << 16);
+        let words = (capacity * 10).div_ceil(64).next_power_of_two();
+        ColdFilter {
+            bits: vec![0; words as usize],
+            capacity,
+        }
+    }
+
+    /// Every id of `ids_cold`, in a filter with room for twice as many.
+    fn read(conn: &Connection, cold: u64) -> Result<ColdFilter, StoreError> {
+        let mut filter = ColdFilter::new(cold.saturating_mul(2));
+        let mut stmt = conn.prepare("SELECT id FROM ids_cold")?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            let id = row.get_ref(0)?.as_blob().map_err(rusqlite::Error::from)?;
+            let bits: [u8; 16] = id.try_into().map_err(|_| {
+                StoreError::Corrupt(format!("an id of {} bytes in ids_cold", id.len()))
+            })?;
+            filter.insert(u128::from_be_bytes(bits));
+        }
+        Ok(filter)
+    }
+
+    /// The bit positions of `key` among `len` bits, a power of two (ids are hashes already;
+    /// mixed so both halves count).
+    fn positions(len: usize, key: u128) -> impl Iterator<Item = usize> {
+        let (lo, hi) = (key as u64, (key >> 64) as u64);
+        let h1 = (lo ^ hi.rotate_left(32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let h2 = hi.wrapping_mul(0xc2b2_ae3d_27d4_eb4f) | 1;
+        let mask = len as u64 - 1;
+        (0..Self::HASHES).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) & mask) as usize)
+    }
+
+    fn insert(&mut self, key: u128) {
+        for bit in Self::positions(self.bits.len() * 64, key) {
+            self.bits[bit / 64] |= 1 << (bit % 64);
+        }
+    }
+
+    fn may_hold(&self, key: u128) -> bool {
+        Self::positions(self.bits.len() * 64, key)
+            .all(|bit| self.bits[bit / 64] & (1 << (bit % 64)) != 0)
+    }
+}
+
+impl IdIndex {
+    fn read(conn: &Connection, merge_at: u64) -> Result<IdIndex, StoreError> {
+        let hot: i64 = conn.query_row("SELECT count(*) FROM ids_hot", [], |r| r.get(0))?;
+        let cold: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'ids_cold'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        let cold = cold.and_then(|c| c.parse().ok()).unwrap_or(0);
+        Ok(IdIndex {
+            hot: hot as u64,
+            cold,
+            merge_at,
+            retry_at: 0,
+            filter: ColdFilter::read(conn, cold)?,
+        })
+    }
+
+    fn due(&self) -> bool {
+        self.hot >= merge_threshold(self.merge_at, self.cold).max(self.retry_at)
+    }
 }
 
 /// Freed on the dropper thread.
@@ -509,8 +673,10 @@ impl Writer {
         // Events this group stored, per session in commit order, for the recent tail.
         let mut fresh: Vec<(String, Vec<Event>)> = Vec::new();
         let mut bytes = 0;
+        let mut new_ids = 0;
         let mut spent: Vec<String> = Vec::new();
         let latest = &self.latest;
+        let cold_filter = &self.ids.filter;
         let outcome = (|| -> Result<Vec<Result<Done, StoreError>>, StoreError> {
             let tx = self
                 .conn
@@ -533,10 +699,13 @@ impl Writer {
                     tail: Vec::new(),
                     bytes: 0,
                     spent: Vec::new(),
+                    new_ids: 0,
+                    cold_filter,
                 };
                 let result = step.apply(op);
                 let (writes, wrote, tail) = (step.writes, step.wrote, step.tail);
                 bytes += step.bytes;
+                new_ids += step.new_ids;
                 spent.extend(step.spent);
                 match result {
                     Ok(done) => {
@@ -581,6 +750,11 @@ impl Writer {
                 }
                 // Freeing ten thousand events is the dropper's work, not the writer's.
                 let _ = self.trash.send((evicted, spent));
+                // The group that filled the hot id table is answered after its merge.
+                self.ids.hot += new_ids;
+                if self.ids.due() {
+                    self.merge_ids();
+                }
                 for (reply, result) in replies.into_iter().zip(results) {
                     // A caller that stopped waiting still had its request committed.
                     let _ = reply.send(result);
@@ -639,6 +813,73 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// Moves every id of the hot table into the cold one, in id order (the hot table's key
+    /// order: each cold leaf is written once), in a transaction of its own: a failure or a
+    /// crash halfway leaves both tables as they were, and an id is never in neither.
+    /// A failed merge is tried again once the hot table has grown by `merge_at`.
+    fn merge_ids(&mut self) {
+        let cold = self.ids.cold;
+        let merged = (|| -> Result<(u64, Vec<u128>), StoreError> {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            // For the filter, once the merge committed.
+            let mut moving: Vec<u128> = Vec::with_capacity(self.ids.hot as usize);
+            {
+                let mut stmt = tx.prepare("SELECT id FROM ids_hot")?;
+                let mut rows = stmt.query([])?;
+                while let Some(row) = rows.next()? {
+                    let id: Vec<u8> = row.get(0)?;
+                    let bits: [u8; 16] = id.as_slice().try_into().map_err(|_| {
+                        StoreError::Corrupt(format!("an id of {} bytes in ids_hot", id.len()))
+                    })?;
+                    moving.push(u128::from_be_bytes(bits));
+                }
+            }
+            // An id is in one table only (the append probes the cold one before adding it
+            // to the hot one); if ever in both, the cold row, the older, stays. `OR IGNORE`,
+            // not `ON CONFLICT DO NOTHING`: a statement that cannot abort needs no statement
+            // journal (a copy of every cold page it touches). Every hot row passed the same
+            // constraints, so none is ignored for another reason.
+            let moved = tx.execute(
+                "INSERT OR IGNORE INTO ids_cold (id, session_id, seq)
+                 SELECT id, session_id, seq FROM ids_hot ORDER BY id",
+                [],
+            )?;
+            tx.execute("DELETE FROM ids_hot", [])?;
+            let cold = cold + moved as u64;
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES ('ids_cold', ?1)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                [cold.to_string()],
+            )?;
+            tx.commit()?;
+            Ok((cold, moving))
+        })();
+        match merged {
+            Ok((cold, moving)) => {
+                if cold > self.ids.filter.capacity {
+                    match ColdFilter::read(&self.conn, cold) {
+                        Ok(filter) => self.ids.filter = filter,
+                        // Too full, but it still holds every cold id.
+                        Err(_) => moving.into_iter().for_each(|k| self.ids.filter.insert(k)),
+                    }
+                } else {
+                    moving.into_iter().for_each(|k| self.ids.filter.insert(k));
+                }
+                self.ids.cold = cold;
+                self.ids.hot = 0;
+                self.ids.retry_at = 0;
+                // The merge rewrote the cold leaves: a checkpoint's worth of WAL.
+                let _ = self.wake.try_send(());
+            }
+            // Disk full, I/O error: both tables are as they were, and still probed.
+            Err(_) => self.ids.retry_at = self.ids.hot + self.ids.merge_at,
+        }
+    }
+}
+
 /// Copies the WAL back into the database file on its own thread and connection, so commits
 /// do not wait for it. Woken by the writer; a PASSIVE checkpoint never blocks the writer or
 /// the readers, and once it has copied the whole WAL the writer's next transaction starts the
@@ -689,6 +930,10 @@ struct Step<'a> {
     bytes: usize,
     /// The bodies it bound, freed by the dropper.
     spent: Vec<String>,
+    /// Ids it added to the hot id table.
+    new_ids: u64,
+    /// Holds every id of the cold table.
+    cold_filter: &'a ColdFilter,
 }
 
 impl Step<'_> {
@@ -844,12 +1089,21 @@ impl Step<'_> {
         // Id (its 128 bits, taken on the appending task) -> index in `out` of its first
         // occurrence in this batch: no copy of the id, no hashing of its text, per event.
         let mut seen: HashMap<u128, usize> = HashMap::with_capacity(rows.len());
-        // One statement per new event: an id already stored is found by the insert's own
-        // unique-index probe (it inserts nothing), and only then read back.
+        // Three statements per new event: a probe of the cold id table, the id added to the
+        // hot one unless it holds it (the insert's own probe), then the event. A stored id is
+        // read back from its row. (One `INSERT … SELECT … WHERE NOT EXISTS` for the first two
+        // would be a statement that may write several rows: SQLite then copies every page
+        // it touches into a statement journal, and the writer's CPU per event doubled.)
+        let mut cold = self
+            .conn
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM ids_cold WHERE id = ?1)")?;
+        let mut claim = self.conn.prepare_cached(
+            "INSERT INTO ids_hot (id, session_id, seq) VALUES (?1, ?2, ?3)
+             ON CONFLICT (id) DO NOTHING",
+        )?;
         let mut insert = self.conn.prepare_cached(
             "INSERT INTO events (session_id, seq, id, run_id, type, timestamp_ms, body)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-             ON CONFLICT (id) DO NOTHING",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
         for Row {
             event,
@@ -858,7 +1112,6 @@ impl Step<'_> {
             copy,
         } in rows
         {
-            let id = event.id().as_str();
             if let Some(&first) = seen.get(&key) {
                 out.push(Appended {
                     event: out[first].event.clone(),
@@ -868,27 +1121,28 @@ impl Step<'_> {
             }
             seen.insert(key, out.len());
             self.wrote = true;
-            let inserted = insert.execute(params![
+            let bits = key.to_be_bytes();
+            let in_cold = self.cold_filter.may_hold(key)
+                && cold.query_row([&bits[..]], |r| r.get::<_, bool>(0))?;
+            let stored =
+                in_cold || claim.execute(params![&bits[..], session_id, (seq + 1) as i64])? == 0;
+            if stored {
+                out.push(Appended {
+                    event: stored_event(self.conn, event.id().as_str(), &bits)?,
+                    duplicate: true,
+                });
+                continue;
+            }
+            self.new_ids += 1;
+            insert.execute(params![
                 session_id,
                 (seq + 1) as i64,
-                id,
+                event.id().as_str(),
                 event.run_id(),
                 event.kind().as_str(),
                 event.timestamp().unix_millis(),
                 body,
             ])?;
-            if inserted == 0 {
-                let mut find = self
-                    .conn
-                    .prepare_cached("SELECT session_id, seq, body FROM events WHERE id = ?1")?;
-                let (stored_session, stored_seq, body): (String, i64, String) =
-                    find.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-                out.push(Appended {
-                    event: decode(&stored_session, stored_seq, &body)?,
-                    duplicate: true,
-                });
-                continue;
-            }
             seq += 1;
             self.bytes += body.len();
             self.spent.push(body);
@@ -1078,6 +1332,23 @@ fn read_projected_items(
         }
         Err(missing) => Err(missing_item(session_id, format, missing, from, to)),
     }
+}
+
+/// The stored event of an id that either id table holds (`bits`: its 16 bytes).
+fn stored_event(conn: &Connection, id: &str, bits: &[u8; 16]) -> Result<Event, StoreError> {
+    let row: Option<(String, i64, String)> = conn
+        .prepare_cached(
+            "SELECT session_id, seq, body FROM events WHERE (session_id, seq) = (
+                 SELECT session_id, seq FROM ids_hot WHERE id = ?1
+                 UNION ALL SELECT session_id, seq FROM ids_cold WHERE id = ?1
+                 LIMIT 1)",
+        )?
+        .query_row([&bits[..]], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let (session_id, seq, body) = row.ok_or_else(|| {
+        StoreError::Corrupt(format!("id {id} is indexed but its event is not stored"))
+    })?;
+    decode(&session_id, seq, &body)
 }
 
 fn session_exists(conn: &Connection, id: &str) -> Result<bool, StoreError> {
