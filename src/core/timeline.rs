@@ -40,7 +40,7 @@ use super::sorted::SortedSet;
 use super::tagged::{self, Tagged, Variant};
 
 /// One entry of the timeline, as a UI shows it. Serialized with a `kind` tag (and read by
-/// [`tagged`](super::tagged), through [`ItemFields`]).
+/// `core::tagged`, through its mirror `ItemFields`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Item {
@@ -88,7 +88,7 @@ impl Tagged for Item {
 }
 
 /// [`Item`] as serde reads an externally tagged enum: the same variants and fields, read
-/// from the rest of a tagged object by [`tagged`](super::tagged).
+/// from the rest of a tagged object by `core::tagged`.
 #[derive(Deserialize)]
 #[serde(remote = "Item", rename_all = "snake_case")]
 enum ItemFields {

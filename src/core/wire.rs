@@ -188,7 +188,7 @@ pub enum Thinking {
     High,
 }
 
-/// A message from the server. Read by [`tagged`](super::tagged) (through [`ServerMsgFields`]).
+/// A message from the server. Read by `core::tagged` (through its mirror `ServerMsgFields`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum ServerMsg {
@@ -314,7 +314,7 @@ impl Tagged for ServerMsg {
 
 /// [`ServerMsg`] as serde reads an externally tagged enum: the same variants and fields (a
 /// field added there and not here does not compile), read from the rest of a tagged object
-/// by [`tagged`](super::tagged). `error` is read on its own ([`ErrorFields`]).
+/// by `core::tagged`. `error` is read on its own ([`ErrorFields`]).
 #[derive(Deserialize)]
 #[serde(remote = "ServerMsg", rename_all = "snake_case")]
 enum ServerMsgFields {
