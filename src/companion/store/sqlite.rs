@@ -187,7 +187,7 @@ const MERGE_IDS_AT: u64 = 65_536;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SqliteOptions {
     /// The hot id table is merged into the cold one once it holds this many ids, or more
-    /// with a large log ([`merge_threshold`]). Small values cross merges quickly (tests).
+    /// with a large log (`merge_threshold`). Small values cross merges quickly (tests).
     pub merge_ids_at: u64,
 }
 
