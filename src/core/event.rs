@@ -423,36 +423,29 @@ impl Event {
     /// type, sequence, timestamp and correlation id; callers that emit several events with
     /// equal fields must pass distinct ids (the normalizer derives them from line positions).
     pub fn new(init: EventInit) -> Result<Event, EventError> {
-        if init.session_id.is_empty() {
-            return Err(EventError::EmptySessionId);
-        }
-        if init.run_id.as_deref() == Some("") {
-            return Err(EventError::EmptyRunId);
-        }
         let id = match init.id {
             Some(id) => id,
-            None => EventId::derive(&[
+            None => derived_id(
                 &init.session_id,
-                init.run_id.as_deref().unwrap_or(""),
-                init.kind.as_str(),
-                &init.sequence.to_string(),
-                &init.timestamp.to_string(),
-                init.correlation_id.as_deref().unwrap_or(""),
-            ]),
+                init.run_id.as_deref(),
+                init.kind,
+                init.sequence,
+                init.timestamp,
+                init.correlation_id.as_deref(),
+            ),
         };
-        Ok(Event {
+        Event::from_parts(
             id,
-            kind: init.kind,
-            session_id: Arc::from(init.session_id),
-            run_id: init.run_id.map(Arc::from),
-            sequence: init.sequence,
-            timestamp: init.timestamp,
-            provider: init.provider,
-            correlation_id: init.correlation_id,
-            data: init.data,
-            metadata: init.metadata,
-            schema_version: SCHEMA_VERSION,
-        })
+            init.kind,
+            &Arc::from(init.session_id),
+            init.run_id.map(Arc::from),
+            init.sequence,
+            init.timestamp,
+            init.provider,
+            init.correlation_id,
+            init.data,
+            init.metadata,
+        )
     }
 
     /// [`Event::new`] for a normalizer: the id is given and the session and run ids are
@@ -561,18 +554,21 @@ fn shared_opt_str<S: Serializer>(s: &Option<Arc<str>>, ser: S) -> Result<S::Ok, 
     }
 }
 
-/// The unvalidated shape of an event on the wire; converted through [`Event::new`]. The
+/// The unvalidated shape of an event on the wire; checked as [`Event::new`] checks. The
 /// fields that are only checked or parsed (id, type, timestamp) are borrowed from the input
-/// when they hold no escape: decoding an event allocates no string for them (the page's
-/// hot path, tests/js/src/projector.bench.ts).
+/// when they hold no escape, and the session and run ids go straight into their shared
+/// handles: decoding an event allocates nothing more for them (the page's hot path,
+/// tests/js/src/projector.bench.ts).
 #[derive(Deserialize)]
 struct RawEvent<'a> {
     #[serde(borrow)]
     id: Option<Cow<'a, str>>,
     #[serde(rename = "type", borrow)]
     kind: Cow<'a, str>,
-    session_id: String,
-    run_id: Option<String>,
+    #[serde(borrow)]
+    session_id: Cow<'a, str>,
+    #[serde(borrow)]
+    run_id: Option<Cow<'a, str>>,
     #[serde(default)]
     sequence: u64,
     #[serde(borrow)]
@@ -586,7 +582,7 @@ struct RawEvent<'a> {
 }
 
 /// Read as the wire's fields (id, type and timestamp borrowed from the input) and validated
-/// by [`Event::new`] (any failure is the deserializer's error, with the [`EventError`]'s
+/// as by [`Event::new`] (any failure is the deserializer's error, with the [`EventError`]'s
 /// message).
 impl<'de> Deserialize<'de> for Event {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Event, D::Error> {
@@ -603,21 +599,58 @@ impl TryFrom<RawEvent<'_>> for Event {
             Some(Value::Object(m)) => Ok(m),
             Some(_) => Err(EventError::NotAnObject { field }),
         };
-        Event::new(EventInit {
-            id: raw.id.as_deref().map(EventId::parse).transpose()?,
-            kind: EventType::parse(&raw.kind)
-                .ok_or_else(|| EventError::UnknownType(raw.kind.into_owned()))?,
-            session_id: raw.session_id,
-            run_id: raw.run_id,
-            sequence: raw.sequence,
-            timestamp: Timestamp::parse_rfc3339(&raw.timestamp)
-                .ok_or_else(|| EventError::InvalidTimestamp(raw.timestamp.into_owned()))?,
-            provider: raw.provider,
-            correlation_id: raw.correlation_id,
-            data: object(raw.data, "data")?,
-            metadata: object(raw.metadata, "metadata")?,
-        })
+        // Checked in the order `Event::new` of the same fields would check them.
+        let id = raw.id.as_deref().map(EventId::parse).transpose()?;
+        let kind = EventType::parse(&raw.kind)
+            .ok_or_else(|| EventError::UnknownType(raw.kind.into_owned()))?;
+        let timestamp = Timestamp::parse_rfc3339(&raw.timestamp)
+            .ok_or_else(|| EventError::InvalidTimestamp(raw.timestamp.into_owned()))?;
+        let data = object(raw.data, "data")?;
+        let metadata = object(raw.metadata, "metadata")?;
+        let id = id.unwrap_or_else(|| {
+            derived_id(
+                &raw.session_id,
+                raw.run_id.as_deref(),
+                kind,
+                raw.sequence,
+                timestamp,
+                raw.correlation_id.as_deref(),
+            )
+        });
+        // Straight from the frame into the shared handles: one allocation each.
+        Event::from_parts(
+            id,
+            kind,
+            &Arc::from(&*raw.session_id),
+            raw.run_id.as_deref().map(Arc::from),
+            raw.sequence,
+            timestamp,
+            raw.provider,
+            raw.correlation_id,
+            data,
+            metadata,
+        )
     }
+}
+
+/// The id of an event built without one: derived from its session, run, type, sequence,
+/// timestamp and correlation id.
+fn derived_id(
+    session_id: &str,
+    run_id: Option<&str>,
+    kind: EventType,
+    sequence: u64,
+    timestamp: Timestamp,
+    correlation_id: Option<&str>,
+) -> EventId {
+    EventId::derive(&[
+        session_id,
+        run_id.unwrap_or(""),
+        kind.as_str(),
+        &sequence.to_string(),
+        &timestamp.to_string(),
+        correlation_id.unwrap_or(""),
+    ])
 }
 
 #[cfg(test)]
@@ -705,5 +738,20 @@ mod tests {
         assert!(err.contains("unknown event type"), "{err}");
         let no_session = e.to_json().replace("\"s1\"", "\"\"");
         assert!(serde_json::from_str::<Event>(&no_session).is_err());
+        // Without an id (and with a run and a correlation id), the id `new` derives.
+        let mut with_run = init();
+        with_run.run_id = Some("r\"1".into());
+        with_run.correlation_id = Some("c1".into());
+        with_run.sequence = 3;
+        let e = Event::new(with_run).unwrap();
+        let mut json: Value = serde_json::from_str(&e.to_json()).unwrap();
+        json.as_object_mut().unwrap().remove("id");
+        let back: Event = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back, e);
+        let back: Event = serde_json::from_str(&json.to_string()).unwrap();
+        assert_eq!(back, e);
+        json["run_id"] = "".into();
+        let err = serde_json::from_value::<Event>(json).unwrap_err().to_string();
+        assert!(err.contains("run"), "{err}");
     }
 }
