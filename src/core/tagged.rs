@@ -4,12 +4,13 @@
 //! tree of its own (`Content`: every string, every nested object), then reading the variant
 //! from that tree; and it instantiates that tree's whole deserializer once for every type
 //! inside. In the wasm package this was a third of the code (166 KB of 541 KB before
-//! wasm-opt) and most of the cost of decoding a snapshot. Every object we write has its tag
-//! first (serde's `Serialize` writes it first), so [`deserialize`] reads the tag and hands the
-//! rest of the same map to an *externally* tagged mirror of the enum, which reads it
-//! directly. An object whose tag comes later (another writer's JSON) is read whole as a
-//! `serde_json::Value`, written again with the tag first, and read that way: the same result
-//! and the same errors, only slower.
+//! wasm-opt), and every snapshot and history page was read twice over (into the tree, then
+//! from it). Every object we write has its tag first (serde's `Serialize` writes it first),
+//! so [`deserialize`] reads the tag and hands the rest of the same map to an *externally*
+//! tagged mirror of the enum, which reads it directly. An object whose tag comes later
+//! (another writer's JSON) is read whole as a `serde_json::Value`, written again with the tag
+//! first, and read that way: the same result, and the same errors but for the position they
+//! name (the object's end), only slower.
 
 use std::fmt;
 use std::marker::PhantomData;
