@@ -751,7 +751,9 @@ mod tests {
         let back: Event = serde_json::from_str(&json.to_string()).unwrap();
         assert_eq!(back, e);
         json["run_id"] = "".into();
-        let err = serde_json::from_value::<Event>(json).unwrap_err().to_string();
+        let err = serde_json::from_value::<Event>(json)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("run"), "{err}");
     }
 }
