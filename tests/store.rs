@@ -76,6 +76,23 @@ fn ev(session: &str, key: &str) -> Event {
     )
 }
 
+/// Writes `event` into the `events` table of an older schema (3 to 5), as those stored it.
+fn insert_old_event(conn: &rusqlite::Connection, event: &Event) {
+    conn.execute(
+        "INSERT INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        rusqlite::params![
+            event.session_id(),
+            event.sequence() as i64,
+            event.id().as_str(),
+            event.run_id(),
+            event.kind().as_str(),
+            event.timestamp().unix_millis(),
+            event.to_json()
+        ],
+    )
+    .unwrap();
+}
+
 fn seqs(events: &[Event]) -> Vec<u64> {
     events.iter().map(Event::sequence).collect()
 }
@@ -1077,20 +1094,8 @@ async fn a_version_3_log_is_migrated_with_its_events_and_filters() {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(SCHEMA_3).unwrap();
         for (session, seq, event) in &old {
-            let event = event.with_sequence(*seq);
-            conn.execute(
-                "INSERT INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                rusqlite::params![
-                    session,
-                    *seq as i64,
-                    event.id().as_str(),
-                    event.run_id(),
-                    event.kind().as_str(),
-                    event.timestamp().unix_millis(),
-                    event.to_json()
-                ],
-            )
-            .unwrap();
+            assert_eq!(event.session_id(), *session);
+            insert_old_event(&conn, &event.with_sequence(*seq));
         }
     }
 
@@ -1172,8 +1177,10 @@ async fn a_version_3_log_is_migrated_with_its_events_and_filters() {
     assert!(without_rowid.contains("WITHOUT ROWID"), "{without_rowid}");
 }
 
-/// A log as schema version 4 left it (no projections), with the epoch `epoch`.
-const SCHEMA_4: &str = "
+/// The tables of schema version 4, which version 5 kept (it added the projections).
+macro_rules! schema_4_tables {
+    () => {
+        "
     CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) STRICT;
     CREATE TABLE sessions (
         id TEXT PRIMARY KEY NOT NULL, provider TEXT NOT NULL, cwd TEXT NOT NULL,
@@ -1188,9 +1195,17 @@ const SCHEMA_4: &str = "
         PRIMARY KEY (session_id, seq)
     ) STRICT, WITHOUT ROWID;
     CREATE UNIQUE INDEX events_by_id ON events (id);
-    INSERT INTO meta VALUES ('epoch', 'fedcba9876543210fedcba9876543210');
+"
+    };
+}
+
+/// A log as schema version 4 left it (no projections), with the epoch `epoch`.
+const SCHEMA_4: &str = concat!(
+    schema_4_tables!(),
+    "INSERT INTO meta VALUES ('epoch', 'fedcba9876543210fedcba9876543210');
     INSERT INTO sessions VALUES ('a', 'demo', '/tmp', 'closed', NULL, 1, 1, 'local');
-    PRAGMA user_version = 4;";
+    PRAGMA user_version = 4;",
+);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_4_log_is_migrated_keeping_its_events_and_epoch() {
@@ -1203,17 +1218,7 @@ async fn a_version_4_log_is_migrated_keeping_its_events_and_epoch() {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(SCHEMA_4).unwrap();
         for event in &old {
-            conn.execute(
-                "INSERT INTO events VALUES ('a', ?1, ?2, NULL, ?3, ?4, ?5)",
-                rusqlite::params![
-                    event.sequence() as i64,
-                    event.id().as_str(),
-                    event.kind().as_str(),
-                    event.timestamp().unix_millis(),
-                    event.to_json()
-                ],
-            )
-            .unwrap();
+            insert_old_event(&conn, event);
         }
     }
     assert_eq!(user_version(&path), 4);
@@ -1405,22 +1410,9 @@ async fn a_merge_of_the_id_index_that_fails_halfway_leaves_every_id_found() {
 }
 
 /// A log as schema version 5 left it: one unique index on the text id.
-const SCHEMA_5: &str = "
-    CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) STRICT;
-    CREATE TABLE sessions (
-        id TEXT PRIMARY KEY NOT NULL, provider TEXT NOT NULL, cwd TEXT NOT NULL,
-        state TEXT NOT NULL, provider_session_id TEXT, created_at INTEGER NOT NULL,
-        updated_at INTEGER NOT NULL, node TEXT NOT NULL DEFAULT ''
-    ) STRICT;
-    CREATE TABLE nodes (name TEXT PRIMARY KEY NOT NULL, seen_at INTEGER NOT NULL) STRICT;
-    CREATE TABLE events (
-        session_id TEXT NOT NULL REFERENCES sessions(id),
-        seq INTEGER NOT NULL CHECK (seq >= 1), id TEXT NOT NULL, run_id TEXT,
-        type TEXT NOT NULL, timestamp_ms INTEGER NOT NULL, body TEXT NOT NULL,
-        PRIMARY KEY (session_id, seq)
-    ) STRICT, WITHOUT ROWID;
-    CREATE UNIQUE INDEX events_by_id ON events (id);
-    CREATE TABLE projections (
+const SCHEMA_5: &str = concat!(
+    schema_4_tables!(),
+    "CREATE TABLE projections (
         session_id TEXT PRIMARY KEY NOT NULL REFERENCES sessions(id),
         format INTEGER NOT NULL, after INTEGER NOT NULL CHECK (after >= 0),
         items INTEGER NOT NULL CHECK (items >= 0), body BLOB NOT NULL
@@ -1434,7 +1426,8 @@ const SCHEMA_5: &str = "
     INSERT INTO sessions VALUES ('a', 'demo', '/tmp', 'closed', NULL, 1, 1, 'local');
     INSERT INTO sessions VALUES ('b', 'demo', '/tmp', 'closed', NULL, 2, 2, 'local');
     INSERT INTO projections VALUES ('a', 1, 3, 0, x'c0ffee');
-    PRAGMA user_version = 5;";
+    PRAGMA user_version = 5;",
+);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_5_log_is_migrated_keeping_its_events_and_every_id_stored() {
@@ -1454,19 +1447,7 @@ async fn a_version_5_log_is_migrated_keeping_its_events_and_every_id_stored() {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(SCHEMA_5).unwrap();
         for row in &old {
-            let e = event(row);
-            conn.execute(
-                "INSERT INTO events VALUES (?1, ?2, ?3, NULL, ?4, ?5, ?6)",
-                rusqlite::params![
-                    row.0,
-                    row.2 as i64,
-                    e.id().as_str(),
-                    e.kind().as_str(),
-                    e.timestamp().unix_millis(),
-                    e.to_json()
-                ],
-            )
-            .unwrap();
+            insert_old_event(&conn, &event(row));
         }
     }
 
