@@ -540,11 +540,11 @@ impl Client {
     /// `connection_lost` if not. A command never waits for an answer that will not come.
     pub fn handle_post_reply(&mut self, posted: &str, body: &str, now_ms: i64) {
         // Only its `id` (a command's, or a ping's) is read back: this is our own JSON.
-        #[derive(serde::Deserialize)]
         struct Posted {
             id: Option<String>,
         }
-        let number = serde_json::from_str::<Posted>(posted)
+        super::json::json_struct!(Posted { id });
+        let number = super::json::Reader::read_all::<Posted>(posted)
             .ok()
             .and_then(|posted| posted.id)
             .and_then(|id| command_number(&id));

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+use super::json::{json_fields, json_names, FromJson, JsonError, Reader};
 use super::time::Timestamp;
 
 /// The version of the event schema written into every event.
@@ -588,6 +589,36 @@ impl<'de> Deserialize<'de> for Event {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Event, D::Error> {
         let raw = RawEvent::deserialize(deserializer)?;
         Event::try_from(raw).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Read as serde reads it (the same fields, checks and errors' messages), by `core::json`:
+/// how the client reads the events of a frame.
+impl<'a> FromJson<'a> for Event {
+    fn read(r: &mut Reader<'a>) -> Result<Event, JsonError> {
+        r.object()?;
+        let raw: RawEvent<'a> = json_fields!(r, RawEvent {
+            id,
+            kind as "type",
+            session_id,
+            run_id,
+            sequence = 0,
+            timestamp,
+            provider,
+            correlation_id,
+            data,
+            metadata,
+        })?;
+        Event::try_from(raw).map_err(|e| r.error(e))
+    }
+}
+
+json_names!(Provider: [Claude, Codex, Gemini, Opencode, Amp, Acp, Demo, Generic]);
+
+impl<'a> FromJson<'a> for EventId {
+    fn read(r: &mut Reader<'a>) -> Result<EventId, JsonError> {
+        let text = r.string()?;
+        EventId::parse(&text).map_err(|e| r.error(e))
     }
 }
 

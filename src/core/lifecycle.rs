@@ -46,6 +46,7 @@ use serde_json::{json, Map, Value};
 use super::error::ErrorCode;
 use super::event::{CancelReason, Event, EventId, EventInit, EventType, Provider};
 use super::hash::{FastMap, FastSet};
+use super::json::{json_names, json_struct};
 use super::provider_error::{ErrorKind, ProviderError};
 use super::time::Timestamp;
 
@@ -727,6 +728,32 @@ pub struct TurnCheckpoint {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_approvals: Vec<String>,
 }
+
+json_struct!(LifecycleCheckpoint {
+    lifecycle,
+    errored = false,
+    foreground,
+    active = Vec::new(),
+    finished = Vec::new(),
+    started = Vec::new(),
+    last_sequence,
+    synthetic_count = 0,
+});
+json_struct!(TurnCheckpoint {
+    run_id,
+    foreground,
+    user_messages,
+    last_activity_ms,
+    cancel_deadline_ms,
+    stalled,
+    pending_approvals = Vec::new(),
+});
+json_struct!(Stall {
+    run_id,
+    silent_ms,
+    at_ms
+});
+json_names!(Lifecycle: [Initializing, Idle, Running, Error, Closed]);
 
 impl TurnProjector {
     /// The state to restore from: every turn in progress, and the ended or started runs

@@ -49,6 +49,7 @@ pub mod dedup;
 pub mod error;
 pub mod event;
 pub mod hash;
+pub mod json;
 pub mod lifecycle;
 pub mod normalize;
 pub mod projector;

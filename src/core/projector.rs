@@ -110,6 +110,12 @@ pub struct LifecycleState {
     pub stalled: Option<Stall>,
 }
 
+super::json::json_struct!(LifecycleState {
+    state,
+    active_turn,
+    stalled
+});
+
 impl LifecycleState {
     /// What `lifecycle` says now: the turn in progress is the foreground one, else the first
     /// active.

@@ -66,6 +66,22 @@ pub struct SnapshotState {
     pub lifecycle: LifecycleCheckpoint,
 }
 
+super::json::json_struct!(Snapshot {
+    session,
+    epoch,
+    after,
+    start,
+    items,
+    lifecycle,
+    usage,
+    approvals,
+    state,
+});
+super::json::json_struct!(SnapshotState {
+    timeline,
+    lifecycle
+});
+
 /// One session's projection: the log in, in order; snapshots and history pages out.
 pub struct Projection {
     session: String,

@@ -125,6 +125,14 @@ impl<'de> Deserialize<'de> for Timestamp {
     }
 }
 
+impl<'a> super::json::FromJson<'a> for Timestamp {
+    fn read(r: &mut super::json::Reader<'a>) -> Result<Timestamp, super::json::JsonError> {
+        let s = r.string()?;
+        Timestamp::parse_rfc3339(&s)
+            .ok_or_else(|| r.error(format_args!("invalid RFC 3339 timestamp {s:?}")))
+    }
+}
+
 fn is_leap(y: i64) -> bool {
     y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)
 }

@@ -35,6 +35,7 @@ use serde_json::Value;
 
 use super::event::{Event, EventId, EventType};
 use super::hash::{FastMap, FastSet};
+use super::json::{json_fields, json_names, json_struct, FromJson, JsonError, Reader};
 use super::normalize::excerpt;
 use super::sorted::SortedSet;
 use super::tagged::{self, Tagged, Variant};
@@ -86,6 +87,64 @@ impl Tagged for Item {
         ItemFields::deserialize(Variant::new(tag, rest))
     }
 }
+
+/// Read by `core::json` (how the client reads snapshots and history pages): the same
+/// variants and fields as serde's, the tag anywhere in the object.
+impl<'a> FromJson<'a> for Item {
+    fn read(r: &mut Reader<'a>) -> Result<Item, JsonError> {
+        r.object()?;
+        let tag = r.tag("kind")?;
+        match &*tag {
+            "user_message" => json_fields!(r, Item::UserMessage { text, run_id }),
+            "assistant_message" => Message::fields(r).map(Item::AssistantMessage),
+            "reasoning" => Message::fields(r).map(Item::Reasoning),
+            "tool_call" => ToolCall::fields(r).map(Item::ToolCall),
+            "todo" => json_fields!(r, Item::Todo { items, run_id }),
+            "error" => json_fields!(
+                r,
+                Item::Error {
+                    message,
+                    provider_error,
+                    run_id
+                }
+            ),
+            "approval" => Approval::fields(r).map(Item::Approval),
+            other => Err(r.error(format_args!(
+                "unknown variant `{other}`, expected one of `user_message`, `assistant_message`, \
+                 `reasoning`, `tool_call`, `todo`, `error`, `approval`"
+            ))),
+        }
+    }
+}
+
+json_struct!(Message {
+    message_id,
+    text,
+    streaming,
+    discarded,
+    run_id
+});
+json_struct!(ToolCall {
+    tool_call_id,
+    tool_name,
+    input,
+    status,
+    output,
+    error,
+    title,
+    parent_tool_use_id,
+    run_id,
+});
+json_names!(ToolStatus: [Running, Completed, Failed, Cancelled]);
+json_struct!(Approval {
+    request_id,
+    tool_name,
+    input,
+    status,
+    tool_call_id,
+    run_id
+});
+json_names!(ApprovalStatus: [Pending, Granted, Denied]);
 
 /// [`Item`] as serde reads an externally tagged enum: the same variants and fields, read
 /// from the rest of a tagged object by `core::tagged`.
@@ -241,6 +300,15 @@ pub struct Usage {
     pub reasoning_output_tokens: u64,
     pub cost_usd: f64,
 }
+
+json_struct!(Usage {
+    input_tokens,
+    output_tokens,
+    cache_read_input_tokens,
+    cache_creation_input_tokens,
+    reasoning_output_tokens,
+    cost_usd,
+});
 
 /// What changed since the previous [`Timeline::drain`]. Serialized with a short `op` tag.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -1240,6 +1308,28 @@ pub struct RunCheckpoint {
     pub tokens: [u64; 5],
     pub cost_nanos: i64,
 }
+
+json_struct!(TimelineState {
+    session_id,
+    last_sequence,
+    messages = Vec::new(),
+    reasoning = Vec::new(),
+    tools = Vec::new(),
+    approvals = Vec::new(),
+    runs = Vec::new(),
+    pending = Vec::new(),
+    tokens,
+    cost_nanos,
+});
+json_struct!(RunCheckpoint {
+    run,
+    open_message,
+    open_reasoning,
+    open = Vec::new(),
+    todo,
+    tokens,
+    cost_nanos,
+});
 
 /// How far back (in items) a snapshot's window reaches for an item still open or of a turn
 /// in progress, at most.

@@ -8,16 +8,14 @@
 
 use std::collections::HashMap;
 
-use serde::de::value::MapAccessDeserializer;
-use serde::de::MapAccess;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::error::ErrorCode;
 use super::event::Event;
+use super::json::{json_fields, json_names, json_struct, JsonError, Reader};
 use super::snapshot::{Snapshot, SnapshotRequest};
 use super::sorted::SortedMap;
-use super::tagged::{self, Tagged, Variant};
 use super::time::Timestamp;
 use super::timeline::Item;
 
@@ -188,7 +186,7 @@ pub enum Thinking {
     High,
 }
 
-/// A message from the server. Read by `core::tagged` (through its mirror `ServerMsgFields`).
+/// A message from the server, read by [`ServerMsg::decode`] (`core::json`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum ServerMsg {
@@ -285,118 +283,10 @@ pub enum ServerMsg {
     },
 }
 
-impl<'de> Deserialize<'de> for ServerMsg {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ServerMsg, D::Error> {
-        tagged::deserialize(d)
-    }
-}
-
-impl Tagged for ServerMsg {
-    const TAG: &'static str = "t";
-    const EXPECTING: &'static str = "internally tagged enum ServerMsg";
-
-    fn variant<'de, A: MapAccess<'de>>(tag: &str, rest: A) -> Result<ServerMsg, A::Error> {
-        if tag == "error" {
-            // Its error's fields are the message's own (`flatten`, which serde also buffers).
-            let ErrorFields {
-                code,
-                message,
-                session,
-            } = ErrorFields::deserialize(MapAccessDeserializer::new(rest))?;
-            return Ok(ServerMsg::Error {
-                error: WireError { code, message },
-                session,
-            });
-        }
-        ServerMsgFields::deserialize(Variant::new(tag, rest))
-    }
-}
-
-/// [`ServerMsg`] as serde reads an externally tagged enum: the same variants and fields (a
-/// field added there and not here does not compile), read from the rest of a tagged object
-/// by `core::tagged`. `error` is read on its own ([`ErrorFields`]).
-#[derive(Deserialize)]
-#[serde(remote = "ServerMsg", rename_all = "snake_case")]
-enum ServerMsgFields {
-    Welcome {
-        protocol: u32,
-        epoch: String,
-        max_frame: usize,
-        heartbeat_ms: u64,
-        server: String,
-    },
-    Events {
-        session: String,
-        epoch: String,
-        events: Vec<Event>,
-    },
-    EventPart {
-        session: String,
-        epoch: String,
-        sequence: u64,
-        index: u32,
-        last: bool,
-        text: String,
-    },
-    Snapshot(Box<Snapshot>),
-    History {
-        id: String,
-        session: String,
-        start: usize,
-        items: Vec<Item>,
-    },
-    MessagePart {
-        session: String,
-        index: u32,
-        last: bool,
-        text: String,
-    },
-    CaughtUp {
-        session: String,
-        latest: u64,
-    },
-    Reset {
-        session: String,
-        epoch: String,
-        reason: String,
-    },
-    Resync {
-        session: String,
-        after: u64,
-    },
-    SessionStatus {
-        session: String,
-        store: StoreStatus,
-    },
-    Heartbeat {
-        now_ms: i64,
-    },
-    Pong {
-        #[serde(default)]
-        id: Option<String>,
-    },
-    Reply {
-        id: String,
-        ok: bool,
-        #[serde(default)]
-        result: Option<Value>,
-        #[serde(default)]
-        error: Option<WireError>,
-    },
-    #[serde(skip_deserializing)]
-    #[allow(dead_code)]
-    Error {
-        error: WireError,
-        session: Option<String>,
-    },
-}
-
-/// The fields of an `error` message.
-#[derive(Deserialize)]
+/// The fields of an `error` message (its error's are the message's own).
 struct ErrorFields {
     code: String,
     message: String,
-    #[serde(default)]
     session: Option<String>,
 }
 
@@ -443,6 +333,24 @@ pub enum StoreState {
     /// The last write failed; the session's events wait and are retried.
     Unavailable,
 }
+
+impl StoreState {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StoreState::Available => "available",
+            StoreState::Unavailable => "unavailable",
+        }
+    }
+}
+
+json_names!(StoreState: [Available, Unavailable]);
+json_struct!(StoreStatus { state, error, since, attempts, unstored = 0 });
+json_struct!(WireError { code, message });
+json_struct!(ErrorFields {
+    code,
+    message,
+    session
+});
 
 /// A machine-readable error code with a human message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -559,7 +467,106 @@ impl ClientMsg {
 impl ServerMsg {
     /// Decodes a server frame no longer than `limit` bytes.
     pub fn decode(frame: &str, limit: usize) -> Result<ServerMsg, DecodeError> {
-        decode(frame, limit)
+        if frame.len() > limit {
+            return Err(DecodeError::TooLarge {
+                size: frame.len(),
+                limit,
+            });
+        }
+        let mut r = Reader::new(frame);
+        let malformed = |e: JsonError| DecodeError::Malformed(e.to_string());
+        r.object().map_err(malformed)?;
+        let tag = r.tag("t").map_err(malformed)?;
+        let msg = ServerMsg::variant(&tag, &mut r).map_err(malformed)?;
+        let msg = msg.ok_or_else(|| DecodeError::UnknownType(tag.into_owned()))?;
+        r.end().map_err(malformed)?;
+        Ok(msg)
+    }
+
+    /// The rest of a message whose tag is `tag`, by `core::json` (`None`: no such message).
+    fn variant(tag: &str, r: &mut Reader<'_>) -> Result<Option<ServerMsg>, JsonError> {
+        use ServerMsg::*;
+        let msg = match tag {
+            "welcome" => json_fields!(
+                r,
+                Welcome {
+                    protocol,
+                    epoch,
+                    max_frame,
+                    heartbeat_ms,
+                    server
+                }
+            ),
+            "events" => json_fields!(
+                r,
+                Events {
+                    session,
+                    epoch,
+                    events
+                }
+            ),
+            "event_part" => json_fields!(
+                r,
+                EventPart {
+                    session,
+                    epoch,
+                    sequence,
+                    index,
+                    last,
+                    text
+                }
+            ),
+            "snapshot" => super::snapshot::Snapshot::fields(r).map(|s| Snapshot(Box::new(s))),
+            "history" => json_fields!(
+                r,
+                History {
+                    id,
+                    session,
+                    start,
+                    items
+                }
+            ),
+            "message_part" => json_fields!(
+                r,
+                MessagePart {
+                    session,
+                    index,
+                    last,
+                    text
+                }
+            ),
+            "caught_up" => json_fields!(r, CaughtUp { session, latest }),
+            "reset" => json_fields!(
+                r,
+                Reset {
+                    session,
+                    epoch,
+                    reason
+                }
+            ),
+            "resync" => json_fields!(r, Resync { session, after }),
+            "session_status" => json_fields!(r, SessionStatus { session, store }),
+            "heartbeat" => json_fields!(r, Heartbeat { now_ms }),
+            "pong" => json_fields!(r, Pong { id }),
+            "reply" => json_fields!(
+                r,
+                Reply {
+                    id,
+                    ok,
+                    result,
+                    error
+                }
+            ),
+            "error" => ErrorFields::fields(r).map(|e| Error {
+                error: WireError {
+                    code: e.code,
+                    message: e.message,
+                },
+                session: e.session,
+            }),
+            _ => return Ok(None),
+        };
+        msg.map(Some)
     }
 
     /// Decodes a server frame that came as bytes (a binary message, [`FEATURE_BINARY_FRAMES`]):
@@ -911,7 +918,7 @@ impl Cursor {
             return Ok(None);
         }
         let json: String = std::mem::take(&mut self.parts).into_values().collect();
-        serde_json::from_str(&json)
+        Reader::read_all::<Event>(&json)
             .map(Some)
             .map_err(|e| DecodeError::Malformed(format!("event {sequence} reassembled badly: {e}")))
     }
@@ -1149,18 +1156,62 @@ mod tests {
         );
         let truncated = format!(r#"{{"t":"events","session":"s1","epoch":"e1","events":[{e}]"#);
         let cases: &[(&str, DecodeError)] = &[
-            (r#"{"t":"teleport"}"#, DecodeError::UnknownType("teleport".into())),
-            (r#"{"a":1,"t":"teleport"}"#, DecodeError::UnknownType("teleport".into())),
-            (r#"{"session":"s1"}"#, DecodeError::Malformed("missing field `t` at line 1 column 16".into())),
-            ("{}", DecodeError::Malformed("missing field `t` at line 1 column 2".into())),
-            (r#"{"t":7}"#, DecodeError::Malformed("invalid type: integer `7`, expected a string at line 1 column 6".into())),
-            (r#"{"x":0,"t":7}"#, DecodeError::Malformed("invalid type: integer `7`, expected a string tag at line 1 column 13".into())),
-            ("[1]", DecodeError::Malformed("invalid type: sequence, expected internally tagged enum ServerMsg at line 1 column 0".into())),
-            (r#"{"t":"events","session":"s1","epoch":"e1"}"#, DecodeError::Malformed("missing field `events` at line 1 column 42".into())),
-            (r#"{"epoch":"e1","t":"events","session":"s1"}"#, DecodeError::Malformed("missing field `events` at line 1 column 42".into())),
-            (r#"{"t":"events","session":"s1","epoch":7,"events":[]}"#, DecodeError::Malformed("invalid type: integer `7`, expected a string at line 1 column 38".into())),
-            (r#"{"t":"error","code":"x"}"#, DecodeError::Malformed("missing field `message` at line 1 column 24".into())),
-            (r#"{"t":"events","#, DecodeError::Malformed("EOF while parsing a value at line 1 column 14".into())),
+            (
+                r#"{"t":"teleport"}"#,
+                DecodeError::UnknownType("teleport".into()),
+            ),
+            (
+                r#"{"a":1,"t":"teleport"}"#,
+                DecodeError::UnknownType("teleport".into()),
+            ),
+            (
+                r#"{"session":"s1"}"#,
+                DecodeError::Malformed("missing field `t` at line 1 column 16".into()),
+            ),
+            (
+                "{}",
+                DecodeError::Malformed("missing field `t` at line 1 column 2".into()),
+            ),
+            (
+                r#"{"t":7}"#,
+                DecodeError::Malformed(
+                    "invalid type: number, expected a string at line 1 column 6".into(),
+                ),
+            ),
+            (
+                r#"{"x":0,"t":7}"#,
+                DecodeError::Malformed(
+                    "invalid type: number, expected a string at line 1 column 12".into(),
+                ),
+            ),
+            (
+                "[1]",
+                DecodeError::Malformed(
+                    "invalid type: sequence, expected a map at line 1 column 1".into(),
+                ),
+            ),
+            (
+                r#"{"t":"events","session":"s1","epoch":"e1"}"#,
+                DecodeError::Malformed("missing field `events` at line 1 column 42".into()),
+            ),
+            (
+                r#"{"epoch":"e1","t":"events","session":"s1"}"#,
+                DecodeError::Malformed("missing field `events` at line 1 column 42".into()),
+            ),
+            (
+                r#"{"t":"events","session":"s1","epoch":7,"events":[]}"#,
+                DecodeError::Malformed(
+                    "invalid type: number, expected a string at line 1 column 38".into(),
+                ),
+            ),
+            (
+                r#"{"t":"error","code":"x"}"#,
+                DecodeError::Malformed("missing field `message` at line 1 column 24".into()),
+            ),
+            (
+                r#"{"t":"events","#,
+                DecodeError::Malformed("EOF while parsing an object at line 1 column 14".into()),
+            ),
         ];
         for (frame, want) in cases {
             assert_eq!(

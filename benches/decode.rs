@@ -1,0 +1,61 @@
+//! How fast a client reads server frames (issue 14, goals 1 and 2): `ServerMsg::decode` of the
+//! seeded coding-agent session of the projector bench (`agentwire-testkit frames`: 100k
+//! events, live: one per frame, and catch-up: 100 per frame), natively. The browser's figure is
+//! tests/js/src/projector.bench.ts's `decode` step; this one is steadier, and runs on any
+//! build of the crate with the same API (a before/after: build the parent with this file
+//! copied in, and alternate).
+//!
+//! Run: `cargo bench --bench decode` (`-- --events N`, `-- --reps N`).
+
+use std::time::Instant;
+
+use agentwire::companion::seed::{events, SeedOptions};
+use agentwire::core::wire::{self, ServerMsg};
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    let i = args.iter().position(|a| a == name);
+    i.and_then(|i| args.get(i + 1)?.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let (count, reps) = (arg("--events", 100_000), arg("--reps", 7));
+    let options = SeedOptions {
+        session: "ses_bench".into(),
+        events: count,
+        tool_updates: None,
+    };
+    let log: Vec<(u64, String)> = events(&options)
+        .zip(1..)
+        .map(|(e, seq)| (seq, e.into_sequenced(seq).to_json()))
+        .collect();
+    for (name, per_frame) in [("live", 1), ("catchup", 100)] {
+        let frames: Vec<String> = log
+            .chunks(per_frame)
+            .flat_map(|chunk| {
+                let events = chunk.iter().map(|(seq, json)| (*seq, json.as_str()));
+                wire::frame_encoded("ses_bench", "bench", events, usize::MAX)
+            })
+            .map(|f| f.text)
+            .collect();
+        let bytes: usize = frames.iter().map(String::len).sum();
+        let mut best = f64::MAX;
+        for _ in 0..reps {
+            let start = Instant::now();
+            let mut read = 0;
+            for frame in &frames {
+                match ServerMsg::decode(frame, usize::MAX) {
+                    Ok(ServerMsg::Events { events, .. }) => read += events.len(),
+                    other => panic!("not an events frame: {other:?}"),
+                }
+            }
+            best = best.min(start.elapsed().as_secs_f64());
+            assert_eq!(read, log.len());
+        }
+        let ns = best * 1e9 / log.len() as f64;
+        let mbs = bytes as f64 / best / 1e6;
+        println!("decode {name}: {} events, {bytes} bytes in {} frames: {:.1} ms best of {reps}, {ns:.0} ns/event, {mbs:.0} MB/s", log.len(), frames.len(), best * 1e3);
+        println!("BENCH\tdecode.{name}\t{ns:.0}\tns/event\t-\t-\tnative, {mbs:.0} MB/s");
+    }
+}
