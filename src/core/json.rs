@@ -209,7 +209,7 @@ impl<'a> Reader<'a> {
         self.at += 1;
         let bytes = self.bytes();
         let start = self.at;
-        let mut i = start;
+        let mut i = plain_run(bytes, start);
         while let Some(&b) = bytes.get(i) {
             match b {
                 b'"' => {
@@ -242,12 +242,7 @@ impl<'a> Reader<'a> {
         let bytes = self.bytes();
         loop {
             let start = self.at;
-            while let Some(&b) = bytes.get(self.at) {
-                if b == b'"' || b == b'\\' || b < 0x20 {
-                    break;
-                }
-                self.at += 1;
-            }
+            self.at = plain_run(bytes, start);
             out.push_str(&self.text[start..self.at]);
             match bytes.get(self.at) {
                 None => return Err(self.error("EOF while parsing a string")),
@@ -539,6 +534,33 @@ impl<'a> Reader<'a> {
     pub fn missing(&self, name: &str) -> JsonError {
         self.fail(format_args!("missing field `{name}`"), false)
     }
+}
+
+/// The end of the run of string bytes from `i` that need no attention: the index of the first
+/// `"`, `\\` or control character (or the end), found eight bytes at a time.
+fn plain_run(bytes: &[u8], mut i: usize) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    // A byte of `w` is zero (or, for `below`, under 0x20) where its bit in the result is set;
+    // bits above the lowest may be false, so only the lowest is used.
+    let zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;
+    while let Some(chunk) = bytes.get(i..i + 8) {
+        let w = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        let below = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+        let found =
+            zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) | below;
+        if found != 0 {
+            return i + (found.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while bytes
+        .get(i)
+        .is_some_and(|&b| b != b'"' && b != b'\\' && b >= 0x20)
+    {
+        i += 1;
+    }
+    i
 }
 
 /// A type read from JSON text.
@@ -960,6 +982,25 @@ mod tests {
             r.tag("t").unwrap_err().what,
             "invalid type: number, expected a string"
         );
+    }
+
+    /// The word-at-a-time scan stops exactly where a byte-by-byte one does, wherever the
+    /// byte falls in its word and whatever surrounds it (multi-byte UTF-8 included).
+    #[wasm_bindgen_test(unsupported = test)]
+    fn plain_runs_end_at_the_first_byte_that_needs_attention() {
+        for stop in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
+            for len in 0..20 {
+                for from in 0..3.min(len + 1) {
+                    let mut text = "é".repeat(len).into_bytes();
+                    let at = text.len();
+                    text.push(stop);
+                    text.extend_from_slice("ab\"".as_bytes());
+                    assert_eq!(plain_run(&text, from * 2), at, "{stop} after {len} chars");
+                }
+            }
+        }
+        assert_eq!(plain_run(b"abcdefghijklmnop", 0), 16);
+        assert_eq!(plain_run(b" !#[]~\x7f", 0), 7);
     }
 
     #[wasm_bindgen_test(unsupported = test)]
