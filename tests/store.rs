@@ -1312,8 +1312,13 @@ async fn append_new(store: &dyn Store, session: &str, first: u64, seq: u64, coun
     }
 }
 
+/// A store merging every hot id at once, once they number `merge_ids_at`.
 fn open_merging_at(path: &std::path::Path, merge_ids_at: u64) -> Arc<SqliteStore> {
-    Arc::new(SqliteStore::open_with(path, SqliteOptions { merge_ids_at }).unwrap())
+    let options = SqliteOptions {
+        merge_ids_at,
+        merge_slices: 1,
+    };
+    Arc::new(SqliteStore::open_with(path, options).unwrap())
 }
 
 /// New ids go to the hot id table, which is merged into the cold one once it holds
@@ -1408,6 +1413,58 @@ async fn a_merge_of_the_id_index_that_fails_halfway_leaves_every_id_found() {
     assert_eq!(id_tables(&path), (11, 0), "merged");
     check_appends(&*store, "a", &after[..2]).await;
     drop(store);
+}
+
+/// With the id space cut into slices, a merge moves one slice's hot ids: an id is found
+/// stored whichever slices were merged, after a restart, and after a restart with another
+/// number of slices (which merges every hot id first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_are_found_stored_across_merges_of_one_slice_and_a_change_of_slices() {
+    let dir = temp_dir();
+    let path = dir.path().join("log.db");
+    let open = |merge_slices| {
+        let options = SqliteOptions {
+            merge_ids_at: 4,
+            merge_slices,
+        };
+        Arc::new(SqliteStore::open_with(&path, options).unwrap())
+    };
+    let store = open(4);
+    store.create_session(session("a", 1)).await.unwrap();
+    store.create_session(session("b", 2)).await.unwrap();
+    // Ten batches of 3 new ids: a merge of one slice of four after each from the second on.
+    append_new(&*store, "a", 0, 1, 10).await;
+    let (cold, _) = id_tables(&path);
+    assert!(
+        cold > 0 && cold < 30,
+        "some slices merged, not all: {cold} cold"
+    );
+    let keys: Vec<String> = (0..30).map(|n| format!("a{n}")).collect();
+    let mut every: Vec<(&str, &str, u64, bool)> = (keys.iter().enumerate())
+        .map(|(n, k)| (k.as_str(), "a", n as u64 + 1, true))
+        .collect();
+    let mut new = every.clone();
+    new.push(("b0", "b", 1, false));
+    check_appends(&*store, "b", &new).await;
+    every.push(("b0", "b", 1, true));
+    check_appends(&*store, "b", &every).await;
+    drop(store);
+
+    for merge_slices in [4, 2, 2, 1, 8] {
+        let store = open(merge_slices);
+        check_appends(&*store, "b", &every).await;
+        check_appends(&*store, "a", &every[..3]).await;
+        drop(store);
+    }
+    assert_eq!(
+        id_tables(&path),
+        (31, 0),
+        "a change of slices merged every id"
+    );
+    let store = open(8);
+    append_new(&*store, "b", 100, 2, 4).await;
+    check_appends(&*store, "a", &every).await;
+    assert_eq!(store.latest_sequence("b").await.unwrap(), 13);
 }
 
 /// A log as schema version 5 left it: one unique index on the text id.

@@ -21,16 +21,20 @@
 //!   the row's body and packs the ids; the writer inserts those as they are unless some id
 //!   was already stored (then it rebuilds them without it).
 //! * The id index is two levels (schemas 6 and 7), keyed by the id's 128 bits: the hot ids
-//!   (a row per append, and in memory) and `ids_cold` (a row per id, in id order). Once the
-//!   hot ids number [`SqliteOptions::merge_ids_at`] (more with a large log:
-//!   `merge_threshold`) the writer merges them into the cold table in id order (each cold
-//!   leaf written once), in a transaction of its own, right after the group that filled it
-//!   committed (that group is answered after the merge), and empties `ids_hot`. An id is
-//!   always in exactly one of the two, so idempotence holds across the merge, a restart, or
-//!   a crash halfway through one; a group that fails takes its ids out of the hot ids again.
-//!   The Bloom filter of the cold ids, in memory (2.5–5 bytes per id: built on open, given
-//!   each merge's ids after its commit), has no false negatives, so it only ever saves a
-//!   probe.
+//!   (a row per append, and in memory) and `ids_cold` (a row per id, in id order). The id
+//!   space is cut into [`SqliteOptions::merge_slices`] slices by the ids' leading bits. Once
+//!   the hot ids number [`SqliteOptions::merge_ids_at`] (more with a large log:
+//!   `merge_threshold`) the writer merges the hot ids of one slice (round robin) into the
+//!   cold table in id order (each cold leaf of that slice written once, the others not at
+//!   all), in a transaction of its own, right after the group that filled it committed
+//!   (that group is answered after the merge). `meta`'s `ids_merged` holds, per slice, the
+//!   rowid of `ids_hot` its ids are merged up to; the rows every slice is past are deleted.
+//!   An id is always in exactly one of the two, so idempotence holds across a merge, a
+//!   restart, or a crash halfway through one; a group that fails takes its ids out of the
+//!   hot ids again, and a file opened with another number of slices is merged whole first.
+//!   A Bloom filter per slice of the cold ids, in memory (2.5–5 bytes per id: built on open,
+//!   given each merge's ids after its commit, rebuilt from its slice of `ids_cold` alone
+//!   once outgrown), has no false negatives, so it only ever saves a probe.
 //! * Reads of a range find the session's first row whose last sequence is past the cursor
 //!   and read rows in sequence order, decoding only the lines in range. Filters by run, type
 //!   or time scan the session's rows in sequence order, skipping a row whose summary rules it
@@ -224,29 +228,36 @@ const PAGE_SIZE: i64 = 16_384;
 const WRITER_CACHE_KIB: i64 = -65_536;
 /// Ids the hot id table holds, at least, before the writer merges it into the cold one.
 const MERGE_IDS_AT: u64 = 65_536;
+/// Slices of the id space merged one at a time ([`SqliteOptions::merge_slices`]).
+const MERGE_SLICES: u32 = 8;
 
 /// How a [`SqliteStore`] is opened; [`SqliteStore::open`] takes the defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SqliteOptions {
-    /// The hot id table is merged into the cold one once it holds this many ids, or more
+    /// The hot ids are merged into the cold table once they number this many, or more
     /// with a large log (`merge_threshold`). Small values cross merges quickly (tests).
     pub merge_ids_at: u64,
+    /// The id space is cut into this many slices (rounded up to a power of two, at most
+    /// 256), by the ids' leading bits; a merge moves one slice's hot ids, so it rewrites
+    /// that share of the cold table, not all of it. 1: every merge moves every hot id.
+    pub merge_slices: u32,
 }
 
 impl Default for SqliteOptions {
     fn default() -> SqliteOptions {
         SqliteOptions {
             merge_ids_at: MERGE_IDS_AT,
+            merge_slices: MERGE_SLICES,
         }
     }
 }
 
-/// The hot table's size at which it is merged, with `cold` ids in the cold table:
-/// `max(at, sqrt(cold * at) / 4)`, at the default `at` `sqrt(cold * 4096)`. Every commit
-/// rewrites the hot leaves it touches (nearly all of them: ids are hashes), every merge
-/// rewrites every cold leaf, so per event the hot table costs about `hot / group` and the
-/// merge `cold / hot`: least at `hot = sqrt(cold * group)`, with groups of ~4,096 events
-/// under load. The hot table grows with the square root of the log, never below `at`.
+/// The number of hot ids at which a merge is due, with `cold` ids in the cold table:
+/// `max(at, sqrt(cold * at) / 4)`, at the default `at` `sqrt(cold * 4096)`. (Chosen for
+/// schema 6, whose hot table cost every commit its leaves; since schema 7 the hot ids cost a
+/// commit nothing but their row, and memory, about 40 bytes each, and a merge rewrites the
+/// slice's cold leaves, so per event the merges cost about `cold / hot` page writes.) The
+/// hot ids grow with the square root of the log, never below `at`.
 fn merge_threshold(at: u64, cold: u64) -> u64 {
     at.max(cold.saturating_mul(at).isqrt() / 4)
 }
@@ -346,7 +357,7 @@ impl SqliteStore {
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.set_prepared_statement_cache_capacity(32);
         let epoch = migrate(&mut conn)?;
-        let ids = IdIndex::read(&conn, options.merge_ids_at.max(1))?;
+        let ids = IdIndex::read(&mut conn, options.merge_ids_at.max(1), options.merge_slices)?;
 
         let (trash, bins) = std::sync::mpsc::channel::<Trash>();
         let dropper = std::thread::Builder::new()
@@ -653,8 +664,20 @@ struct IdIndex {
     merge_at: u64,
     /// After a failed merge, the next is tried only once the hot table holds this many.
     retry_at: u64,
-    /// Every id of `ids_cold` (and maybe others): a new id skips the cold probe.
+    /// The slices of the id space, by the ids' leading `bits` bits.
+    slices: Vec<Slice>,
+    bits: u32,
+    /// The slice the next merge moves (round robin).
+    next: usize,
+}
+
+/// One slice of the id space.
+struct Slice {
+    /// Every id of the slice in `ids_cold` (and maybe others): a new id skips the cold probe.
     filter: ColdFilter,
+    /// The rowid of `ids_hot` up to which this slice's ids are in `ids_cold` (`meta`'s
+    /// `ids_merged`): a row's id of this slice is hot only if the row is past it.
+    merged: i64,
 }
 
 /// The hot ids in memory: id -> (session, sequence). The table `ids_hot` holds the same ids,
@@ -750,11 +773,18 @@ impl ColdFilter {
         }
     }
 
-    /// Every id of `ids_cold`, in a filter with room for twice as many.
-    fn read(conn: &Connection, cold: u64) -> Result<ColdFilter, StoreError> {
+    /// Every id of `ids_cold` in `range` (`lo..hi`, or `lo..` to the end), in a filter with
+    /// room for twice `cold`.
+    fn read(
+        conn: &Connection,
+        cold: u64,
+        range: (u128, Option<u128>),
+    ) -> Result<ColdFilter, StoreError> {
         let mut filter = ColdFilter::new(cold.saturating_mul(2));
-        let mut stmt = conn.prepare("SELECT id FROM ids_cold")?;
-        let mut rows = stmt.query([])?;
+        let (lo, hi) = (range.0.to_be_bytes(), range.1.map(u128::to_be_bytes));
+        let mut stmt = conn
+            .prepare_cached("SELECT id FROM ids_cold WHERE id >= ?1 AND (?2 IS NULL OR id < ?2)")?;
+        let mut rows = stmt.query(params![&lo[..], hi.as_ref().map(|h| &h[..])])?;
         while let Some(row) = rows.next()? {
             let id = row.get_ref(0)?.as_blob().map_err(rusqlite::Error::from)?;
             let bits: [u8; 16] = id.try_into().map_err(|_| {
@@ -788,16 +818,35 @@ impl ColdFilter {
 }
 
 impl IdIndex {
-    fn read(conn: &Connection, merge_at: u64) -> Result<IdIndex, StoreError> {
+    /// The hot ids (each row's ids of a slice it is past the mark of), the cold count, the
+    /// filters. A file merged with another number of slices is first merged whole.
+    fn read(conn: &mut Connection, merge_at: u64, slices: u32) -> Result<IdIndex, StoreError> {
+        let bits = slices.clamp(1, 256).next_power_of_two().trailing_zeros();
+        let marks: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'ids_merged'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        let marks: Vec<i64> = match marks {
+            Some(marks) => (marks.split(' '))
+                .map(|m| m.parse().map_err(|_| ()))
+                .collect::<Result<_, ()>>()
+                .ok()
+                .filter(|m: &Vec<i64>| m.len().is_power_of_two() && m.len() <= 256)
+                .ok_or_else(|| StoreError::Corrupt(format!("meta ids_merged is {marks:?}")))?,
+            None => vec![0; 1 << bits],
+        };
+        let stored_bits = marks.len().trailing_zeros();
         let mut hot = HotIds::default();
         {
-            let mut stmt = conn.prepare("SELECT session_id, first_seq, ids FROM ids_hot")?;
+            let mut stmt = conn.prepare("SELECT rowid, session_id, first_seq, ids FROM ids_hot")?;
             let mut rows = stmt.query([])?;
             while let Some(row) = rows.next()? {
-                let session = row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)?;
+                let rowid: i64 = row.get(0)?;
+                let session = row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?;
                 let session = hot.session(session);
-                let first: i64 = row.get(1)?;
-                let ids = row.get_ref(2)?.as_blob().map_err(rusqlite::Error::from)?;
+                let first: i64 = row.get(2)?;
+                let ids = row.get_ref(3)?.as_blob().map_err(rusqlite::Error::from)?;
                 if ids.len() % 16 != 0 || first < 1 {
                     return Err(StoreError::Corrupt(format!(
                         "a row of ids_hot of {} bytes from sequence {first}",
@@ -805,8 +854,10 @@ impl IdIndex {
                     )));
                 }
                 for (i, id) in ids.chunks_exact(16).enumerate() {
-                    let bits = u128::from_be_bytes(id.try_into().expect("16 bytes"));
-                    hot.ids.insert(bits, (session, first as u64 + i as u64));
+                    let key = u128::from_be_bytes(id.try_into().expect("16 bytes"));
+                    if rowid > marks[slice_of(key, stored_bits)] {
+                        hot.ids.insert(key, (session, first as u64 + i as u64));
+                    }
                 }
             }
         }
@@ -815,19 +866,108 @@ impl IdIndex {
                 r.get(0)
             })
             .optional()?;
-        let cold = cold.and_then(|c| c.parse().ok()).unwrap_or(0);
+        let mut cold = cold.and_then(|c| c.parse().ok()).unwrap_or(0);
+        let mut marks = marks;
+        if stored_bits != bits {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            // Every slice past every row: all of them merged, the table emptied.
+            cold = merge_slice(&tx, &hot, cold, None, &vec![i64::MAX; 1 << bits])?;
+            tx.commit()?;
+            hot.clear();
+            marks = vec![0; 1 << bits];
+        }
+        let per_slice = cold >> bits;
+        let slices = (0..1usize << bits)
+            .map(|s| {
+                Ok(Slice {
+                    filter: ColdFilter::read(conn, per_slice, slice_range(s, bits))?,
+                    merged: marks[s],
+                })
+            })
+            .collect::<Result<Vec<Slice>, StoreError>>()?;
         Ok(IdIndex {
             hot,
             cold,
             merge_at,
             retry_at: 0,
-            filter: ColdFilter::read(conn, cold)?,
+            slices,
+            bits,
+            next: 0,
         })
     }
 
     fn due(&self) -> bool {
         self.hot.len() >= merge_threshold(self.merge_at, self.cold).max(self.retry_at)
     }
+
+    /// Whether `ids_cold` may hold `key` (no false negatives).
+    fn may_be_cold(&self, key: u128) -> bool {
+        self.slices[slice_of(key, self.bits)].filter.may_hold(key)
+    }
+}
+
+/// The slice of `key` among `1 << bits`: its leading bits.
+fn slice_of(key: u128, bits: u32) -> usize {
+    key.checked_shr(128 - bits).unwrap_or(0) as usize
+}
+
+/// The ids of slice `s` among `1 << bits`: `lo..hi`, or `lo..` for the last.
+fn slice_range(s: usize, bits: u32) -> (u128, Option<u128>) {
+    let lo = (s as u128).checked_shl(128 - bits).unwrap_or(0);
+    let hi = (s as u128 + 1)
+        .checked_shl(128 - bits)
+        .filter(|_| s + 1 < 1 << bits);
+    (lo, hi)
+}
+
+/// Inside `tx`: moves the hot ids of slice `only` (every slice if `None`) into `ids_cold` in
+/// id order, records `marks` (the slices' new marks) and deletes the rows of `ids_hot` that
+/// every slice is past (all of them, marks reset to 0, once each slice is past its last
+/// row). Returns the cold count.
+fn merge_slice(
+    tx: &Connection,
+    hot: &HotIds,
+    cold: u64,
+    only: Option<(usize, u32)>,
+    marks: &[i64],
+) -> Result<u64, StoreError> {
+    let mut moving: Vec<(u128, u32, u64)> = (hot.ids.iter())
+        .filter(|(&key, _)| only.is_none_or(|(s, bits)| slice_of(key, bits) == s))
+        .map(|(&key, &(session, seq))| (key, session, seq))
+        .collect();
+    moving.sort_unstable_by_key(|m| m.0);
+    let mut moved = 0;
+    {
+        // An id is in one table only (the append looks it up in both before adding it to
+        // the hot ones); if ever in both, the cold row, the older, stays.
+        let mut insert = tx.prepare_cached(
+            "INSERT OR IGNORE INTO ids_cold (id, session_id, seq) VALUES (?1, ?2, ?3)",
+        )?;
+        for &(key, session, seq) in &moving {
+            let session = &hot.sessions[session as usize];
+            moved += insert.execute(params![&key.to_be_bytes()[..], session, seq as i64])?;
+        }
+    }
+    let last: i64 = tx.query_row("SELECT coalesce(max(rowid), 0) FROM ids_hot", [], |r| {
+        r.get(0)
+    })?;
+    let past = marks.iter().copied().min().unwrap_or(0);
+    let marks: Vec<i64> = if past >= last {
+        // Every slice is past every row: the table empties and rowids start over.
+        tx.execute("DELETE FROM ids_hot", [])?;
+        vec![0; marks.len()]
+    } else {
+        tx.execute("DELETE FROM ids_hot WHERE rowid <= ?1", [past])?;
+        marks.to_vec()
+    };
+    let cold = cold + moved as u64;
+    let text: Vec<String> = marks.iter().map(i64::to_string).collect();
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('ids_cold', ?1), ('ids_merged', ?2)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        params![cold.to_string(), text.join(" ")],
+    )?;
+    Ok(cold)
 }
 
 /// Freed on the dropper thread.
@@ -1006,60 +1146,64 @@ impl Writer {
 }
 
 impl Writer {
-    /// Moves every id of the hot table into the cold one, in id order (each cold leaf is
-    /// written once), in a transaction of its own: a failure or a crash halfway leaves both
-    /// tables as they were, and an id is never in neither. The ids come from memory, sorted
-    /// here; the hot table's rows are then deleted. A failed merge is tried again once the
-    /// hot table has grown by `merge_at`.
+    /// Moves the hot ids of the next slice of the id space into the cold table, in id order
+    /// (each cold leaf of the slice written once), in a transaction of its own: a failure or
+    /// a crash halfway leaves both tables as they were, and an id is never in neither. The
+    /// ids come from memory, sorted here; the slice's mark moves past the last row of
+    /// `ids_hot`, and the rows every slice is past are deleted. A failed merge is tried again
+    /// once the hot ids have grown by `merge_at`.
     fn merge_ids(&mut self) {
-        let cold = self.ids.cold;
-        let hot = &self.ids.hot;
-        let mut moving: Vec<(u128, u32, u64)> = (hot.ids.iter())
-            .map(|(&key, &(session, seq))| (key, session, seq))
-            .collect();
-        moving.sort_unstable_by_key(|m| m.0);
-        let merged = (|| -> Result<u64, StoreError> {
+        let ids = &self.ids;
+        let (slice, bits) = (ids.next, ids.bits);
+        let merged = (|| -> Result<(u64, Vec<i64>), StoreError> {
             let tx = self
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let mut moved = 0;
-            {
-                // An id is in one table only (the append looks it up in both before adding
-                // it to the hot one); if ever in both, the cold row, the older, stays.
-                let mut insert = tx.prepare_cached(
-                    "INSERT OR IGNORE INTO ids_cold (id, session_id, seq) VALUES (?1, ?2, ?3)",
-                )?;
-                for &(key, session, seq) in &moving {
-                    let session = &hot.sessions[session as usize];
-                    moved +=
-                        insert.execute(params![&key.to_be_bytes()[..], session, seq as i64])?;
-                }
-            }
-            tx.execute("DELETE FROM ids_hot", [])?;
-            let cold = cold + moved as u64;
-            tx.execute(
-                "INSERT INTO meta (key, value) VALUES ('ids_cold', ?1)
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                [cold.to_string()],
-            )?;
+            let last: i64 =
+                tx.query_row("SELECT coalesce(max(rowid), 0) FROM ids_hot", [], |r| {
+                    r.get(0)
+                })?;
+            let mut marks: Vec<i64> = ids.slices.iter().map(|s| s.merged).collect();
+            marks[slice] = last;
+            let cold = merge_slice(&tx, &ids.hot, ids.cold, Some((slice, bits)), &marks)?;
+            let marks =
+                tx.query_row("SELECT value FROM meta WHERE key = 'ids_merged'", [], |r| {
+                    r.get::<_, String>(0)
+                })?;
             tx.commit()?;
-            Ok(cold)
+            let marks = marks.split(' ').map(|m| m.parse().unwrap_or(0)).collect();
+            Ok((cold, marks))
         })();
         match merged {
-            Ok(cold) => {
-                if cold > self.ids.filter.capacity {
-                    match ColdFilter::read(&self.conn, cold) {
-                        Ok(filter) => self.ids.filter = filter,
+            Ok((cold, marks)) => {
+                let moved: Vec<u128> = (self.ids.hot.ids.keys())
+                    .copied()
+                    .filter(|&key| slice_of(key, bits) == slice)
+                    .collect();
+                for key in &moved {
+                    self.ids.hot.ids.remove(key);
+                }
+                if self.ids.hot.ids.is_empty() {
+                    self.ids.hot.clear();
+                }
+                let per_slice = cold >> bits;
+                let target = &mut self.ids.slices[slice];
+                if per_slice > target.filter.capacity {
+                    match ColdFilter::read(&self.conn, per_slice, slice_range(slice, bits)) {
+                        Ok(filter) => target.filter = filter,
                         // Too full, but it still holds every cold id.
-                        Err(_) => (moving.iter()).for_each(|m| self.ids.filter.insert(m.0)),
+                        Err(_) => moved.iter().for_each(|&k| target.filter.insert(k)),
                     }
                 } else {
-                    (moving.iter()).for_each(|m| self.ids.filter.insert(m.0));
+                    moved.iter().for_each(|&k| target.filter.insert(k));
+                }
+                for (s, mark) in self.ids.slices.iter_mut().zip(marks) {
+                    s.merged = mark;
                 }
                 self.ids.cold = cold;
-                self.ids.hot.clear();
+                self.ids.next = (slice + 1) % self.ids.slices.len();
                 self.ids.retry_at = 0;
-                // The merge rewrote the cold leaves: a checkpoint's worth of WAL.
+                // The merge rewrote cold leaves: a checkpoint's worth of WAL.
                 let _ = self.wake.try_send(());
             }
             // Disk full, I/O error: both tables are as they were, and still looked up.
@@ -1311,7 +1455,7 @@ impl Step<'_> {
             seen.insert(key, out.len());
             let stored = match self.ids.hot.get(key) {
                 Some((owner, at)) => Some((owner.to_owned(), at)),
-                None if self.ids.filter.may_hold(key) => cold
+                None if self.ids.may_be_cold(key) => cold
                     .query_row([&key.to_be_bytes()[..]], |r| {
                         Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
                     })
