@@ -326,6 +326,15 @@ fn sustained(_c: &mut Criterion, name: &str, open: Open) {
         });
         eprintln!("{name}_sustained: the log holds {prefill} events before the run");
     }
+    // What building the events costs (the load, not the store): part of the process's CPU
+    // below. A companion's normalizer builds its events too.
+    let building = {
+        let start = thread_cpu_now();
+        for n in 0..20_000 {
+            black_box(event("s000", n));
+        }
+        (thread_cpu_now() - start) / 20_000.0
+    };
     let commits_before = (bench.commits)();
     let cpu_before = thread_cpu();
     let (events, latencies, elapsed) = rt.block_on(async {
@@ -371,9 +380,10 @@ fn sustained(_c: &mut Criterion, name: &str, open: Open) {
     let (all, writer) = cpu_since(&cpu_before);
     eprintln!(
         "{name}_sustained: CPU per event {:.2} us (the process), {:.2} us (its busiest store \
-         thread: the writer)",
+         thread: the writer), of which building the events (the bench's load) {:.2} us",
         all * 1e6 / events as f64,
-        writer * 1e6 / events as f64
+        writer * 1e6 / events as f64,
+        building * 1e6
     );
     let mut sorted = latencies;
     sorted.sort_by(f64::total_cmp);
@@ -396,9 +406,10 @@ fn sustained(_c: &mut Criterion, name: &str, open: Open) {
     );
     println!(
         "BENCH\tstore.{backend}.cpu_per_event\t{:.2}\tus\t-\t-\tthe whole process; the writer \
-         thread {:.2} us{}",
+         thread {:.2} us; building the events {:.2} us{}",
         all * 1e6 / events as f64,
         writer * 1e6 / events as f64,
+        building * 1e6,
         if prefill > 0 {
             format!(", log prefilled with {prefill} events")
         } else {
@@ -412,6 +423,17 @@ fn sustained(_c: &mut Criterion, name: &str, open: Open) {
             pct(p)
         );
     }
+}
+
+/// CPU seconds the calling thread has used.
+fn thread_cpu_now() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write to.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// CPU seconds per thread of this process (Linux: `/proc/self/task/*/stat`), with its name.

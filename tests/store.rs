@@ -1263,15 +1263,16 @@ async fn a_version_4_log_is_migrated_keeping_its_events_and_epoch() {
     assert!(without_rowid.contains("WITHOUT ROWID"), "{without_rowid}");
 }
 
-/// The rows of the two id tables (schema 6): `(ids_cold, ids_hot)`.
+/// The ids each id table holds: `(ids_cold, ids_hot)` (schema 7: a row of `ids_hot` holds
+/// an append's ids, 16 bytes each).
 fn id_tables(path: &std::path::Path) -> (i64, i64) {
     let conn = rusqlite::Connection::open(path).unwrap();
     conn.busy_timeout(DEADLINE).unwrap();
-    let count = |table: &str| {
-        conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
-            .unwrap()
-    };
-    (count("ids_cold"), count("ids_hot"))
+    let count = |sql: &str| conn.query_row(sql, [], |r| r.get(0)).unwrap();
+    (
+        count("SELECT count(*) FROM ids_cold"),
+        count("SELECT coalesce(sum(length(ids)), 0) / 16 FROM ids_hot"),
+    )
 }
 
 /// Appends to `session` one event per row of `want`, its id derived from the row's key, and
@@ -1311,8 +1312,13 @@ async fn append_new(store: &dyn Store, session: &str, first: u64, seq: u64, coun
     }
 }
 
+/// A store merging every hot id at once, once they number `merge_ids_at`.
 fn open_merging_at(path: &std::path::Path, merge_ids_at: u64) -> Arc<SqliteStore> {
-    Arc::new(SqliteStore::open_with(path, SqliteOptions { merge_ids_at }).unwrap())
+    let options = SqliteOptions {
+        merge_ids_at,
+        merge_slices: 1,
+    };
+    Arc::new(SqliteStore::open_with(path, options).unwrap())
 }
 
 /// New ids go to the hot id table, which is merged into the cold one once it holds
@@ -1409,6 +1415,58 @@ async fn a_merge_of_the_id_index_that_fails_halfway_leaves_every_id_found() {
     drop(store);
 }
 
+/// With the id space cut into slices, a merge moves one slice's hot ids: an id is found
+/// stored whichever slices were merged, after a restart, and after a restart with another
+/// number of slices (which merges every hot id first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_are_found_stored_across_merges_of_one_slice_and_a_change_of_slices() {
+    let dir = temp_dir();
+    let path = dir.path().join("log.db");
+    let open = |merge_slices| {
+        let options = SqliteOptions {
+            merge_ids_at: 4,
+            merge_slices,
+        };
+        Arc::new(SqliteStore::open_with(&path, options).unwrap())
+    };
+    let store = open(4);
+    store.create_session(session("a", 1)).await.unwrap();
+    store.create_session(session("b", 2)).await.unwrap();
+    // Ten batches of 3 new ids: a merge of one slice of four after each from the second on.
+    append_new(&*store, "a", 0, 1, 10).await;
+    let (cold, _) = id_tables(&path);
+    assert!(
+        cold > 0 && cold < 30,
+        "some slices merged, not all: {cold} cold"
+    );
+    let keys: Vec<String> = (0..30).map(|n| format!("a{n}")).collect();
+    let mut every: Vec<(&str, &str, u64, bool)> = (keys.iter().enumerate())
+        .map(|(n, k)| (k.as_str(), "a", n as u64 + 1, true))
+        .collect();
+    let mut new = every.clone();
+    new.push(("b0", "b", 1, false));
+    check_appends(&*store, "b", &new).await;
+    every.push(("b0", "b", 1, true));
+    check_appends(&*store, "b", &every).await;
+    drop(store);
+
+    for merge_slices in [4, 2, 2, 1, 8] {
+        let store = open(merge_slices);
+        check_appends(&*store, "b", &every).await;
+        check_appends(&*store, "a", &every[..3]).await;
+        drop(store);
+    }
+    assert_eq!(
+        id_tables(&path),
+        (31, 0),
+        "a change of slices merged every id"
+    );
+    let store = open(8);
+    append_new(&*store, "b", 100, 2, 4).await;
+    check_appends(&*store, "a", &every).await;
+    assert_eq!(store.latest_sequence("b").await.unwrap(), 13);
+}
+
 /// A log as schema version 5 left it: one unique index on the text id.
 const SCHEMA_5: &str = concat!(
     schema_4_tables!(),
@@ -1491,6 +1549,344 @@ async fn a_version_5_log_is_migrated_keeping_its_events_and_every_id_stored() {
     assert_eq!(store.latest_sequence("b").await.unwrap(), 3);
 }
 
+/// The log of `split_log`: batches of 3, 1, 5, 2 and 4 events (schema 7 stores each append
+/// as one row), types, runs and timestamps varying inside and across them; the fourth batch
+/// repeats an id of its own and one stored before, so its row is rebuilt without them.
+fn split_batches() -> Vec<Vec<Event>> {
+    let kinds = [
+        EventType::RunStarted,
+        EventType::MessageStreamed,
+        EventType::ToolCallStarted,
+        EventType::MessageStreamed,
+    ];
+    let event = |n: usize| {
+        let run = match n {
+            0..=5 => Some("r1"),
+            6..=8 => None,
+            _ => Some("r2"),
+        };
+        // Not in sequence order: 10, 37, 24, 51, 38, …
+        let ms = 10 + (n as i64 * 27) % 41;
+        event_with_id("r", &format!("split{n}"), kinds[n % 4], run, ms)
+    };
+    let mut n = 0;
+    let mut batch = |size: usize| {
+        let b: Vec<Event> = (n..n + size).map(event).collect();
+        n += size;
+        b
+    };
+    let (a, b, c) = (batch(3), batch(1), batch(5));
+    let mut d = batch(2);
+    d.insert(1, d[0].clone());
+    d.push(a[1].clone());
+    let e = batch(4);
+    vec![a, b, c, d, e]
+}
+
+/// Every range and filter of `get_events` over the rows `split_batches` made, against the
+/// same filter applied to the whole log in memory, on the store given.
+async fn check_every_range(store: &dyn Store, log: &[Event]) {
+    let last = log.len() as u64;
+    let cursors = [None, Some(0), Some(1), Some(2), Some(3), Some(4), Some(8)];
+    let cursors = cursors
+        .into_iter()
+        .chain([9, 10, 11, 13, last - 1, last, last + 5, u64::MAX].map(Some));
+    let befores = [
+        None,
+        Some(0),
+        Some(1),
+        Some(2),
+        Some(4),
+        Some(5),
+        Some(9),
+        Some(10),
+    ];
+    let befores = befores
+        .into_iter()
+        .chain([last, last + 1, u64::MAX].map(Some));
+    let filters: Vec<EventQuery> = vec![
+        EventQuery::default(),
+        EventQuery {
+            kind: Some(EventType::MessageStreamed),
+            ..EventQuery::default()
+        },
+        EventQuery {
+            kind: Some(EventType::RunStarted),
+            ..EventQuery::default()
+        },
+        EventQuery {
+            kind: Some(EventType::SessionFailed),
+            ..EventQuery::default()
+        },
+        EventQuery {
+            run_id: Some("r1".into()),
+            ..EventQuery::default()
+        },
+        EventQuery {
+            run_id: Some("r2".into()),
+            kind: Some(EventType::ToolCallStarted),
+            ..EventQuery::default()
+        },
+        EventQuery {
+            since: Some(Timestamp::from_unix_millis(37)),
+            ..EventQuery::default()
+        },
+        EventQuery {
+            since: Some(Timestamp::from_unix_millis(45)),
+            run_id: Some("r2".into()),
+            ..EventQuery::default()
+        },
+    ];
+    let befores: Vec<Option<u64>> = befores.collect();
+    for after in cursors {
+        for &before in &befores {
+            for limit in [None, Some(0), Some(1), Some(3)] {
+                for filter in &filters {
+                    let query = EventQuery {
+                        after,
+                        before,
+                        limit,
+                        ..filter.clone()
+                    };
+                    let want: Vec<Event> = (log.iter())
+                        .filter(|e| after.is_none_or(|a| e.sequence() > a))
+                        .filter(|e| before.is_none_or(|b| e.sequence() < b))
+                        .filter(|e| query.since.is_none_or(|s| e.timestamp() >= s))
+                        .filter(|e| query.kind.is_none_or(|k| e.kind() == k))
+                        .filter(|e| (query.run_id.as_deref()).is_none_or(|r| e.run_id() == Some(r)))
+                        .take(limit.unwrap_or(usize::MAX))
+                        .cloned()
+                        .collect();
+                    let got = store.get_events("r", &query).await.unwrap();
+                    assert_eq!(seqs(&got), seqs(&want), "{query:?}");
+                    assert_eq!(got, want, "{query:?}");
+                }
+            }
+        }
+    }
+}
+
+/// Schema 7 stores an append as one row: whatever range and filter a read asks for, across
+/// rows and inside them, it gets what a row per event would give (the store's recent tail,
+/// then a fresh store that reads every range from the file).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_split_over_rows_read_back_by_every_range_and_filter() {
+    let dir = temp_dir();
+    let path = dir.path().join("log.db");
+    let store = open_merging_at(&path, 4);
+    store.create_session(session("r", 1)).await.unwrap();
+    let mut log: Vec<Event> = Vec::new();
+    for batch in split_batches() {
+        for appended in store.append("r", batch).await.unwrap() {
+            if !appended.duplicate {
+                log.push(appended.event);
+            }
+        }
+    }
+    assert_eq!(seqs(&log), (1..=15).collect::<Vec<_>>());
+    let rows: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 5, "one row per append");
+    check_every_range(&*store, &log).await;
+    assert_eq!(store.latest_sequence("r").await.unwrap(), 15);
+    drop(store);
+
+    let store = open_merging_at(&path, 65_536);
+    check_every_range(&*store, &log).await;
+    // Every id is found stored, wherever its row is.
+    let again: Vec<Event> = split_batches().concat();
+    let appended = store.append("r", again).await.unwrap();
+    assert!(appended.iter().all(|a| a.duplicate));
+    let mut found: Vec<Event> = appended.into_iter().map(|a| a.event).collect();
+    found.sort_by_key(Event::sequence);
+    found.dedup();
+    assert_eq!(found, log);
+    assert!(matches!(
+        store.get_events("nope", &EventQuery::default()).await,
+        Err(StoreError::UnknownSession(_))
+    ));
+}
+
+/// An append that fails after it started writing (here a trigger refuses its row of the hot
+/// id table, after its row of events went in) fails its group whole: nothing of it is read,
+/// its ids are not taken for stored, and the same batch stores later with the same sequences.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_that_fails_halfway_leaves_nothing_half_written() {
+    let dir = temp_dir();
+    let path = dir.path().join("log.db");
+    let store = open_sqlite(&dir);
+    store.create_session(session("h", 1)).await.unwrap();
+    let first: Vec<Event> = (0..3).map(|i| ev("h", &i.to_string())).collect();
+    store.append("h", first.clone()).await.unwrap();
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.busy_timeout(DEADLINE).unwrap();
+    raw.execute_batch(
+        "CREATE TRIGGER refuse BEFORE INSERT ON ids_hot
+         BEGIN SELECT RAISE(ABORT, 'append refused'); END;",
+    )
+    .unwrap();
+
+    let second: Vec<Event> = (3..8).map(|i| ev("h", &i.to_string())).collect();
+    let failed = store.append("h", second.clone()).await;
+    assert!(matches!(failed, Err(StoreError::Database(_))), "{failed:?}");
+    assert_eq!(store.latest_sequence("h").await.unwrap(), 3);
+    let stored = store.get_events("h", &EventQuery::default()).await.unwrap();
+    assert_eq!(seqs(&stored), [1, 2, 3]);
+    let raw_rows: i64 = raw
+        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(raw_rows, 1);
+    assert_eq!(id_tables(&path), (0, 3));
+
+    raw.execute_batch("DROP TRIGGER refuse").unwrap();
+    let appended = store.append("h", second.clone()).await.unwrap();
+    assert_eq!(
+        appended_seqs(&appended),
+        [(4, false), (5, false), (6, false), (7, false), (8, false)]
+    );
+    let appended = store.append("h", second.clone()).await.unwrap();
+    assert!(appended.iter().all(|a| a.duplicate));
+    drop(store);
+    let store = open_sqlite(&dir);
+    let want: Vec<Event> = (first.into_iter().chain(second))
+        .enumerate()
+        .map(|(i, e)| e.into_sequenced(i as u64 + 1))
+        .collect();
+    assert_eq!(
+        store.get_events("h", &EventQuery::default()).await.unwrap(),
+        want
+    );
+}
+
+/// A log as schema version 6 left it: one row per event, the ids in two tables of their own
+/// keyed by their 16 bytes.
+const SCHEMA_6: &str = concat!(
+    schema_4_tables!(),
+    "DROP INDEX events_by_id;
+    CREATE TABLE projections (
+        session_id TEXT PRIMARY KEY NOT NULL REFERENCES sessions(id),
+        format INTEGER NOT NULL, after INTEGER NOT NULL CHECK (after >= 0),
+        items INTEGER NOT NULL CHECK (items >= 0), body BLOB NOT NULL
+    ) STRICT;
+    CREATE TABLE projected_items (
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        idx INTEGER NOT NULL CHECK (idx >= 0), format INTEGER NOT NULL, body BLOB NOT NULL,
+        PRIMARY KEY (session_id, idx)
+    ) STRICT, WITHOUT ROWID;
+    CREATE TABLE ids_cold (
+        id BLOB PRIMARY KEY NOT NULL CHECK (length(id) = 16), session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    CREATE TABLE ids_hot (
+        id BLOB PRIMARY KEY NOT NULL CHECK (length(id) = 16), session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    INSERT INTO meta VALUES ('epoch', '66666666666666666666666666666666');
+    INSERT INTO sessions VALUES ('a', 'demo', '/tmp', 'closed', NULL, 1, 1, 'local');
+    INSERT INTO sessions VALUES ('b', 'demo', '/tmp', 'closed', NULL, 2, 2, 'local');
+    PRAGMA user_version = 6;",
+);
+
+/// A schema-6 log (a row per event; some ids merged into the cold table, the newest still
+/// in the hot one) is migrated: every event reads back with every filter, every id is found
+/// stored where it was, and appends number on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_6_log_is_migrated_keeping_its_events_and_every_id_stored() {
+    let dir = temp_dir();
+    let path = dir.path().join("log.db");
+    let old = [
+        ("a", "a1", 1, EventType::RunStarted, Some("r1"), 10),
+        ("a", "a2", 2, EventType::MessageStreamed, Some("r1"), 30),
+        ("a", "a3", 3, EventType::MessageStreamed, Some("r2"), 20),
+        ("b", "b1", 1, EventType::MessageStreamed, None, 15),
+        ("b", "b2", 2, EventType::ToolCallStarted, None, 16),
+    ];
+    let event = |(s, key, seq, kind, run, ms): &(&str, &str, u64, EventType, Option<&str>, i64)| {
+        event_with_id(s, key, *kind, *run, *ms).with_sequence(*seq)
+    };
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(SCHEMA_6).unwrap();
+        for (i, row) in old.iter().enumerate() {
+            let e = event(row);
+            insert_old_event(&conn, &e);
+            // The first three ids merged, the last two still hot.
+            let table = if i < 3 { "ids_cold" } else { "ids_hot" };
+            conn.execute(
+                &format!("INSERT INTO {table} VALUES (?1, ?2, ?3)"),
+                rusqlite::params![&e.id().bits().to_be_bytes()[..], row.0, row.2 as i64],
+            )
+            .unwrap();
+        }
+        conn.execute("INSERT INTO meta VALUES ('ids_cold', '3')", [])
+            .unwrap();
+    }
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.epoch(), "66666666666666666666666666666666");
+    let a: Vec<Event> = old[..3].iter().map(event).collect();
+    assert_eq!(
+        store.get_events("a", &EventQuery::default()).await.unwrap(),
+        a
+    );
+    let filtered = [
+        (
+            EventQuery {
+                run_id: Some("r1".into()),
+                ..EventQuery::default()
+            },
+            vec![1, 2],
+        ),
+        (
+            EventQuery {
+                kind: Some(EventType::MessageStreamed),
+                after: Some(2),
+                ..EventQuery::default()
+            },
+            vec![3],
+        ),
+        (
+            EventQuery {
+                since: Some(Timestamp::from_unix_millis(20)),
+                ..EventQuery::default()
+            },
+            vec![2, 3],
+        ),
+    ];
+    for (query, want) in filtered {
+        assert_eq!(
+            seqs(&store.get_events("a", &query).await.unwrap()),
+            want,
+            "{query:?}"
+        );
+    }
+    assert_eq!(store.latest_sequence("b").await.unwrap(), 2);
+    let stored = [
+        ("a1", "a", 1, true),
+        ("b2", "b", 2, true),
+        ("b3", "b", 3, false),
+    ];
+    check_appends(&store, "b", &stored).await;
+    check_appends(&store, "a", &[("a3", "a", 3, true), ("a4", "a", 4, false)]).await;
+    drop(store);
+    assert_eq!(user_version(&path), SqliteStore::SCHEMA_VERSION);
+    assert_eq!(
+        id_tables(&path),
+        (5, 2),
+        "the migrated ids cold, the new ones hot"
+    );
+
+    let store = SqliteStore::open(&path).unwrap();
+    let every: Vec<(&str, &str, u64, bool)> = (old.iter())
+        .map(|(s, k, n, ..)| (*k, *s, *n, true))
+        .chain([("a4", "a", 4, true), ("b3", "b", 3, true)])
+        .collect();
+    check_appends(&store, "b", &every).await;
+    assert_eq!(store.latest_sequence("a").await.unwrap(), 4);
+}
+
 #[test]
 fn a_database_from_a_newer_build_is_refused() {
     let dir = temp_dir();
@@ -1559,9 +1955,18 @@ async fn a_corrupt_row_is_an_error_not_a_panic() {
 
     let raw = rusqlite::Connection::open(dir.path().join("log.db")).unwrap();
     raw.busy_timeout(DEADLINE).unwrap();
+    // The three events are one row (schema 7): its second line is replaced.
+    let body: String = raw
+        .query_row("SELECT body FROM events WHERE session_id = 's'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let mut lines: Vec<&str> = body.split('\n').collect();
+    assert_eq!(lines.len(), 3);
+    lines[1] = "{\"not\": \"an event\"}";
     raw.execute(
-        "UPDATE events SET body = '{\"not\": \"an event\"}' WHERE session_id = 's' AND seq = 2",
-        [],
+        "UPDATE events SET body = ?1 WHERE session_id = 's'",
+        [lines.join("\n")],
     )
     .unwrap();
     match store.get_events("s", &EventQuery::default()).await {

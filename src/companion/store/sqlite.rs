@@ -10,24 +10,37 @@
 //!   poisons the others in its group; an append is refused (unknown session) before it writes
 //!   anything, and one that fails after writing (an I/O error) fails its whole group, which
 //!   its callers retry (appends are idempotent by id).
-//! * An append costs three prepared statements per new event: a probe of the cold id table
-//!   and an insert into the hot one (the id's 128 bits, a 16-byte key; a stored id is found
-//!   in either and its event read back), then the event into the events table,
-//!   keyed by (session, sequence) with no rowid. The id index is two levels (schema 6): ids
-//!   are hashes, so a group's inserts land on random leaves and every leaf a commit touches
-//!   is written whole to the WAL; the hot table stays small (tens of thousands of ids, a few
-//!   hundred pages whatever the log's size), and once it holds
-//!   [`SqliteOptions::merge_ids_at`] ids (more with a large log: `merge_threshold`) the
-//!   writer merges it into the cold table in id order, in a transaction of its own, right
-//!   after the group that filled it committed (that group is answered after the merge). An
-//!   id is always in exactly one of the two tables, so idempotence holds across the merge, a
-//!   restart, or a crash halfway through one. A Bloom filter of the cold ids, in memory
-//!   (2.5–5 bytes per id: built on open, given each merge's ids after its commit), lets a new
-//!   id skip the cold probe; it has no false negatives, so it only ever saves a probe.
-//!   Filters by run, type or time scan the session's rows in sequence order. The appending
-//!   task encodes the bodies (and the copies the recent tail keeps), not the writer; what a
-//!   group leaves to free (events evicted from the recent tail, bound bodies) is freed on a
-//!   dropper thread. New files have 16 KiB pages.
+//! * An append costs two rows, whatever its size (schema 7): one row of the events table,
+//!   keyed by (session, last sequence) with no rowid, holding the run of consecutive events
+//!   it stored (`first_seq..=last_seq`, their bodies as JSON lines) and a summary for the
+//!   filters (earliest and latest timestamp, distinct types, distinct run ids); and one row
+//!   of `ids_hot`, the ids of those events, 16 bytes each. Per event the writer only looks
+//!   the id up: in the batch, in the hot ids (kept in memory, [`HotIds`]: `ids_hot` is only
+//!   read on open), and, if the Bloom filter of cold ids may hold it, in `ids_cold`. A stored
+//!   id is read back from its row. The appending task encodes the bodies, joins them into
+//!   the row's body and packs the ids; the writer inserts those as they are unless some id
+//!   was already stored (then it rebuilds them without it).
+//! * The id index is two levels (schemas 6 and 7), keyed by the id's 128 bits: the hot ids
+//!   (a row per append, and in memory) and `ids_cold` (a row per id, in id order). The id
+//!   space is cut into [`SqliteOptions::merge_slices`] slices by the ids' leading bits. Once
+//!   the hot ids number [`SqliteOptions::merge_ids_at`] (more with a large log:
+//!   `merge_threshold`) the writer merges the hot ids of one slice (round robin) into the
+//!   cold table in id order (each cold leaf of that slice written once, the others not at
+//!   all), in a transaction of its own, right after the group that filled it committed
+//!   (that group is answered after the merge). `meta`'s `ids_merged` holds, per slice, the
+//!   rowid of `ids_hot` its ids are merged up to; the rows every slice is past are deleted.
+//!   An id is always in exactly one of the two, so idempotence holds across a merge, a
+//!   restart, or a crash halfway through one; a group that fails takes its ids out of the
+//!   hot ids again, and a file opened with another number of slices is merged whole first.
+//!   A Bloom filter per slice of the cold ids, in memory (2.5–5 bytes per id: built on open,
+//!   given each merge's ids after its commit, rebuilt from its slice of `ids_cold` alone
+//!   once outgrown), has no false negatives, so it only ever saves a probe.
+//! * Reads of a range find the session's first row whose last sequence is past the cursor
+//!   and read rows in sequence order, decoding only the lines in range. Filters by run, type
+//!   or time scan the session's rows in sequence order, skipping a row whose summary rules it
+//!   out without reading its body, and filtering the lines of the others. What a group
+//!   leaves to free (events evicted from the recent tail, bound bodies) is freed on a dropper
+//!   thread. New files have 16 KiB pages.
 //! * Checkpoints run on a thread and connection of their own (PASSIVE: they never block the
 //!   writer), woken every `CHECKPOINT_BYTES` of committed bodies; only if the WAL outgrew
 //!   `WAL_HARD_PAGES` all the same does the writer checkpoint between two groups.
@@ -57,7 +70,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
@@ -159,6 +171,40 @@ const MIGRATIONS: &[&str] = &[
          SELECT unhex(substr(id, 5)), session_id, seq FROM events ORDER BY 1;
      INSERT INTO meta (key, value) SELECT 'ids_cold', CAST(count(*) AS TEXT) FROM ids_cold;
      DROP INDEX events_by_id;",
+    // 7: one row per append, not per event: a row holds a run of one session's consecutive
+    // events, `first_seq..=last_seq`, keyed by (session, last sequence), its bodies as JSON
+    // lines, and what the filters need to skip it whole: its events' earliest and latest
+    // timestamps, their distinct types (space-separated) and run ids (a JSON array). The hot
+    // id table holds one row per append too, the ids of its events in sequence order (16
+    // bytes each); the writer keeps them in memory (see `HotIds`). The migration keeps each
+    // stored event as a row of its own and merges the hot ids into the cold table first.
+    "CREATE TABLE events_v7 (
+         session_id TEXT NOT NULL REFERENCES sessions(id),
+         last_seq   INTEGER NOT NULL,
+         first_seq  INTEGER NOT NULL CHECK (first_seq >= 1 AND first_seq <= last_seq),
+         min_ms     INTEGER NOT NULL,
+         max_ms     INTEGER NOT NULL,
+         types      TEXT NOT NULL,
+         runs       TEXT NOT NULL,
+         body       TEXT NOT NULL,
+         PRIMARY KEY (session_id, last_seq)
+     ) STRICT, WITHOUT ROWID;
+     INSERT INTO events_v7 (session_id, last_seq, first_seq, min_ms, max_ms, types, runs, body)
+         SELECT session_id, seq, seq, timestamp_ms, timestamp_ms, type,
+                CASE WHEN run_id IS NULL THEN '[]' ELSE json_array(run_id) END, body
+         FROM events ORDER BY session_id, seq;
+     DROP TABLE events;
+     ALTER TABLE events_v7 RENAME TO events;
+     INSERT OR IGNORE INTO ids_cold (id, session_id, seq)
+         SELECT id, session_id, seq FROM ids_hot ORDER BY id;
+     DROP TABLE ids_hot;
+     CREATE TABLE ids_hot (
+         session_id TEXT NOT NULL,
+         first_seq  INTEGER NOT NULL,
+         ids        BLOB NOT NULL CHECK (length(ids) % 16 = 0)
+     ) STRICT;
+     INSERT INTO meta (key, value) SELECT 'ids_cold', CAST(count(*) AS TEXT) FROM ids_cold
+         WHERE true ON CONFLICT (key) DO UPDATE SET value = excluded.value;",
 ];
 
 /// Requests waiting for the writer before `append` callers wait for room.
@@ -182,29 +228,36 @@ const PAGE_SIZE: i64 = 16_384;
 const WRITER_CACHE_KIB: i64 = -65_536;
 /// Ids the hot id table holds, at least, before the writer merges it into the cold one.
 const MERGE_IDS_AT: u64 = 65_536;
+/// Slices of the id space merged one at a time ([`SqliteOptions::merge_slices`]).
+const MERGE_SLICES: u32 = 8;
 
 /// How a [`SqliteStore`] is opened; [`SqliteStore::open`] takes the defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SqliteOptions {
-    /// The hot id table is merged into the cold one once it holds this many ids, or more
+    /// The hot ids are merged into the cold table once they number this many, or more
     /// with a large log (`merge_threshold`). Small values cross merges quickly (tests).
     pub merge_ids_at: u64,
+    /// The id space is cut into this many slices (rounded up to a power of two, at most
+    /// 256), by the ids' leading bits; a merge moves one slice's hot ids, so it rewrites
+    /// that share of the cold table, not all of it. 1: every merge moves every hot id.
+    pub merge_slices: u32,
 }
 
 impl Default for SqliteOptions {
     fn default() -> SqliteOptions {
         SqliteOptions {
             merge_ids_at: MERGE_IDS_AT,
+            merge_slices: MERGE_SLICES,
         }
     }
 }
 
-/// The hot table's size at which it is merged, with `cold` ids in the cold table:
-/// `max(at, sqrt(cold * at) / 4)`, at the default `at` `sqrt(cold * 4096)`. Every commit
-/// rewrites the hot leaves it touches (nearly all of them: ids are hashes), every merge
-/// rewrites every cold leaf, so per event the hot table costs about `hot / group` and the
-/// merge `cold / hot`: least at `hot = sqrt(cold * group)`, with groups of ~4,096 events
-/// under load. The hot table grows with the square root of the log, never below `at`.
+/// The number of hot ids at which a merge is due, with `cold` ids in the cold table:
+/// `max(at, sqrt(cold * at) / 4)`, at the default `at` `sqrt(cold * 4096)`. (Chosen for
+/// schema 6, whose hot table cost every commit its leaves; since schema 7 the hot ids cost a
+/// commit nothing but their row, and memory, about 40 bytes each, and a merge rewrites the
+/// slice's cold leaves, so per event the merges cost about `cold / hot` page writes.) The
+/// hot ids grow with the square root of the log, never below `at`.
 fn merge_threshold(at: u64, cold: u64) -> u64 {
     at.max(cold.saturating_mul(at).isqrt() / 4)
 }
@@ -304,7 +357,7 @@ impl SqliteStore {
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.set_prepared_statement_cache_capacity(32);
         let epoch = migrate(&mut conn)?;
-        let ids = IdIndex::read(&conn, options.merge_ids_at.max(1))?;
+        let ids = IdIndex::read(&mut conn, options.merge_ids_at.max(1), options.merge_slices)?;
 
         let (trash, bins) = std::sync::mpsc::channel::<Trash>();
         let dropper = std::thread::Builder::new()
@@ -458,7 +511,7 @@ struct Request {
 enum Op {
     Append {
         session_id: String,
-        rows: Vec<Row>,
+        batch: Batch,
     },
     CreateSession(SessionRecord),
     SetState {
@@ -492,25 +545,82 @@ enum Op {
     },
 }
 
-/// An event made ready for the writer by the appending task: its body encoded (with sequence
-/// 0: the row's sequence is authoritative) and the copy the recent tail keeps, so the writer
-/// only numbers and inserts.
+/// An append made ready for the writer by the appending task: each event's body encoded
+/// (with sequence 0: the row's sequences are authoritative) and joined into the row's body,
+/// the ids packed as the hot id table stores them, and the copies the recent tail keeps. When
+/// the batch holds no stored id (nearly always) the writer inserts `body` and `ids` as they
+/// are, and does no per-event work but the id lookups.
+struct Batch {
+    rows: Vec<Row>,
+    /// The bodies, one JSON line each, `\n` between them (JSON has no raw newline).
+    body: String,
+    /// The ids' 128 bits, 16 bytes each (big-endian), in the rows' order.
+    ids: Vec<u8>,
+}
+
 struct Row {
     event: Event,
     /// The id's 128 bits: the key that finds a repeated id inside the batch.
     key: u128,
-    body: String,
+    /// Its line in [`Batch::body`].
+    line: std::ops::Range<usize>,
     copy: Event,
 }
 
-impl Row {
-    fn new(event: Event) -> Row {
-        let event = event.into_sequenced(0);
-        Row {
-            key: event.id().bits(),
-            body: event.to_json(),
-            copy: event.clone(),
-            event,
+impl Batch {
+    fn new(events: Vec<Event>) -> Batch {
+        let mut body = String::with_capacity(events.len() * 320);
+        let mut ids = Vec::with_capacity(events.len() * 16);
+        let rows = (events.into_iter())
+            .map(|event| {
+                let event = event.into_sequenced(0);
+                let key = event.id().bits();
+                if !body.is_empty() {
+                    body.push('\n');
+                }
+                let start = body.len();
+                body.push_str(&event.to_json());
+                ids.extend_from_slice(&key.to_be_bytes());
+                Row {
+                    key,
+                    line: start..body.len(),
+                    copy: event.clone(),
+                    event,
+                }
+            })
+            .collect();
+        Batch { rows, body, ids }
+    }
+}
+
+/// What the filters of [`read_events`] need to skip a row of the events table whole.
+#[derive(Default)]
+struct Summary {
+    min_ms: i64,
+    max_ms: i64,
+    types: Vec<&'static str>,
+    runs: Vec<String>,
+}
+
+impl Summary {
+    fn add(&mut self, event: &Event, first: bool) {
+        let ms = event.timestamp().unix_millis();
+        if first {
+            (self.min_ms, self.max_ms) = (ms, ms);
+        } else {
+            self.min_ms = self.min_ms.min(ms);
+            self.max_ms = self.max_ms.max(ms);
+        }
+        let kind = event.kind().as_str();
+        if !self.types.contains(&kind) {
+            self.types.push(kind);
+        }
+        if let Some(run) = event.run_id() {
+            if self.runs.last().map(String::as_str) != Some(run)
+                && !self.runs.iter().any(|r| r == run)
+            {
+                self.runs.push(run.to_owned());
+            }
         }
     }
 }
@@ -542,19 +652,102 @@ struct Writer {
     ids: IdIndex,
 }
 
-/// What the writer knows of the two id tables (schema 6): how many ids each holds, as
-/// committed, and when to merge the hot one into the cold one.
+/// What the writer knows of the two id tables (schemas 6 and 7): the hot ids themselves, how
+/// many ids the cold table holds, as committed, and when to merge the hot ones into it.
 struct IdIndex {
-    /// Ids in `ids_hot` (counted on open, then counted by the writer).
-    hot: u64,
+    /// Every id of `ids_hot`, with where it is stored (read on open, then kept by the writer:
+    /// a group's ids are added as it inserts them and taken out again if it fails).
+    hot: HotIds,
     /// Ids in `ids_cold`, as the last merge recorded in `meta` (only sizes the hot table).
     cold: u64,
     /// [`SqliteOptions::merge_ids_at`].
     merge_at: u64,
     /// After a failed merge, the next is tried only once the hot table holds this many.
     retry_at: u64,
-    /// Every id of `ids_cold` (and maybe others): a new id skips the cold probe.
+    /// The slices of the id space, by the ids' leading `bits` bits.
+    slices: Vec<Slice>,
+    bits: u32,
+    /// The slice the next merge moves (round robin).
+    next: usize,
+}
+
+/// One slice of the id space.
+struct Slice {
+    /// Every id of the slice in `ids_cold` (and maybe others): a new id skips the cold probe.
     filter: ColdFilter,
+    /// The rowid of `ids_hot` up to which this slice's ids are in `ids_cold` (`meta`'s
+    /// `ids_merged`): a row's id of this slice is hot only if the row is past it.
+    merged: i64,
+}
+
+/// The hot ids in memory: id -> (session, sequence). The table `ids_hot` holds the same ids,
+/// one row per append, only so that they survive a restart; no statement reads it but the
+/// open. So a new id costs a hash lookup here, not a b-tree probe and insert.
+#[derive(Default)]
+struct HotIds {
+    ids: HashMap<u128, (u32, u64), BuildIdHasher>,
+    /// The sessions that `ids` name, by index.
+    sessions: Vec<String>,
+    names: HashMap<String, u32>,
+    /// Ids the group in progress added (taken out if it fails).
+    added: Vec<u128>,
+}
+
+impl HotIds {
+    fn len(&self) -> u64 {
+        self.ids.len() as u64
+    }
+
+    fn session(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.names.get(name) {
+            return i;
+        }
+        let i = self.sessions.len() as u32;
+        self.sessions.push(name.to_owned());
+        self.names.insert(name.to_owned(), i);
+        i
+    }
+
+    /// Where `key` is stored, if it is a hot id.
+    fn get(&self, key: u128) -> Option<(&str, u64)> {
+        let &(session, seq) = self.ids.get(&key)?;
+        Some((&self.sessions[session as usize], seq))
+    }
+
+    fn clear(&mut self) {
+        self.ids.clear();
+        self.sessions.clear();
+        self.names.clear();
+        self.added.clear();
+    }
+}
+
+/// Ids are hashes already: their low 64 bits are the hash.
+#[derive(Clone, Copy, Default)]
+struct BuildIdHasher;
+
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::BuildHasher for BuildIdHasher {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u128(&mut self, n: u128) {
+        self.0 = (n as u64) ^ ((n >> 64) as u64).rotate_left(29);
+    }
 }
 
 /// A Bloom filter of the cold table's ids, in memory (10 bits per id of its capacity, which
@@ -580,11 +773,18 @@ impl ColdFilter {
         }
     }
 
-    /// Every id of `ids_cold`, in a filter with room for twice as many.
-    fn read(conn: &Connection, cold: u64) -> Result<ColdFilter, StoreError> {
+    /// Every id of `ids_cold` in `range` (`lo..hi`, or `lo..` to the end), in a filter with
+    /// room for twice `cold`.
+    fn read(
+        conn: &Connection,
+        cold: u64,
+        range: (u128, Option<u128>),
+    ) -> Result<ColdFilter, StoreError> {
         let mut filter = ColdFilter::new(cold.saturating_mul(2));
-        let mut stmt = conn.prepare("SELECT id FROM ids_cold")?;
-        let mut rows = stmt.query([])?;
+        let (lo, hi) = (range.0.to_be_bytes(), range.1.map(u128::to_be_bytes));
+        let mut stmt = conn
+            .prepare_cached("SELECT id FROM ids_cold WHERE id >= ?1 AND (?2 IS NULL OR id < ?2)")?;
+        let mut rows = stmt.query(params![&lo[..], hi.as_ref().map(|h| &h[..])])?;
         while let Some(row) = rows.next()? {
             let id = row.get_ref(0)?.as_blob().map_err(rusqlite::Error::from)?;
             let bits: [u8; 16] = id.try_into().map_err(|_| {
@@ -618,26 +818,156 @@ impl ColdFilter {
 }
 
 impl IdIndex {
-    fn read(conn: &Connection, merge_at: u64) -> Result<IdIndex, StoreError> {
-        let hot: i64 = conn.query_row("SELECT count(*) FROM ids_hot", [], |r| r.get(0))?;
+    /// The hot ids (each row's ids of a slice it is past the mark of), the cold count, the
+    /// filters. A file merged with another number of slices is first merged whole.
+    fn read(conn: &mut Connection, merge_at: u64, slices: u32) -> Result<IdIndex, StoreError> {
+        let bits = slices.clamp(1, 256).next_power_of_two().trailing_zeros();
+        let marks: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'ids_merged'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        let marks: Vec<i64> = match marks {
+            Some(marks) => (marks.split(' '))
+                .map(|m| m.parse().map_err(|_| ()))
+                .collect::<Result<_, ()>>()
+                .ok()
+                .filter(|m: &Vec<i64>| m.len().is_power_of_two() && m.len() <= 256)
+                .ok_or_else(|| StoreError::Corrupt(format!("meta ids_merged is {marks:?}")))?,
+            None => vec![0; 1 << bits],
+        };
+        let stored_bits = marks.len().trailing_zeros();
+        let mut hot = HotIds::default();
+        {
+            let mut stmt = conn.prepare("SELECT rowid, session_id, first_seq, ids FROM ids_hot")?;
+            let mut rows = stmt.query([])?;
+            while let Some(row) = rows.next()? {
+                let rowid: i64 = row.get(0)?;
+                let session = row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?;
+                let session = hot.session(session);
+                let first: i64 = row.get(2)?;
+                let ids = row.get_ref(3)?.as_blob().map_err(rusqlite::Error::from)?;
+                if ids.len() % 16 != 0 || first < 1 {
+                    return Err(StoreError::Corrupt(format!(
+                        "a row of ids_hot of {} bytes from sequence {first}",
+                        ids.len()
+                    )));
+                }
+                for (i, id) in ids.chunks_exact(16).enumerate() {
+                    let key = u128::from_be_bytes(id.try_into().expect("16 bytes"));
+                    if rowid > marks[slice_of(key, stored_bits)] {
+                        hot.ids.insert(key, (session, first as u64 + i as u64));
+                    }
+                }
+            }
+        }
         let cold: Option<String> = conn
             .query_row("SELECT value FROM meta WHERE key = 'ids_cold'", [], |r| {
                 r.get(0)
             })
             .optional()?;
-        let cold = cold.and_then(|c| c.parse().ok()).unwrap_or(0);
+        let mut cold = cold.and_then(|c| c.parse().ok()).unwrap_or(0);
+        let mut marks = marks;
+        if stored_bits != bits {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            // Every slice past every row: all of them merged, the table emptied.
+            cold = merge_slice(&tx, &hot, cold, None, &vec![i64::MAX; 1 << bits])?;
+            tx.commit()?;
+            hot.clear();
+            marks = vec![0; 1 << bits];
+        }
+        let per_slice = cold >> bits;
+        let slices = (0..1usize << bits)
+            .map(|s| {
+                Ok(Slice {
+                    filter: ColdFilter::read(conn, per_slice, slice_range(s, bits))?,
+                    merged: marks[s],
+                })
+            })
+            .collect::<Result<Vec<Slice>, StoreError>>()?;
         Ok(IdIndex {
-            hot: hot as u64,
+            hot,
             cold,
             merge_at,
             retry_at: 0,
-            filter: ColdFilter::read(conn, cold)?,
+            slices,
+            bits,
+            next: 0,
         })
     }
 
     fn due(&self) -> bool {
-        self.hot >= merge_threshold(self.merge_at, self.cold).max(self.retry_at)
+        self.hot.len() >= merge_threshold(self.merge_at, self.cold).max(self.retry_at)
     }
+
+    /// Whether `ids_cold` may hold `key` (no false negatives).
+    fn may_be_cold(&self, key: u128) -> bool {
+        self.slices[slice_of(key, self.bits)].filter.may_hold(key)
+    }
+}
+
+/// The slice of `key` among `1 << bits`: its leading bits.
+fn slice_of(key: u128, bits: u32) -> usize {
+    key.checked_shr(128 - bits).unwrap_or(0) as usize
+}
+
+/// The ids of slice `s` among `1 << bits`: `lo..hi`, or `lo..` for the last.
+fn slice_range(s: usize, bits: u32) -> (u128, Option<u128>) {
+    let lo = (s as u128).checked_shl(128 - bits).unwrap_or(0);
+    let hi = (s as u128 + 1)
+        .checked_shl(128 - bits)
+        .filter(|_| s + 1 < 1 << bits);
+    (lo, hi)
+}
+
+/// Inside `tx`: moves the hot ids of slice `only` (every slice if `None`) into `ids_cold` in
+/// id order, records `marks` (the slices' new marks) and deletes the rows of `ids_hot` that
+/// every slice is past (all of them, marks reset to 0, once each slice is past its last
+/// row). Returns the cold count.
+fn merge_slice(
+    tx: &Connection,
+    hot: &HotIds,
+    cold: u64,
+    only: Option<(usize, u32)>,
+    marks: &[i64],
+) -> Result<u64, StoreError> {
+    let mut moving: Vec<(u128, u32, u64)> = (hot.ids.iter())
+        .filter(|(&key, _)| only.is_none_or(|(s, bits)| slice_of(key, bits) == s))
+        .map(|(&key, &(session, seq))| (key, session, seq))
+        .collect();
+    moving.sort_unstable_by_key(|m| m.0);
+    let mut moved = 0;
+    {
+        // An id is in one table only (the append looks it up in both before adding it to
+        // the hot ones); if ever in both, the cold row, the older, stays.
+        let mut insert = tx.prepare_cached(
+            "INSERT OR IGNORE INTO ids_cold (id, session_id, seq) VALUES (?1, ?2, ?3)",
+        )?;
+        for &(key, session, seq) in &moving {
+            let session = &hot.sessions[session as usize];
+            moved += insert.execute(params![&key.to_be_bytes()[..], session, seq as i64])?;
+        }
+    }
+    let last: i64 = tx.query_row("SELECT coalesce(max(rowid), 0) FROM ids_hot", [], |r| {
+        r.get(0)
+    })?;
+    let past = marks.iter().copied().min().unwrap_or(0);
+    let marks: Vec<i64> = if past >= last {
+        // Every slice is past every row: the table empties and rowids start over.
+        tx.execute("DELETE FROM ids_hot", [])?;
+        vec![0; marks.len()]
+    } else {
+        tx.execute("DELETE FROM ids_hot WHERE rowid <= ?1", [past])?;
+        marks.to_vec()
+    };
+    let cold = cold + moved as u64;
+    let text: Vec<String> = marks.iter().map(i64::to_string).collect();
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('ids_cold', ?1), ('ids_merged', ?2)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        params![cold.to_string(), text.join(" ")],
+    )?;
+    Ok(cold)
 }
 
 /// Freed on the dropper thread.
@@ -673,10 +1003,9 @@ impl Writer {
         // Events this group stored, per session in commit order, for the recent tail.
         let mut fresh: Vec<(String, Vec<Event>)> = Vec::new();
         let mut bytes = 0;
-        let mut new_ids = 0;
         let mut spent: Vec<String> = Vec::new();
         let latest = &self.latest;
-        let cold_filter = &self.ids.filter;
+        let ids = &mut self.ids;
         let outcome = (|| -> Result<Vec<Result<Done, StoreError>>, StoreError> {
             let tx = self
                 .conn
@@ -699,13 +1028,11 @@ impl Writer {
                     tail: Vec::new(),
                     bytes: 0,
                     spent: Vec::new(),
-                    new_ids: 0,
-                    cold_filter,
+                    ids: &mut *ids,
                 };
                 let result = step.apply(op);
                 let (writes, wrote, tail) = (step.writes, step.wrote, step.tail);
                 bytes += step.bytes;
-                new_ids += step.new_ids;
                 spent.extend(step.spent);
                 match result {
                     Ok(done) => {
@@ -751,7 +1078,7 @@ impl Writer {
                 // Freeing ten thousand events is the dropper's work, not the writer's.
                 let _ = self.trash.send((evicted, spent));
                 // The group that filled the hot id table is answered after its merge.
-                self.ids.hot += new_ids;
+                self.ids.hot.added.clear();
                 if self.ids.due() {
                     self.merge_ids();
                 }
@@ -776,6 +1103,11 @@ impl Writer {
                 // stored (idempotence by id) instead of colliding with a stale sequence.
                 for session_id in &appending {
                     self.latest.remove(session_id);
+                }
+                // Its ids were rolled back with it.
+                let hot = &mut self.ids.hot;
+                for key in std::mem::take(&mut hot.added) {
+                    hot.ids.remove(&key);
                 }
                 let message = match e {
                     StoreError::Database(message) => message,
@@ -814,68 +1146,68 @@ impl Writer {
 }
 
 impl Writer {
-    /// Moves every id of the hot table into the cold one, in id order (the hot table's key
-    /// order: each cold leaf is written once), in a transaction of its own: a failure or a
-    /// crash halfway leaves both tables as they were, and an id is never in neither.
-    /// A failed merge is tried again once the hot table has grown by `merge_at`.
+    /// Moves the hot ids of the next slice of the id space into the cold table, in id order
+    /// (each cold leaf of the slice written once), in a transaction of its own: a failure or
+    /// a crash halfway leaves both tables as they were, and an id is never in neither. The
+    /// ids come from memory, sorted here; the slice's mark moves past the last row of
+    /// `ids_hot`, and the rows every slice is past are deleted. A failed merge is tried again
+    /// once the hot ids have grown by `merge_at`.
     fn merge_ids(&mut self) {
-        let cold = self.ids.cold;
-        let merged = (|| -> Result<(u64, Vec<u128>), StoreError> {
+        let ids = &self.ids;
+        let (slice, bits) = (ids.next, ids.bits);
+        let merged = (|| -> Result<(u64, Vec<i64>), StoreError> {
             let tx = self
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
-            // For the filter, once the merge committed.
-            let mut moving: Vec<u128> = Vec::with_capacity(self.ids.hot as usize);
-            {
-                let mut stmt = tx.prepare("SELECT id FROM ids_hot")?;
-                let mut rows = stmt.query([])?;
-                while let Some(row) = rows.next()? {
-                    let id: Vec<u8> = row.get(0)?;
-                    let bits: [u8; 16] = id.as_slice().try_into().map_err(|_| {
-                        StoreError::Corrupt(format!("an id of {} bytes in ids_hot", id.len()))
-                    })?;
-                    moving.push(u128::from_be_bytes(bits));
-                }
-            }
-            // An id is in one table only (the append probes the cold one before adding it
-            // to the hot one); if ever in both, the cold row, the older, stays. `OR IGNORE`,
-            // not `ON CONFLICT DO NOTHING`: a statement that cannot abort needs no statement
-            // journal (a copy of every cold page it touches). Every hot row passed the same
-            // constraints, so none is ignored for another reason.
-            let moved = tx.execute(
-                "INSERT OR IGNORE INTO ids_cold (id, session_id, seq)
-                 SELECT id, session_id, seq FROM ids_hot ORDER BY id",
-                [],
-            )?;
-            tx.execute("DELETE FROM ids_hot", [])?;
-            let cold = cold + moved as u64;
-            tx.execute(
-                "INSERT INTO meta (key, value) VALUES ('ids_cold', ?1)
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                [cold.to_string()],
-            )?;
+            let last: i64 =
+                tx.query_row("SELECT coalesce(max(rowid), 0) FROM ids_hot", [], |r| {
+                    r.get(0)
+                })?;
+            let mut marks: Vec<i64> = ids.slices.iter().map(|s| s.merged).collect();
+            marks[slice] = last;
+            let cold = merge_slice(&tx, &ids.hot, ids.cold, Some((slice, bits)), &marks)?;
+            let marks =
+                tx.query_row("SELECT value FROM meta WHERE key = 'ids_merged'", [], |r| {
+                    r.get::<_, String>(0)
+                })?;
             tx.commit()?;
-            Ok((cold, moving))
+            let marks = marks.split(' ').map(|m| m.parse().unwrap_or(0)).collect();
+            Ok((cold, marks))
         })();
         match merged {
-            Ok((cold, moving)) => {
-                if cold > self.ids.filter.capacity {
-                    match ColdFilter::read(&self.conn, cold) {
-                        Ok(filter) => self.ids.filter = filter,
+            Ok((cold, marks)) => {
+                let moved: Vec<u128> = (self.ids.hot.ids.keys())
+                    .copied()
+                    .filter(|&key| slice_of(key, bits) == slice)
+                    .collect();
+                for key in &moved {
+                    self.ids.hot.ids.remove(key);
+                }
+                if self.ids.hot.ids.is_empty() {
+                    self.ids.hot.clear();
+                }
+                let per_slice = cold >> bits;
+                let target = &mut self.ids.slices[slice];
+                if per_slice > target.filter.capacity {
+                    match ColdFilter::read(&self.conn, per_slice, slice_range(slice, bits)) {
+                        Ok(filter) => target.filter = filter,
                         // Too full, but it still holds every cold id.
-                        Err(_) => moving.into_iter().for_each(|k| self.ids.filter.insert(k)),
+                        Err(_) => moved.iter().for_each(|&k| target.filter.insert(k)),
                     }
                 } else {
-                    moving.into_iter().for_each(|k| self.ids.filter.insert(k));
+                    moved.iter().for_each(|&k| target.filter.insert(k));
+                }
+                for (s, mark) in self.ids.slices.iter_mut().zip(marks) {
+                    s.merged = mark;
                 }
                 self.ids.cold = cold;
-                self.ids.hot = 0;
+                self.ids.next = (slice + 1) % self.ids.slices.len();
                 self.ids.retry_at = 0;
-                // The merge rewrote the cold leaves: a checkpoint's worth of WAL.
+                // The merge rewrote cold leaves: a checkpoint's worth of WAL.
                 let _ = self.wake.try_send(());
             }
-            // Disk full, I/O error: both tables are as they were, and still probed.
-            Err(_) => self.ids.retry_at = self.ids.hot + self.ids.merge_at,
+            // Disk full, I/O error: both tables are as they were, and still looked up.
+            Err(_) => self.ids.retry_at = self.ids.hot.len() + self.ids.merge_at,
         }
     }
 }
@@ -930,16 +1262,14 @@ struct Step<'a> {
     bytes: usize,
     /// The bodies it bound, freed by the dropper.
     spent: Vec<String>,
-    /// Ids it added to the hot id table.
-    new_ids: u64,
-    /// Holds every id of the cold table.
-    cold_filter: &'a ColdFilter,
+    /// The id index: the hot ids (an append adds its new ones) and the cold ids' filter.
+    ids: &'a mut IdIndex,
 }
 
 impl Step<'_> {
     fn apply(&mut self, op: Op) -> Result<Done, StoreError> {
         match op {
-            Op::Append { session_id, rows } => self.append(session_id, rows).map(Done::Appended),
+            Op::Append { session_id, batch } => self.append(session_id, batch).map(Done::Appended),
             Op::CreateSession(record) => self.create_session(record).map(Done::Session),
             Op::SetState { id, state, now } => {
                 let n = self.conn.execute(
@@ -1073,7 +1403,7 @@ impl Step<'_> {
         }
         let (exists, max): (bool, Option<i64>) = self.conn.query_row(
             "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1),
-                    (SELECT max(seq) FROM events WHERE session_id = ?1)",
+                    (SELECT max(last_seq) FROM events WHERE session_id = ?1)",
             [session_id],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
@@ -1083,32 +1413,34 @@ impl Step<'_> {
         Ok(max.unwrap_or(0) as u64)
     }
 
-    fn append(&mut self, session_id: String, rows: Vec<Row>) -> Result<Vec<Appended>, StoreError> {
-        let mut seq = self.latest_of(&session_id)?;
+    /// One row of the events table and one of `ids_hot` for the whole append, whatever its
+    /// size: per event only the id lookups (the batch, the hot ids in memory, the cold
+    /// filter, and for an id it may hold the cold table). A stored id is read back from its
+    /// row. The appending task built the row's body and ids; they are rebuilt here only if
+    /// some ids were already stored.
+    fn append(&mut self, session_id: String, batch: Batch) -> Result<Vec<Appended>, StoreError> {
+        let Batch { rows, body, ids } = batch;
+        let latest = self.latest_of(&session_id)?;
+        let mut seq = latest;
         let mut out: Vec<Appended> = Vec::with_capacity(rows.len());
         // Id (its 128 bits, taken on the appending task) -> index in `out` of its first
         // occurrence in this batch: no copy of the id, no hashing of its text, per event.
-        let mut seen: HashMap<u128, usize> = HashMap::with_capacity(rows.len());
-        // Three statements per new event: a probe of the cold id table, the id added to the
-        // hot one unless it holds it (the insert's own probe), then the event. A stored id is
-        // read back from its row. (One `INSERT … SELECT … WHERE NOT EXISTS` for the first two
-        // would be a statement that may write several rows: SQLite then copies every page
-        // it touches into a statement journal, and the writer's CPU per event doubled.)
+        let mut seen: HashMap<u128, usize, BuildIdHasher> =
+            HashMap::with_capacity_and_hasher(rows.len(), BuildIdHasher);
         let mut cold = self
             .conn
-            .prepare_cached("SELECT EXISTS (SELECT 1 FROM ids_cold WHERE id = ?1)")?;
-        let mut claim = self.conn.prepare_cached(
-            "INSERT INTO ids_hot (id, session_id, seq) VALUES (?1, ?2, ?3)
-             ON CONFLICT (id) DO NOTHING",
-        )?;
-        let mut insert = self.conn.prepare_cached(
-            "INSERT INTO events (session_id, seq, id, run_id, type, timestamp_ms, body)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?;
+            .prepare_cached("SELECT session_id, seq FROM ids_cold WHERE id = ?1")?;
+        // The lines kept (all of them unless an id was stored), and the row's summary.
+        let mut kept: Vec<std::ops::Range<usize>> = Vec::new();
+        let mut all_kept = true;
+        let mut summary = Summary::default();
+        let session = self.ids.hot.session(&session_id);
+        // From the first id on, a failure cannot be undone alone: the hot ids took some.
+        self.wrote = !rows.is_empty();
         for Row {
             event,
             key,
-            body,
+            line,
             copy,
         } in rows
         {
@@ -1117,40 +1449,82 @@ impl Step<'_> {
                     event: out[first].event.clone(),
                     duplicate: true,
                 });
+                all_kept = false;
                 continue;
             }
             seen.insert(key, out.len());
-            self.wrote = true;
-            let bits = key.to_be_bytes();
-            let in_cold = self.cold_filter.may_hold(key)
-                && cold.query_row([&bits[..]], |r| r.get::<_, bool>(0))?;
-            let stored =
-                in_cold || claim.execute(params![&bits[..], session_id, (seq + 1) as i64])? == 0;
-            if stored {
+            let stored = match self.ids.hot.get(key) {
+                Some((owner, at)) => Some((owner.to_owned(), at)),
+                None if self.ids.may_be_cold(key) => cold
+                    .query_row([&key.to_be_bytes()[..]], |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+                    })
+                    .optional()?,
+                None => None,
+            };
+            if let Some((owner, at)) = stored {
                 out.push(Appended {
-                    event: stored_event(self.conn, event.id().as_str(), &bits)?,
+                    event: event_at(self.conn, &owner, at, event.id().as_str())?,
                     duplicate: true,
                 });
+                all_kept = false;
                 continue;
             }
-            self.new_ids += 1;
-            insert.execute(params![
-                session_id,
-                (seq + 1) as i64,
-                event.id().as_str(),
-                event.run_id(),
-                event.kind().as_str(),
-                event.timestamp().unix_millis(),
-                body,
-            ])?;
             seq += 1;
-            self.bytes += body.len();
-            self.spent.push(body);
+            self.ids.hot.ids.insert(key, (session, seq));
+            self.ids.hot.added.push(key);
+            summary.add(&event, seq == latest + 1);
+            kept.push(line);
             self.tail.push(copy.into_sequenced(seq));
             out.push(Appended {
                 event: event.into_sequenced(seq),
                 duplicate: false,
             });
+        }
+        if seq > latest {
+            let (body, ids) = if all_kept {
+                (body, ids)
+            } else {
+                let mut lines = String::with_capacity(body.len());
+                let mut packed = Vec::with_capacity(16 * kept.len());
+                for (i, line) in kept.iter().enumerate() {
+                    if i > 0 {
+                        lines.push('\n');
+                    }
+                    lines.push_str(&body[line.clone()]);
+                }
+                for a in out.iter().filter(|a| !a.duplicate) {
+                    packed.extend_from_slice(&a.event.id().bits().to_be_bytes());
+                }
+                self.spent.push(body);
+                (lines, packed)
+            };
+            let runs = serde_json::to_string(&summary.runs)
+                .map_err(|e| StoreError::Database(format!("cannot encode run ids: {e}")))?;
+            let first = (latest + 1) as i64;
+            self.conn
+                .prepare_cached(
+                    "INSERT INTO events
+                         (session_id, last_seq, first_seq, min_ms, max_ms, types, runs, body)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                )?
+                .execute(params![
+                    session_id,
+                    seq as i64,
+                    first,
+                    summary.min_ms,
+                    summary.max_ms,
+                    summary.types.join(" "),
+                    runs,
+                    body,
+                ])?;
+            self.conn
+                .prepare_cached(
+                    "INSERT INTO ids_hot (session_id, first_seq, ids) VALUES (?1, ?2, ?3)",
+                )?
+                .execute(params![session_id, first, ids])?;
+            self.bytes += body.len() + ids.len();
+            self.spent.push(body);
         }
         self.writes.push((session_id, seq));
         Ok(out)
@@ -1334,21 +1708,25 @@ fn read_projected_items(
     }
 }
 
-/// The stored event of an id that either id table holds (`bits`: its 16 bytes).
-fn stored_event(conn: &Connection, id: &str, bits: &[u8; 16]) -> Result<Event, StoreError> {
-    let row: Option<(String, i64, String)> = conn
+/// The stored event at `seq` of `session_id`, which the id index names for `id`.
+fn event_at(conn: &Connection, session_id: &str, seq: u64, id: &str) -> Result<Event, StoreError> {
+    let row: Option<(i64, String)> = conn
         .prepare_cached(
-            "SELECT session_id, seq, body FROM events WHERE (session_id, seq) = (
-                 SELECT session_id, seq FROM ids_hot WHERE id = ?1
-                 UNION ALL SELECT session_id, seq FROM ids_cold WHERE id = ?1
-                 LIMIT 1)",
+            "SELECT first_seq, body FROM events WHERE session_id = ?1 AND last_seq >= ?2
+             ORDER BY last_seq LIMIT 1",
         )?
-        .query_row([&bits[..]], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .query_row(params![session_id, sql_int("sequence", seq)?], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .optional()?;
-    let (session_id, seq, body) = row.ok_or_else(|| {
+    let line = row.and_then(|(first, body)| {
+        let skip = usize::try_from(seq.checked_sub(u64::try_from(first).ok()?)?).ok()?;
+        body.split('\n').nth(skip).map(str::to_owned)
+    });
+    let line = line.ok_or_else(|| {
         StoreError::Corrupt(format!("id {id} is indexed but its event is not stored"))
     })?;
-    decode(&session_id, seq, &body)
+    decode(session_id, seq as i64, &line)
 }
 
 fn session_exists(conn: &Connection, id: &str) -> Result<bool, StoreError> {
@@ -1389,56 +1767,82 @@ fn session_state(
     Ok(record)
 }
 
-/// One query for the whole filter; see the module docs of `store` for the semantics.
+/// One query for the session's rows from the first that can hold `after + 1`, read in
+/// sequence order until `before` or `limit`; see the module docs of `store` for the
+/// semantics. A row whose summary rules out the filter is skipped without reading its body;
+/// in the others each line in range is decoded and filtered.
 fn read_events(
     conn: &Connection,
     session_id: &str,
     query: &EventQuery,
 ) -> Result<Vec<Event>, StoreError> {
     let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    let mut sql = String::from("SELECT seq, body FROM events WHERE session_id = ?1");
-    let mut args: Vec<SqlValue> = vec![SqlValue::Text(session_id.to_owned())];
-    let mut bind = |sql: &mut String, clause: &str, value: SqlValue| {
-        args.push(value);
-        sql.push_str(&format!(" AND {clause} ?{}", args.len()));
-    };
-    if let Some(after) = query.after {
-        bind(&mut sql, "seq >", SqlValue::Integer(clamp(after)));
-    }
-    if let Some(before) = query.before {
-        bind(&mut sql, "seq <", SqlValue::Integer(clamp(before)));
-    }
-    if let Some(since) = query.since {
-        bind(
-            &mut sql,
-            "timestamp_ms >=",
-            SqlValue::Integer(since.unix_millis()),
-        );
-    }
-    if let Some(run_id) = &query.run_id {
-        bind(&mut sql, "run_id =", SqlValue::Text(run_id.clone()));
-    }
-    if let Some(kind) = query.kind {
-        bind(&mut sql, "type =", SqlValue::Text(kind.as_str().to_owned()));
-    }
-    sql.push_str(" ORDER BY seq");
-    if let Some(limit) = query.limit {
-        args.push(SqlValue::Integer(clamp(limit as u64)));
-        sql.push_str(&format!(" LIMIT ?{}", args.len()));
-    }
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
+    let after = query.after.unwrap_or(0);
+    let before = query.before.unwrap_or(u64::MAX);
+    let limit = query.limit.unwrap_or(usize::MAX);
+    let since = query.since.map(|t| t.unix_millis());
+    let kind = query.kind.map(|k| k.as_str());
     let mut events = Vec::new();
-    while let Some(row) = rows.next()? {
-        let seq: i64 = row.get(0)?;
-        let body: rusqlite::types::ValueRef<'_> = row.get_ref(1)?;
-        let body = body.as_str().map_err(|_| {
-            StoreError::Corrupt(format!(
-                "session {session_id:?} seq {seq}: body is not text"
-            ))
-        })?;
-        events.push(decode(session_id, seq, body)?);
+    let mut stmt = conn.prepare_cached(
+        "SELECT first_seq, last_seq, max_ms, types, runs, body FROM events
+         WHERE session_id = ?1 AND last_seq > ?2 ORDER BY last_seq",
+    )?;
+    let mut rows = stmt.query(params![session_id, clamp(after)])?;
+    let corrupt = |seq: i64, why: &str| {
+        StoreError::Corrupt(format!("session {session_id:?} seq {seq}: {why}"))
+    };
+    while events.len() < limit {
+        let Some(row) = rows.next()? else { break };
+        let (first, last): (i64, i64) = (row.get(0)?, row.get(1)?);
+        let first = u64::try_from(first)
+            .ok()
+            .filter(|&f| f >= 1 && i64::try_from(f).is_ok_and(|f| f <= last))
+            .ok_or_else(|| corrupt(last, "its row starts at a bad sequence"))?;
+        if first >= before {
+            break;
+        }
+        if since.is_some_and(|since| row.get::<_, i64>(2).is_ok_and(|max| max < since)) {
+            continue;
+        }
+        if let Some(kind) = kind {
+            let types = row.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?;
+            if !types.split(' ').any(|t| t == kind) {
+                continue;
+            }
+        }
+        if let Some(run) = &query.run_id {
+            let runs = row.get_ref(4)?.as_str().map_err(rusqlite::Error::from)?;
+            let runs: Vec<std::borrow::Cow<'_, str>> =
+                serde_json::from_str(runs).map_err(|e| corrupt(last, &format!("run ids: {e}")))?;
+            if !runs.iter().any(|r| r == run) {
+                continue;
+            }
+        }
+        let body = row
+            .get_ref(5)?
+            .as_str()
+            .map_err(|_| corrupt(last, "body is not text"))?;
+        let mut lines = body.split('\n');
+        for seq in first..=last as u64 {
+            if seq >= before || events.len() >= limit {
+                break;
+            }
+            let line = lines
+                .next()
+                .ok_or_else(|| corrupt(seq as i64, "missing from its row"))?;
+            if seq <= after {
+                continue;
+            }
+            let event = decode(session_id, seq as i64, line)?;
+            let keep = since.is_none_or(|since| event.timestamp().unix_millis() >= since)
+                && query.kind.is_none_or(|k| event.kind() == k)
+                && (query.run_id.as_deref()).is_none_or(|r| event.run_id() == Some(r));
+            if keep {
+                events.push(event);
+            }
+        }
     }
+    drop(rows);
     if events.is_empty() && !session_exists(conn, session_id)? {
         return Err(StoreError::UnknownSession(session_id.to_owned()));
     }
@@ -1565,7 +1969,7 @@ impl Store for SqliteStore {
         // Encoded here, on the appending task, not on the writer.
         let op = Op::Append {
             session_id: session_id.to_owned(),
-            rows: events.into_iter().map(Row::new).collect(),
+            batch: Batch::new(events),
         };
         match self.submit(op).await? {
             Done::Appended(appended) => Ok(appended),
@@ -1594,7 +1998,7 @@ impl Store for SqliteStore {
                 let (exists, max): (bool, Option<i64>) = conn
                     .prepare_cached(
                         "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1),
-                                (SELECT max(seq) FROM events WHERE session_id = ?1)",
+                                (SELECT max(last_seq) FROM events WHERE session_id = ?1)",
                     )?
                     .query_row([&session_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
                 if !exists {
