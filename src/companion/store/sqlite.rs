@@ -15,7 +15,7 @@
 //!   it stored (`first_seq..=last_seq`, their bodies as JSON lines) and a summary for the
 //!   filters (earliest and latest timestamp, distinct types, distinct run ids); and one row
 //!   of `ids_hot`, the ids of those events, 16 bytes each. Per event the writer only looks
-//!   the id up: in the batch, in the hot ids (kept in memory, [`HotIds`]: `ids_hot` is only
+//!   the id up: in the batch, in the hot ids (kept in memory, `HotIds`: `ids_hot` is only
 //!   read on open), and, if the Bloom filter of cold ids may hold it, in `ids_cold`. A stored
 //!   id is read back from its row. The appending task encodes the bodies, joins them into
 //!   the row's body and packs the ids; the writer inserts those as they are unless some id
