@@ -420,8 +420,8 @@ struct DeltaRead<'a> {
     thinking: Option<Str<'a>>,
 }
 
-/// A `system` line as the typed fast path reads it (for [`ignored_system`] subtypes and
-/// `status`).
+/// A `system` line as the typed fast path reads it (for `init`, `status` and
+/// [`ignored_system`] subtypes).
 #[derive(Deserialize)]
 struct SystemRead<'a> {
     #[serde(rename = "type", borrow)]
@@ -430,8 +430,55 @@ struct SystemRead<'a> {
     subtype: Str<'a>,
     #[serde(default)]
     timestamp: Stamp,
-    #[serde(default, borrow, rename = "permissionMode")]
-    permission_mode: Option<Str<'a>>,
+    // The fields `init` takes (null reads as absent, as `init` skips nulls).
+    #[serde(default, rename = "permissionMode")]
+    permission_mode: Option<Value>,
+    #[serde(default)]
+    session_id: Option<Value>,
+    #[serde(default)]
+    model: Option<Value>,
+    #[serde(default)]
+    cwd: Option<Value>,
+    #[serde(default)]
+    tools: Option<Value>,
+    #[serde(default)]
+    claude_code_version: Option<Value>,
+    #[serde(default)]
+    slash_commands: Option<Value>,
+    #[serde(default)]
+    mcp_servers: Option<Value>,
+    #[serde(default)]
+    agents: Option<Value>,
+    #[serde(default)]
+    skills: Option<Value>,
+    #[serde(default)]
+    plugins: Option<Value>,
+    #[serde(default)]
+    output_style: Option<Value>,
+    #[serde(default, rename = "apiKeySource")]
+    api_key_source: Option<Value>,
+}
+
+impl SystemRead<'_> {
+    /// The field `key` (its JSON name) for [`Claude::init`].
+    fn take(&mut self, key: &str) -> Option<Value> {
+        match key {
+            "permissionMode" => self.permission_mode.take(),
+            "session_id" => self.session_id.take(),
+            "model" => self.model.take(),
+            "cwd" => self.cwd.take(),
+            "tools" => self.tools.take(),
+            "claude_code_version" => self.claude_code_version.take(),
+            "slash_commands" => self.slash_commands.take(),
+            "mcp_servers" => self.mcp_servers.take(),
+            "agents" => self.agents.take(),
+            "skills" => self.skills.take(),
+            "plugins" => self.plugins.take(),
+            "output_style" => self.output_style.take(),
+            "apiKeySource" => self.api_key_source.take(),
+            _ => None,
+        }
+    }
 }
 
 /// The `system` subtypes that carry nothing for the canonical model.
@@ -491,7 +538,7 @@ impl Claude {
             return out.missing("subtype");
         };
         match subtype {
-            "init" => self.init(rec, out),
+            "init" => self.init(|key| rec.get(key).filter(|v| !v.is_null()).cloned(), out),
             "api_retry" => {
                 self.ensure_run(out);
                 self.close_settled(out);
@@ -546,22 +593,41 @@ impl Claude {
         }
     }
 
-    fn init(&mut self, rec: &Map<String, Value>, out: &mut Out<'_>) {
+    /// A `system/init` line; `take(key)` gives the value of one of its fields, once (`None`
+    /// when absent or null).
+    fn init(&mut self, mut take: impl FnMut(&str) -> Option<Value>, out: &mut Out<'_>) {
         // A new query: whatever is still open belongs to the previous one.
         self.close_all(out);
-        let session = str_field(rec, "session_id");
-        let mode = str_field(rec, "permissionMode");
-        let model = str_field(rec, "model");
+        let (session_id, mode, model) = (take("session_id"), take("permissionMode"), take("model"));
+        let name = |v: &Option<Value>| {
+            v.as_ref()
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let (session, mode, model) = (
+            name(&session_id),
+            (name(&mode), mode),
+            (name(&model), model),
+        );
         let same_session = session.is_some() && session == self.session;
+        let ((mode, mode_value), (model, model_value)) = (mode, model);
         if !same_session {
             let mut data = Map::new();
-            copy(&mut data, "provider_session_id", rec.get("session_id"));
+            let fields = [
+                ("provider_session_id", session_id),
+                ("model", model_value),
+                ("permission_mode", mode_value),
+            ];
+            for (to, value) in fields {
+                if let Some(v) = value {
+                    data.insert(to.to_owned(), v);
+                }
+            }
             for (to, from) in [
-                ("model", "model"),
                 ("cwd", "cwd"),
                 ("tools", "tools"),
                 ("version", "claude_code_version"),
-                ("permission_mode", "permissionMode"),
                 ("slash_commands", "slash_commands"),
                 ("mcp_servers", "mcp_servers"),
                 ("agents", "agents"),
@@ -570,7 +636,9 @@ impl Claude {
                 ("output_style", "output_style"),
                 ("api_key_source", "apiKeySource"),
             ] {
-                copy(&mut data, to, rec.get(from));
+                if let Some(v) = take(from) {
+                    data.insert(to.to_owned(), v);
+                }
             }
             emit(out, None, EventType::SessionStarted, data, None, None);
             self.session = session;
@@ -1000,19 +1068,26 @@ impl Claude {
     /// The typed fast path of a `system` line whose subtype carries nothing (or only a
     /// permission mode); `false` for any other.
     fn system_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
-        let Ok(read) = serde_json::from_str::<SystemRead<'_>>(text) else {
+        let Ok(mut read) = serde_json::from_str::<SystemRead<'_>>(text) else {
             return false;
         };
         if &*read.ty != "system" {
             return false;
         }
-        match &*read.subtype {
-            "status" => {
-                out.set_timestamp(read.timestamp);
-                self.status(read.permission_mode.as_deref(), out);
+        let (init, status) = (&*read.subtype == "init", &*read.subtype == "status");
+        if !init && !status {
+            if !ignored_system(&read.subtype) {
+                return false;
             }
-            subtype if ignored_system(subtype) => out.ignore(),
-            _ => return false,
+            out.ignore();
+            return true;
+        }
+        out.set_timestamp(std::mem::take(&mut read.timestamp));
+        if init {
+            self.init(|key| read.take(key), out);
+        } else {
+            let mode = read.permission_mode.as_ref().and_then(Value::as_str);
+            self.status(mode, out);
         }
         true
     }

@@ -74,7 +74,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::fast::{present, Obj, Str};
+use super::fast::{self, present, Obj, Str};
 use super::turn::cancel_tool_call;
 use super::{Decoder, Out};
 use crate::core::event::{CancelReason, EventType};
@@ -167,8 +167,11 @@ impl Decoder for Opencode {
     }
 
     fn record_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
-        // Only the serve events that carry nothing once read: the ignored types, and a
-        // session's updates after its `session_started`.
+        // Only serve events (dotted types; `run` lines are read as a `Value`): the ignored
+        // types, a session's updates after its `session_started`, and `message.updated`.
+        if fast::leading_type(text).is_some_and(|ty| !ty.contains('.')) {
+            return false;
+        }
         let Ok(line) = serde_json::from_str::<ServeLine<'_>>(text) else {
             return false;
         };

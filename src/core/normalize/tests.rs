@@ -449,6 +449,14 @@ fn the_fast_paths_read_every_record_as_the_value_path_does() {
     ];
     let claude = [
         r#"{"type":"system","subtype":"init","session_id":"sess-1","model":"m","permissionMode":"default"}"#,
+        r#"{"type":"system","subtype":"init","session_id":"sess-1","model":"m2","permissionMode":"plan","cwd":"/w"}"#,
+        r#"{"type":"system","subtype":"init","session_id":"sess-2","cwd":"/w","tools":["Bash",{"n":1}],"model":"m","permissionMode":"default","claude_code_version":"2.1","slash_commands":["c"],"mcp_servers":[{"name":"x","status":"ok"}],"agents":null,"skills":[],"plugins":{"p":1},"output_style":"default","apiKeySource":"none","uuid":"u","timestamp":"2026-11-29T21:31:07.000Z"}"#,
+        r#"{"type":"system","subtype":"init","session_id":5,"model":null,"permissionMode":7,"cwd":null}"#,
+        r#"{"type":"system","subtype":"init","session_id":"","model":"","permissionMode":""}"#,
+        r#"{"type":"system","subtype":"init","session_id":"sess-2","model":{"id":"m"},"permissionMode":["plan"]}"#,
+        r#"{"type":"system","subtype":"init","session_id":"sess-3","tools":[],"tools":["Read"]}"#,
+        r#"{"type":"system","subtype":"init","timestamp":{"t":1}}"#,
+        r#"{"type":"system","subtype":"init","session_id":"sess-3","model":"m3"}"#,
         r#"{"type":"system","subtype":"hook_response","hook_id":"h","output":{"a":[1]},"timestamp":"2026-11-29T21:31:07.000Z"}"#,
         r#"{"type":"system","subtype":"hook_started","subtype":"status"}"#,
         r#"{"type":"system","subtype":5}"#,
