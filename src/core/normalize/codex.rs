@@ -43,7 +43,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::fast::{self, present, Stamp, Str};
+use super::fast::{present, Stamp, Str};
 use super::turn::OpenTools;
 use super::{Decoder, Out};
 use crate::core::event::EventType;
@@ -132,14 +132,6 @@ impl Decoder for Codex {
     }
 
     fn record_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
-        // A line of a type read only as a `Value` (`turn.failed`, `error`…) is not read twice.
-        let typed = |ty: &str| {
-            matches!(ty, "thread.started" | "turn.started" | "turn.completed")
-                || ty.starts_with("item.")
-        };
-        if fast::leading_type(text).is_some_and(|ty| !typed(ty)) {
-            return false;
-        }
         let Ok(line) = serde_json::from_str::<Line<'_>>(text) else {
             return false;
         };
