@@ -83,10 +83,13 @@
 //! interleaved with another lane's can be completed (its `message_received` is then emitted
 //! again, with the whole text).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::fast::{self, present, Obj, Stamp, Str};
 use super::turn::cancelled_data;
 use super::{Decoder, Out};
 use crate::core::event::{fnv1a128, CancelReason, EventType, Provider};
@@ -166,6 +169,336 @@ enum Outcome {
     Cancelled,
 }
 
+/// What [`Claude::user_line`] reads of a `user` line, from a `Value` or typed.
+struct UserLine<'a> {
+    /// `message.content` when it is a string or an array.
+    content: Option<UserContent<'a>>,
+    /// `parent_tool_use_id` when it is a string.
+    lane: Option<Cow<'a, str>>,
+    replay: bool,
+    synthetic: bool,
+}
+
+enum UserContent<'a> {
+    Text(Cow<'a, str>),
+    Blocks(Vec<UserBlock<'a>>),
+}
+
+/// A block of a user message: a `text` block's text (when a string), a `tool_result` (its
+/// `tool_use_id` when a string, `is_error` when a boolean, the text of its content), or
+/// anything else.
+enum UserBlock<'a> {
+    Text(Cow<'a, str>),
+    ToolResult {
+        id: Option<Cow<'a, str>>,
+        is_error: Option<bool>,
+        text: String,
+    },
+    Other,
+}
+
+impl<'a> UserBlock<'a> {
+    fn from_value(block: &'a Value) -> UserBlock<'a> {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => match block.get("text").and_then(Value::as_str) {
+                Some(t) => UserBlock::Text(Cow::Borrowed(t)),
+                None => UserBlock::Other,
+            },
+            Some("tool_result") => UserBlock::ToolResult {
+                id: block
+                    .get("tool_use_id")
+                    .and_then(Value::as_str)
+                    .map(Cow::Borrowed),
+                is_error: block.get("is_error").and_then(Value::as_bool),
+                text: result_text(block.get("content")),
+            },
+            _ => UserBlock::Other,
+        }
+    }
+}
+
+/// A `user` line as the typed fast path reads it: the fields [`UserLine`] takes, borrowed,
+/// and the `tool_use_result` sidecar as the `Value` its event carries. Any field of another
+/// JSON type than these, a repeated field, or a block or text item that is not an object
+/// fails the read (the `Value` path takes the line).
+#[derive(Deserialize)]
+struct UserRead<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: Str<'a>,
+    #[serde(default)]
+    timestamp: Stamp,
+    #[serde(borrow)]
+    message: Obj<MessageRead<'a>>,
+    #[serde(default, deserialize_with = "present")]
+    tool_use_result: Option<Value>,
+    #[serde(default, borrow)]
+    parent_tool_use_id: Option<Str<'a>>,
+    #[serde(default, rename = "isReplay")]
+    is_replay: Option<bool>,
+    #[serde(default, rename = "isSynthetic")]
+    is_synthetic: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct MessageRead<'a> {
+    /// Null reads as absent, as `message.content` is neither a string nor an array then.
+    #[serde(default, borrow)]
+    content: Option<ContentRead<'a>>,
+}
+
+/// A user message's content: a string or a list of blocks.
+enum ContentRead<'a> {
+    Text(Str<'a>),
+    Blocks(Vec<Obj<BlockRead<'a>>>),
+}
+
+#[derive(Deserialize)]
+struct BlockRead<'a> {
+    #[serde(rename = "type", default, borrow)]
+    ty: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    text: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    tool_use_id: Option<Str<'a>>,
+    #[serde(default)]
+    is_error: Option<bool>,
+    #[serde(default, borrow)]
+    content: Option<ResultRead<'a>>,
+}
+
+impl<'a> BlockRead<'a> {
+    fn into_block(self) -> UserBlock<'a> {
+        match self.ty.as_deref() {
+            Some("text") => match self.text {
+                Some(t) => UserBlock::Text(t.0),
+                None => UserBlock::Other,
+            },
+            Some("tool_result") => UserBlock::ToolResult {
+                id: self.tool_use_id.map(|id| id.0),
+                is_error: self.is_error,
+                text: self.content.map_or_else(String::new, ResultRead::into_text),
+            },
+            _ => UserBlock::Other,
+        }
+    }
+}
+
+/// A tool result's content, as [`result_text`] reads it: a string, or items whose `text`
+/// strings are joined.
+enum ResultRead<'a> {
+    Text(Str<'a>),
+    Items(Vec<Obj<TextRead<'a>>>),
+}
+
+#[derive(Deserialize)]
+struct TextRead<'a> {
+    #[serde(default, borrow)]
+    text: Option<Str<'a>>,
+}
+
+impl ResultRead<'_> {
+    fn into_text(self) -> String {
+        match self {
+            ResultRead::Text(s) => s.0.into_owned(),
+            ResultRead::Items(items) => {
+                let texts: Vec<Cow<'_, str>> = items
+                    .into_iter()
+                    .filter_map(|i| i.0.text)
+                    .map(|t| t.0)
+                    .collect();
+                texts.join("\n")
+            }
+        }
+    }
+}
+
+/// A string or an array, read by `text` and `items` (anything else fails the read).
+fn string_or_seq<'de, D, T, S>(
+    d: D,
+    text: fn(Str<'de>) -> T,
+    items: fn(Vec<S>) -> T,
+) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    S: Deserialize<'de>,
+{
+    use serde::de::{Error, SeqAccess, Visitor};
+
+    struct V<'de, T, S> {
+        text: fn(Str<'de>) -> T,
+        items: fn(Vec<S>) -> T,
+    }
+    impl<'de, T, S: Deserialize<'de>> Visitor<'de> for V<'de, T, S> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string or an array")
+        }
+        fn visit_borrowed_str<E: Error>(self, s: &'de str) -> Result<T, E> {
+            Ok((self.text)(Str(Cow::Borrowed(s))))
+        }
+        fn visit_str<E: Error>(self, s: &str) -> Result<T, E> {
+            Ok((self.text)(Str(Cow::Owned(s.to_owned()))))
+        }
+        fn visit_string<E: Error>(self, s: String) -> Result<T, E> {
+            Ok((self.text)(Str(Cow::Owned(s))))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+            let mut all = Vec::new();
+            while let Some(item) = seq.next_element()? {
+                all.push(item);
+            }
+            Ok((self.items)(all))
+        }
+    }
+    d.deserialize_any(V { text, items })
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ContentRead<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        string_or_seq(d, ContentRead::Text, ContentRead::Blocks)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ResultRead<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        string_or_seq(d, ResultRead::Text, ResultRead::Items)
+    }
+}
+
+/// What [`Claude::stream`] reads of a `stream_event` line's `event`, from a `Value` or typed:
+/// its type, `message.id`, `delta.type`, `delta.text`, `delta.thinking` (each when a
+/// string) and `index` (when an unsigned integer).
+struct StreamEvent<'a> {
+    ty: &'a str,
+    message_id: Option<&'a str>,
+    delta_type: Option<&'a str>,
+    text: Option<&'a str>,
+    thinking: Option<&'a str>,
+    index: Option<u64>,
+}
+
+/// A `stream_event` line as the typed fast path reads it (the fields of [`StreamEvent`];
+/// anything of another JSON type, a repeated field, or a non-object `event`, `message` or
+/// `delta` fails the read).
+#[derive(Deserialize)]
+struct StreamRead<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: Str<'a>,
+    #[serde(default)]
+    timestamp: Stamp,
+    #[serde(borrow)]
+    event: Obj<EventRead<'a>>,
+    #[serde(default, borrow)]
+    parent_tool_use_id: Option<Str<'a>>,
+}
+
+#[derive(Deserialize)]
+struct EventRead<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: Str<'a>,
+    #[serde(default, borrow)]
+    message: Option<Obj<IdRead<'a>>>,
+    #[serde(default, borrow)]
+    delta: Option<Obj<DeltaRead<'a>>>,
+    #[serde(default)]
+    index: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct IdRead<'a> {
+    #[serde(default, borrow)]
+    id: Option<Str<'a>>,
+}
+
+#[derive(Deserialize)]
+struct DeltaRead<'a> {
+    #[serde(rename = "type", default, borrow)]
+    ty: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    text: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    thinking: Option<Str<'a>>,
+}
+
+/// A `system` line as the typed fast path reads it (for `init`, `status` and
+/// [`ignored_system`] subtypes).
+#[derive(Deserialize)]
+struct SystemRead<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: Str<'a>,
+    #[serde(borrow)]
+    subtype: Str<'a>,
+    #[serde(default)]
+    timestamp: Stamp,
+    // The fields `init` takes (null reads as absent, as `init` skips nulls).
+    #[serde(default, rename = "permissionMode")]
+    permission_mode: Option<Value>,
+    #[serde(default)]
+    session_id: Option<Value>,
+    #[serde(default)]
+    model: Option<Value>,
+    #[serde(default)]
+    cwd: Option<Value>,
+    #[serde(default)]
+    tools: Option<Value>,
+    #[serde(default)]
+    claude_code_version: Option<Value>,
+    #[serde(default)]
+    slash_commands: Option<Value>,
+    #[serde(default)]
+    mcp_servers: Option<Value>,
+    #[serde(default)]
+    agents: Option<Value>,
+    #[serde(default)]
+    skills: Option<Value>,
+    #[serde(default)]
+    plugins: Option<Value>,
+    #[serde(default)]
+    output_style: Option<Value>,
+    #[serde(default, rename = "apiKeySource")]
+    api_key_source: Option<Value>,
+}
+
+impl SystemRead<'_> {
+    /// The field `key` (its JSON name) for [`Claude::init`].
+    fn take(&mut self, key: &str) -> Option<Value> {
+        match key {
+            "permissionMode" => self.permission_mode.take(),
+            "session_id" => self.session_id.take(),
+            "model" => self.model.take(),
+            "cwd" => self.cwd.take(),
+            "tools" => self.tools.take(),
+            "claude_code_version" => self.claude_code_version.take(),
+            "slash_commands" => self.slash_commands.take(),
+            "mcp_servers" => self.mcp_servers.take(),
+            "agents" => self.agents.take(),
+            "skills" => self.skills.take(),
+            "plugins" => self.plugins.take(),
+            "output_style" => self.output_style.take(),
+            "apiKeySource" => self.api_key_source.take(),
+            _ => None,
+        }
+    }
+}
+
+/// The `system` subtypes that carry nothing for the canonical model.
+fn ignored_system(subtype: &str) -> bool {
+    matches!(
+        subtype,
+        "hook_started"
+            | "hook_progress"
+            | "hook_response"
+            | "thinking_tokens"
+            | "task_started"
+            | "task_progress"
+            | "task_notification"
+            | "task_updated"
+            | "files_persisted"
+            // A tool refused by the permission mode (`dontAsk`): its tool_result says so.
+            | "permission_denied"
+    )
+}
+
 struct ApiError {
     kind: String,
     message: String,
@@ -205,7 +538,7 @@ impl Claude {
             return out.missing("subtype");
         };
         match subtype {
-            "init" => self.init(rec, out),
+            "init" => self.init(|key| rec.get(key).filter(|v| !v.is_null()).cloned(), out),
             "api_retry" => {
                 self.ensure_run(out);
                 self.close_settled(out);
@@ -234,47 +567,67 @@ impl Claude {
             }
             "status" => {
                 let mode = rec.get("permissionMode").and_then(Value::as_str);
-                match mode {
-                    Some(mode) if self.permission_mode.as_deref() != Some(mode) => {
-                        self.permission_mode = Some(mode.to_owned());
-                        let data = obj(json!({ "mode": mode }));
-                        emit(
-                            out,
-                            self.run.as_deref(),
-                            EventType::ModeChanged,
-                            data,
-                            None,
-                            None,
-                        );
-                    }
-                    _ => out.ignore(),
-                }
+                self.status(mode, out);
             }
-            "hook_started" | "hook_progress" | "hook_response" | "thinking_tokens"
-            | "task_started" | "task_progress" | "task_notification" | "task_updated"
-            | "files_persisted"
-            // A tool refused by the permission mode (`dontAsk`): its tool_result says so.
-            | "permission_denied" => out.ignore(),
+            subtype if ignored_system(subtype) => out.ignore(),
             other => out.unknown(format_args!("system subtype {other:?}")),
         }
     }
 
-    fn init(&mut self, rec: &Map<String, Value>, out: &mut Out<'_>) {
+    /// A `system/status` line: a new permission mode, or nothing.
+    fn status(&mut self, mode: Option<&str>, out: &mut Out<'_>) {
+        match mode {
+            Some(mode) if self.permission_mode.as_deref() != Some(mode) => {
+                self.permission_mode = Some(mode.to_owned());
+                let data = obj(json!({ "mode": mode }));
+                emit(
+                    out,
+                    self.run.as_deref(),
+                    EventType::ModeChanged,
+                    data,
+                    None,
+                    None,
+                );
+            }
+            _ => out.ignore(),
+        }
+    }
+
+    /// A `system/init` line; `take(key)` gives the value of one of its fields, once (`None`
+    /// when absent or null).
+    fn init(&mut self, mut take: impl FnMut(&str) -> Option<Value>, out: &mut Out<'_>) {
         // A new query: whatever is still open belongs to the previous one.
         self.close_all(out);
-        let session = str_field(rec, "session_id");
-        let mode = str_field(rec, "permissionMode");
-        let model = str_field(rec, "model");
+        let (session_id, mode, model) = (take("session_id"), take("permissionMode"), take("model"));
+        let name = |v: &Option<Value>| {
+            v.as_ref()
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let (session, mode, model) = (
+            name(&session_id),
+            (name(&mode), mode),
+            (name(&model), model),
+        );
         let same_session = session.is_some() && session == self.session;
+        let ((mode, mode_value), (model, model_value)) = (mode, model);
         if !same_session {
             let mut data = Map::new();
-            copy(&mut data, "provider_session_id", rec.get("session_id"));
+            let fields = [
+                ("provider_session_id", session_id),
+                ("model", model_value),
+                ("permission_mode", mode_value),
+            ];
+            for (to, value) in fields {
+                if let Some(v) = value {
+                    data.insert(to.to_owned(), v);
+                }
+            }
             for (to, from) in [
-                ("model", "model"),
                 ("cwd", "cwd"),
                 ("tools", "tools"),
                 ("version", "claude_code_version"),
-                ("permission_mode", "permissionMode"),
                 ("slash_commands", "slash_commands"),
                 ("mcp_servers", "mcp_servers"),
                 ("agents", "agents"),
@@ -283,7 +636,9 @@ impl Claude {
                 ("output_style", "output_style"),
                 ("api_key_source", "apiKeySource"),
             ] {
-                copy(&mut data, to, rec.get(from));
+                if let Some(v) = take(from) {
+                    data.insert(to.to_owned(), v);
+                }
             }
             emit(out, None, EventType::SessionStarted, data, None, None);
             self.session = session;
@@ -593,42 +948,55 @@ impl Claude {
         let Some(message) = rec.get("message").and_then(Value::as_object) else {
             return out.missing("message");
         };
+        let content = match message.get("content") {
+            Some(Value::String(s)) => Some(UserContent::Text(Cow::Borrowed(s))),
+            Some(Value::Array(blocks)) => Some(UserContent::Blocks(
+                blocks.iter().map(UserBlock::from_value).collect(),
+            )),
+            _ => None,
+        };
+        let line = UserLine {
+            content,
+            lane: rec
+                .get("parent_tool_use_id")
+                .and_then(Value::as_str)
+                .map(Cow::Borrowed),
+            replay: rec.get("isReplay").and_then(Value::as_bool) == Some(true),
+            synthetic: rec.get("isSynthetic").and_then(Value::as_bool) == Some(true),
+        };
+        self.user_line(line, sidecar, out);
+    }
+
+    /// A `user` line as [`UserLine`], read by either path.
+    fn user_line(&mut self, line: UserLine<'_>, sidecar: Option<Value>, out: &mut Out<'_>) {
         // The output of a local command (`set_model` answers with one, between turns): no
         // user prompt, and no turn of its own.
-        let local = message
-            .get("content")
-            .and_then(Value::as_str)
-            .is_some_and(|c| c.trim_start().starts_with("<local-command-stdout>"));
-        if local && rec.get("isReplay").and_then(Value::as_bool) == Some(true) {
+        let local = matches!(&line.content, Some(UserContent::Text(c))
+            if c.trim_start().starts_with("<local-command-stdout>"));
+        if local && line.replay {
             return out.ignore();
         }
         self.ensure_run(out);
         self.close_settled(out);
-        let lane = str_field(rec, "parent_tool_use_id");
+        let lane = line.lane.filter(|l| !l.is_empty());
         let lane = lane.as_deref();
-        let mut texts: Vec<&str> = Vec::new();
-        match message.get("content") {
-            Some(Value::String(s)) => texts.push(s),
-            Some(Value::Array(blocks)) => {
+        let mut texts: Vec<Cow<'_, str>> = Vec::new();
+        match line.content {
+            Some(UserContent::Text(s)) => texts.push(s),
+            Some(UserContent::Blocks(blocks)) => {
                 let results = blocks
                     .iter()
-                    .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+                    .filter(|b| matches!(b, UserBlock::ToolResult { .. }))
                     .count();
                 let mut sidecar = sidecar.filter(|_| results == 1);
                 for block in blocks {
-                    match block.get("type").and_then(Value::as_str) {
-                        Some("text") => {
-                            if let Some(t) = block.get("text").and_then(Value::as_str) {
-                                texts.push(t);
-                            }
-                        }
-                        Some("tool_result") => {
-                            let Some(id) = block.get("tool_use_id").and_then(Value::as_str) else {
+                    match block {
+                        UserBlock::Text(t) => texts.push(t),
+                        UserBlock::ToolResult { id, is_error, text } => {
+                            let Some(id) = id else {
                                 out.missing("tool_use_id");
                                 continue;
                             };
-                            let is_error = block.get("is_error").and_then(Value::as_bool);
-                            let text = result_text(block.get("content"));
                             let outcome = if text.trim_start().starts_with(INTERRUPT_MARKER) {
                                 self.turn.interrupted = true;
                                 Outcome::Cancelled
@@ -638,16 +1006,16 @@ impl Claude {
                                 Outcome::Output(text.into())
                             };
                             // One result: its call takes the sidecar.
-                            self.tool_finished(id, outcome, sidecar.take(), lane, out);
+                            self.tool_finished(&id, outcome, sidecar.take(), lane, out);
                         }
-                        _ => {}
+                        UserBlock::Other => {}
                     }
                 }
             }
-            _ => return out.missing("message.content"),
+            None => return out.missing("message.content"),
         }
         let mut prompt: Vec<&str> = Vec::new();
-        for text in texts {
+        for text in &texts {
             if text.trim_start().starts_with(INTERRUPT_MARKER) {
                 self.turn.interrupted = true;
             } else if !text.is_empty() {
@@ -656,7 +1024,7 @@ impl Claude {
         }
         if !prompt.is_empty() {
             let mut data = obj(json!({ "content": prompt.join("\n"), "role": "user" }));
-            if rec.get("isSynthetic").and_then(Value::as_bool) == Some(true) {
+            if line.synthetic {
                 data.insert("synthetic".into(), true.into());
             }
             emit(
@@ -670,6 +1038,60 @@ impl Claude {
         }
     }
 
+    /// The typed fast path of a `user` line (see [`UserRead`]); `false` when it does not
+    /// read as one.
+    fn user_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
+        let Ok(read) = serde_json::from_str::<UserRead<'_>>(text) else {
+            return false;
+        };
+        if &*read.ty != "user" {
+            return false;
+        }
+        let content = match read.message.0.content {
+            Some(ContentRead::Text(s)) => Some(UserContent::Text(s.0)),
+            Some(ContentRead::Blocks(blocks)) => Some(UserContent::Blocks(
+                blocks.into_iter().map(|b| b.0.into_block()).collect(),
+            )),
+            None => None,
+        };
+        let line = UserLine {
+            content,
+            lane: read.parent_tool_use_id.map(|l| l.0),
+            replay: read.is_replay == Some(true),
+            synthetic: read.is_synthetic == Some(true),
+        };
+        out.set_timestamp(read.timestamp);
+        self.user_line(line, read.tool_use_result, out);
+        true
+    }
+
+    /// The typed fast path of a `system` line whose subtype carries nothing (or only a
+    /// permission mode); `false` for any other.
+    fn system_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
+        let Ok(mut read) = serde_json::from_str::<SystemRead<'_>>(text) else {
+            return false;
+        };
+        if &*read.ty != "system" {
+            return false;
+        }
+        let (init, status) = (&*read.subtype == "init", &*read.subtype == "status");
+        if !init && !status {
+            if !ignored_system(&read.subtype) {
+                return false;
+            }
+            out.ignore();
+            return true;
+        }
+        out.set_timestamp(std::mem::take(&mut read.timestamp));
+        if init {
+            self.init(|key| read.take(key), out);
+        } else {
+            let mode = read.permission_mode.as_ref().and_then(Value::as_str);
+            self.status(mode, out);
+        }
+        true
+    }
+
     fn stream_event(&mut self, rec: &Map<String, Value>, out: &mut Out<'_>) {
         let Some(event) = rec.get("event").and_then(Value::as_object) else {
             return out.missing("event");
@@ -677,7 +1099,50 @@ impl Claude {
         let Some(ty) = event.get("type").and_then(Value::as_str) else {
             return out.missing("event.type");
         };
-        let lane = str_field(rec, "parent_tool_use_id");
+        let delta = event.get("delta");
+        let delta_str = |key: &str| delta.and_then(|d| d.get(key)).and_then(Value::as_str);
+        let read = StreamEvent {
+            ty,
+            message_id: event
+                .get("message")
+                .and_then(|m| m.get("id"))
+                .and_then(Value::as_str),
+            delta_type: delta_str("type"),
+            text: delta_str("text"),
+            thinking: delta_str("thinking"),
+            index: event.get("index").and_then(Value::as_u64),
+        };
+        self.stream(read, str_field(rec, "parent_tool_use_id"), out);
+    }
+
+    /// The typed fast path of a `stream_event` line (see [`StreamRead`]).
+    fn stream_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
+        let Ok(line) = serde_json::from_str::<StreamRead<'_>>(text) else {
+            return false;
+        };
+        if &*line.ty != "stream_event" {
+            return false;
+        }
+        let event = &line.event.0;
+        let delta = event.delta.as_ref().map(|d| &d.0);
+        let read = StreamEvent {
+            ty: &event.ty,
+            message_id: event.message.as_ref().and_then(|m| m.0.id.as_deref()),
+            delta_type: delta.and_then(|d| d.ty.as_deref()),
+            text: delta.and_then(|d| d.text.as_deref()),
+            thinking: delta.and_then(|d| d.thinking.as_deref()),
+            index: event.index,
+        };
+        let lane = line.parent_tool_use_id.filter(|l| !l.is_empty());
+        out.set_timestamp(line.timestamp);
+        self.stream(read, lane.map(|l| l.0.into_owned()), out);
+        true
+    }
+
+    /// A `stream_event` line as [`StreamEvent`], read by either path; `lane` is its
+    /// `parent_tool_use_id` when a non-empty string.
+    fn stream(&mut self, event: StreamEvent<'_>, lane: Option<String>, out: &mut Out<'_>) {
+        let ty = event.ty;
         if matches!(ty, "message_start" | "content_block_delta") {
             self.ensure_run(out);
         }
@@ -690,11 +1155,7 @@ impl Claude {
                     let m = self.turn.messages.remove(at);
                     self.close(m, true, out);
                 }
-                let id = event
-                    .get("message")
-                    .and_then(|m| m.get("id"))
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty());
+                let id = event.message_id.filter(|s| !s.is_empty());
                 self.turn.messages.push(Msg {
                     id: id.map(str::to_owned),
                     lane: lane.clone(),
@@ -704,17 +1165,12 @@ impl Claude {
                 out.ignore();
             }
             "content_block_delta" => {
-                let delta = event.get("delta");
-                let kind = delta.and_then(|d| d.get("type")).and_then(Value::as_str);
-                let (field, is_text) = match kind {
-                    Some("text_delta") => ("text", true),
-                    Some("thinking_delta") => ("thinking", false),
+                let (text, is_text) = match event.delta_type {
+                    Some("text_delta") => (event.text, true),
+                    Some("thinking_delta") => (event.thinking, false),
                     _ => return out.ignore(),
                 };
-                let text = delta
-                    .and_then(|d| d.get(field))
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
+                let text = text.unwrap_or("");
                 if text.is_empty() {
                     return out.ignore();
                 }
@@ -737,7 +1193,7 @@ impl Claude {
                 let mut data = msg_data(msg);
                 data.remove("role");
                 if is_text {
-                    let index = event.get("index").and_then(Value::as_u64);
+                    let index = event.index;
                     let mut chunk = String::new();
                     if !msg.deltas.is_empty() && index != msg.delta_block {
                         chunk.push_str(BLOCK_SEPARATOR);
@@ -1098,6 +1554,15 @@ impl Claude {
 }
 
 impl Decoder for Claude {
+    fn record_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
+        match fast::leading_type(text) {
+            Some("user") => self.user_text(text, out),
+            Some("system") => self.system_text(text, out),
+            Some("stream_event") => self.stream_text(text, out),
+            _ => false,
+        }
+    }
+
     fn record_owned(&mut self, mut record: Value, out: &mut Out<'_>) {
         // A `user` line's `tool_use_result` (often the whole file read) is moved into its
         // event rather than cloned.

@@ -11,10 +11,8 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, Deserialize, Deserializer, Visitor};
-use serde_json::Value;
-
 use crate::core::time::Timestamp;
+use serde::de::{self, Deserialize, Deserializer, Visitor};
 
 /// A JSON string, borrowed from the line unless it has escapes.
 pub(crate) struct Str<'a>(pub(crate) Cow<'a, str>);
@@ -87,14 +85,52 @@ impl<'de> Deserialize<'de> for Stamp {
     }
 }
 
-/// `deserialize_with` for an `Option<Value>` field that must tell `null` (`Some(Null)`, as
-/// `obj.get(key)` sees it) from absent (`None`, with `#[serde(default)]`).
-pub(crate) fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+/// `deserialize_with` for an `Option<Value>` (or `Option<IgnoredAny>`) field that must tell
+/// `null` (`Some(Null)`, as `obj.get(key)` sees it) from absent (`None`, with
+/// `#[serde(default)]`).
+pub(crate) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 /// True when `text` can only be read as a JSON object (so a typed struct, which serde would
 /// also read from an array, sees the same record as the `Value` path).
 pub(crate) fn is_object_text(text: &str) -> bool {
     text.trim_ascii_start().starts_with('{')
+}
+
+/// The value of `type` when it is the record's first key and a string without escapes (as
+/// every provider writes it): a cheap look that picks the typed reader to try, never a
+/// substitute for it (the reader checks `type` again, and anything else).
+pub(crate) fn leading_type(text: &str) -> Option<&str> {
+    let rest = text
+        .trim_ascii_start()
+        .strip_prefix('{')?
+        .trim_ascii_start();
+    let rest = rest.strip_prefix("\"type\"")?.trim_ascii_start();
+    let rest = rest.strip_prefix(':')?.trim_ascii_start();
+    let rest = rest.strip_prefix('"')?;
+    let end = rest.find(['"', '\\'])?;
+    (rest.as_bytes()[end] == b'"').then(|| &rest[..end])
+}
+
+/// `T` read only from a JSON object: a derived struct would also read an array (its fields
+/// by position), which the `Value` path does not take for an object.
+pub(crate) struct Obj<T>(pub(crate) T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Obj<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Obj<T>, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Obj)
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
 }

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::fast::{present, Stamp, Str};
+use super::fast::{self, present, Stamp, Str};
 use super::turn::OpenTools;
 use super::{Decoder, Out};
 use crate::core::event::EventType;
@@ -85,6 +85,11 @@ impl Decoder for Gemini {
     }
 
     fn record_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
+        // A line of a type read only as a `Value` (`result`…) is not read twice.
+        let typed = ["message", "tool_use", "tool_result", "init", "error"];
+        if fast::leading_type(text).is_some_and(|ty| !typed.contains(&ty)) {
+            return false;
+        }
         let Ok(line) = serde_json::from_str::<Line<'_>>(text) else {
             return false;
         };

@@ -276,6 +276,8 @@ pub struct Normalizer {
     skipping: Option<usize>,
     /// Accumulated `data:` payload of the current SSE event.
     sse: Option<String>,
+    /// The last dispatched payload's buffer, cleared, for the next one.
+    sse_spare: String,
     /// Some when the input is a pretty-printed JSON document, buffered until EOF.
     document: Option<Vec<u8>>,
     seen_content: bool,
@@ -313,6 +315,7 @@ impl Normalizer {
             partial: Vec::new(),
             skipping: None,
             sse: None,
+            sse_spare: String::new(),
             document: None,
             seen_content: false,
             ended: false,
@@ -477,7 +480,9 @@ impl Normalizer {
         };
         match sse_field(text) {
             Some(SseField::Data(payload)) => {
-                let buf = self.sse.get_or_insert_with(String::new);
+                let buf = self
+                    .sse
+                    .get_or_insert_with(|| std::mem::take(&mut self.sse_spare));
                 if !buf.is_empty() {
                     buf.push('\n');
                 }
@@ -494,15 +499,19 @@ impl Normalizer {
     }
 
     fn dispatch_sse(&mut self, now: Timestamp) {
-        let Some(payload) = self.sse.take() else {
+        let Some(mut payload) = self.sse.take() else {
             return;
         };
-        if payload.trim().is_empty() || payload.trim() == "[DONE]" {
-            return;
+        if !(payload.trim().is_empty() || payload.trim() == "[DONE]") {
+            self.state.stats.records += 1;
+            let line_no = self.state.stats.records;
+            self.handle_json_text(line_no, &payload, now);
         }
-        self.state.stats.records += 1;
-        let line_no = self.state.stats.records;
-        self.handle_json_text(line_no, &payload, now);
+        // Keep a small buffer for the next event.
+        if payload.capacity() <= 1 << 16 {
+            payload.clear();
+            self.sse_spare = payload;
+        }
     }
 
     fn handle_json_text(&mut self, line_no: u64, text: &str, now: Timestamp) {

@@ -74,7 +74,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::fast::Str;
+use super::fast::{self, present, Obj, Str};
 use super::turn::cancel_tool_call;
 use super::{Decoder, Out};
 use crate::core::event::{CancelReason, EventType};
@@ -167,8 +167,11 @@ impl Decoder for Opencode {
     }
 
     fn record_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
-        // Only the serve events that carry nothing once read: the ignored types, and a
-        // session's updates after its `session_started`.
+        // Only serve events (dotted types; `run` lines are read as a `Value`): the ignored
+        // types, a session's updates after its `session_started`, and `message.updated`.
+        if fast::leading_type(text).is_some_and(|ty| !ty.contains('.')) {
+            return false;
+        }
         let Ok(line) = serde_json::from_str::<ServeLine<'_>>(text) else {
             return false;
         };
@@ -177,11 +180,30 @@ impl Decoder for Opencode {
         };
         match &*line.ty {
             "session.created" | "session.updated" if self.session_started => {
-                let Props::Session { info: Some(info) } = props else {
+                let Props::Session {
+                    info: Some(info), ..
+                } = props
+                else {
                     return false;
                 };
                 self.accept(info.id.as_deref(), info.parent.as_deref());
                 out.ignore();
+                true
+            }
+            "message.updated" => {
+                let Props::Session {
+                    session,
+                    info: Some(info),
+                } = props
+                else {
+                    return false;
+                };
+                let sid = info.session.as_deref().or(session.as_deref());
+                if !self.accept(sid, None) {
+                    out.ignore();
+                    return true;
+                }
+                self.message_info(info.message(), out);
                 true
             }
             ty if ignored_event(ty) => {
@@ -197,8 +219,8 @@ impl Decoder for Opencode {
     }
 }
 
-/// A serve event as the fast path reads it: its type, and of its `properties` only the
-/// session ids of a `session.*` info.
+/// A serve event as the fast path reads it: its type, and of its `properties` the session
+/// id and the `info` of a `session.*` or `message.updated` event.
 #[derive(Deserialize)]
 struct ServeLine<'a> {
     #[serde(rename = "type", borrow)]
@@ -207,23 +229,100 @@ struct ServeLine<'a> {
     properties: Option<Props<'a>>,
 }
 
+// One per line read, on the stack: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Props<'a> {
-    Session { info: Option<Ids<'a>> },
+    Session {
+        session: Option<Str<'a>>,
+        info: Option<InfoRead<'a>>,
+    },
     Other,
 }
 
 #[derive(Deserialize)]
 struct SessionProps<'a> {
+    #[serde(default, borrow, rename = "sessionID")]
+    session: Option<Str<'a>>,
     #[serde(default, borrow)]
-    info: Option<Ids<'a>>,
+    info: Option<Obj<InfoRead<'a>>>,
 }
 
+/// The fields of an `info` object that the fast path reads: a session's ids, or what
+/// [`MessageInfo`] takes of a message (`time` only for whether it has `completed`).
 #[derive(Deserialize)]
-struct Ids<'a> {
+struct InfoRead<'a> {
     #[serde(default, borrow)]
     id: Option<Str<'a>>,
     #[serde(default, borrow, rename = "parentID")]
     parent: Option<Str<'a>>,
+    #[serde(default, borrow, rename = "sessionID")]
+    session: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    role: Option<Str<'a>>,
+    #[serde(default, borrow, rename = "modelID")]
+    model: Option<Str<'a>>,
+    #[serde(default, rename = "providerID", deserialize_with = "present")]
+    provider: Option<Value>,
+    #[serde(default)]
+    time: Option<Obj<TimeRead>>,
+    #[serde(default, borrow)]
+    finish: Option<Str<'a>>,
+    #[serde(default, deserialize_with = "present")]
+    tokens: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    cost: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct TimeRead {
+    #[serde(default, deserialize_with = "present")]
+    completed: Option<IgnoredAny>,
+}
+
+impl InfoRead<'_> {
+    fn message(&self) -> MessageInfo<'_> {
+        MessageInfo {
+            id: self.id.as_deref().unwrap_or(""),
+            role: self.role.as_deref(),
+            model: self.model.as_deref(),
+            provider: self.provider.as_ref(),
+            completed: self.time.as_ref().is_some_and(|t| t.0.completed.is_some()),
+            finish: self.finish.as_deref(),
+            tokens: self.tokens.as_ref(),
+            cost: self.cost.as_ref(),
+        }
+    }
+}
+
+/// What [`Opencode::message_info`] reads of a `message.updated` info, from a `Value` or typed.
+struct MessageInfo<'a> {
+    /// `id` when a string, else empty.
+    id: &'a str,
+    role: Option<&'a str>,
+    /// `modelID` when a string.
+    model: Option<&'a str>,
+    /// `providerID`, any JSON.
+    provider: Option<&'a Value>,
+    /// Whether `time` is an object with a `completed` key.
+    completed: bool,
+    finish: Option<&'a str>,
+    tokens: Option<&'a Value>,
+    cost: Option<&'a Value>,
+}
+
+impl<'a> MessageInfo<'a> {
+    fn from_value(info: &'a Value) -> MessageInfo<'a> {
+        MessageInfo {
+            id: info.get("id").and_then(Value::as_str).unwrap_or(""),
+            role: info.get("role").and_then(Value::as_str),
+            model: info.get("modelID").and_then(Value::as_str),
+            provider: info.get("providerID"),
+            completed: info.get("time").and_then(|t| t.get("completed")).is_some(),
+            finish: info.get("finish").and_then(Value::as_str),
+            tokens: info.get("tokens"),
+            cost: info.get("cost"),
+        }
+    }
 }
 
 /// `properties` when it is an object whose `info` (if any) reads as [`Ids`]; anything else
@@ -237,7 +336,10 @@ fn props<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Props<'de>>, D
         }
         fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Props<'de>, A::Error> {
             let p = SessionProps::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-            Ok(Props::Session { info: p.info })
+            Ok(Props::Session {
+                session: p.session,
+                info: p.info.map(|i| i.0),
+            })
         }
         fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Props<'de>, A::Error> {
             IgnoredAny::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
@@ -454,7 +556,7 @@ impl Opencode {
                 if !self.accept(sid, None) {
                     return out.ignore();
                 }
-                self.message_info(info, out);
+                self.message_info(MessageInfo::from_value(info), out);
             }
             "message.part.updated" => {
                 let Some(part) = props.get("part").filter(|p| p.is_object()) else {
@@ -546,9 +648,9 @@ impl Opencode {
     }
 
     /// `message.updated`: who wrote the message, its model, and its usage once completed.
-    fn message_info(&mut self, info: &Value, out: &mut Out<'_>) {
-        let id = info.get("id").and_then(Value::as_str).unwrap_or("");
-        match info.get("role").and_then(Value::as_str) {
+    fn message_info(&mut self, info: MessageInfo<'_>, out: &mut Out<'_>) {
+        let id = info.id;
+        match info.role {
             Some("user") => {
                 self.remember_user(id);
                 out.ignore();
@@ -560,14 +662,13 @@ impl Opencode {
                 self.with_run(|r| {
                     r.messages.insert(id.to_owned());
                 });
-                let mut emitted = self.announce_model(info, out);
-                let completed = info.get("time").and_then(|t| t.get("completed")).is_some();
-                if let (true, Some(run)) = (completed, self.run_id()) {
-                    if let Some(finish) = info.get("finish").and_then(Value::as_str) {
+                let mut emitted = self.announce_model(info.model, info.provider, out);
+                if let (true, Some(run)) = (info.completed, self.run_id()) {
+                    if let Some(finish) = info.finish {
                         let finish = finish.to_owned();
                         self.with_run(|r| r.last_finish = Some(finish));
                     }
-                    emitted |= self.add_usage(&run, id, info.get("tokens"), info.get("cost"), out);
+                    emitted |= self.add_usage(&run, id, info.tokens, info.cost, out);
                 }
                 if !emitted {
                     out.ignore();
@@ -755,7 +856,8 @@ impl Opencode {
             }
             Some("assistant") => {
                 let run = self.ensure_run(out);
-                self.announce_model(info, out);
+                let model = info.get("modelID").and_then(Value::as_str);
+                self.announce_model(model, info.get("providerID"), out);
                 let mut called_tool = false;
                 for part in parts {
                     match part.get("type").and_then(Value::as_str) {
@@ -1054,8 +1156,13 @@ impl Opencode {
     }
 
     /// `model_changed` when an assistant message names a model other than the last one.
-    fn announce_model(&mut self, info: &Value, out: &mut Out<'_>) -> bool {
-        let Some(model) = info.get("modelID").and_then(Value::as_str) else {
+    fn announce_model(
+        &mut self,
+        model: Option<&str>,
+        provider: Option<&Value>,
+        out: &mut Out<'_>,
+    ) -> bool {
+        let Some(model) = model else {
             return false;
         };
         if self.model.as_deref() == Some(model) {
@@ -1063,7 +1170,7 @@ impl Opencode {
         }
         self.model = Some(model.to_owned());
         let mut data = json!({"model": model});
-        if let Some(p) = info.get("providerID") {
+        if let Some(p) = provider {
             data["provider"] = p.clone();
         }
         let run = self.run_id();
