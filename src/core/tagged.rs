@@ -1,4 +1,6 @@
-//! Internally tagged enums (`{"t": "welcome", …}`) read without serde's buffering.
+//! Internally tagged enums (`{"kind": "tool_call", …}`) read by serde without its buffering:
+//! how the companion reads the `Item`s of its stored projections. (Clients read frames, and
+//! the items in them, with `core::json`.)
 //!
 //! serde's derive reads an internally tagged enum by first copying the whole object into a
 //! tree of its own (`Content`: every string, every nested object), then reading the variant
