@@ -134,26 +134,40 @@ impl<'a> Reader<'a> {
         self.first = false;
     }
 
-    /// Opens an object: then [`Reader::key`] until it gives `None`.
-    pub fn object(&mut self) -> Result<(), JsonError> {
-        if self.peek() != Some(b'{') {
-            return Err(self.invalid("a map"));
+    /// Opens an object or an array (`open` is its first byte), or says what came instead.
+    fn open(&mut self, open: u8, expected: &str) -> Result<(), JsonError> {
+        if self.peek() != Some(open) {
+            return Err(self.invalid(expected));
         }
         self.at += 1;
         self.enter()
     }
 
-    /// The next key of the open object (its value comes next), or `None` at its end.
-    pub fn key(&mut self) -> Result<Option<Cow<'a, str>>, JsonError> {
-        if self.peek() == Some(b'}') {
+    /// Whether another entry of the open object or array comes, past its comma (`close` is
+    /// its last byte, consumed at its end).
+    fn more(&mut self, close: u8, expected: &str) -> Result<bool, JsonError> {
+        if self.peek() == Some(close) {
             self.at += 1;
             self.leave();
-            return Ok(None);
+            return Ok(false);
         }
         if !self.first {
-            self.eat(b',', "`,` or `}`")?;
+            self.eat(b',', expected)?;
         }
         self.first = false;
+        Ok(true)
+    }
+
+    /// Opens an object: then [`Reader::key`] until it gives `None`.
+    pub fn object(&mut self) -> Result<(), JsonError> {
+        self.open(b'{', "a map")
+    }
+
+    /// The next key of the open object (its value comes next), or `None` at its end.
+    pub fn key(&mut self) -> Result<Option<Cow<'a, str>>, JsonError> {
+        if !self.more(b'}', "`,` or `}`")? {
+            return Ok(None);
+        }
         match self.peek() {
             Some(b'"') => {}
             None => return Err(self.error("EOF while parsing an object")),
@@ -166,25 +180,12 @@ impl<'a> Reader<'a> {
 
     /// Opens an array: then [`Reader::item`] until it gives `false`.
     pub fn array(&mut self) -> Result<(), JsonError> {
-        if self.peek() != Some(b'[') {
-            return Err(self.invalid("a sequence"));
-        }
-        self.at += 1;
-        self.enter()
+        self.open(b'[', "a sequence")
     }
 
     /// Whether another element of the open array comes (read it next).
     pub fn item(&mut self) -> Result<bool, JsonError> {
-        if self.peek() == Some(b']') {
-            self.at += 1;
-            self.leave();
-            return Ok(false);
-        }
-        if !self.first {
-            self.eat(b',', "`,` or `]`")?;
-        }
-        self.first = false;
-        Ok(true)
+        self.more(b']', "`,` or `]`")
     }
 
     /// "invalid type: {what the next value is}, expected {expected}".
@@ -420,14 +421,7 @@ impl<'a> Reader<'a> {
     pub fn value(&mut self) -> Result<Value, JsonError> {
         Ok(match self.peek() {
             Some(b'{') => Value::Object(self.map()?),
-            Some(b'[') => {
-                self.array()?;
-                let mut items = Vec::new();
-                while self.item()? {
-                    items.push(self.value()?);
-                }
-                Value::Array(items)
-            }
+            Some(b'[') => Value::Array(Vec::read(self)?),
             Some(b'"') => Value::String(self.string()?.into_owned()),
             Some(b't' | b'f') => Value::Bool(self.bool()?),
             Some(b'n') => {

@@ -400,13 +400,16 @@ impl DecodeError {
     }
 }
 
-fn decode<T: for<'de> Deserialize<'de>>(frame: &str, limit: usize) -> Result<T, DecodeError> {
-    if frame.len() > limit {
-        return Err(DecodeError::TooLarge {
-            size: frame.len(),
-            limit,
-        });
+/// A frame of `size` bytes is refused over `limit`, before it is read.
+fn within_limit(size: usize, limit: usize) -> Result<(), DecodeError> {
+    match size > limit {
+        true => Err(DecodeError::TooLarge { size, limit }),
+        false => Ok(()),
     }
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(frame: &str, limit: usize) -> Result<T, DecodeError> {
+    within_limit(frame.len(), limit)?;
     serde_json::from_str(frame).map_err(|e| {
         let tag = serde_json::from_str::<Value>(frame)
             .ok()
@@ -467,12 +470,7 @@ impl ClientMsg {
 impl ServerMsg {
     /// Decodes a server frame no longer than `limit` bytes.
     pub fn decode(frame: &str, limit: usize) -> Result<ServerMsg, DecodeError> {
-        if frame.len() > limit {
-            return Err(DecodeError::TooLarge {
-                size: frame.len(),
-                limit,
-            });
-        }
+        within_limit(frame.len(), limit)?;
         let mut r = Reader::new(frame);
         let malformed = |e: JsonError| DecodeError::Malformed(e.to_string());
         r.object().map_err(malformed)?;
@@ -582,12 +580,7 @@ impl ServerMsg {
 
 /// The text of a frame that came as bytes: too large, or not UTF-8, is an error.
 pub fn frame_text(frame: &[u8], limit: usize) -> Result<&str, DecodeError> {
-    if frame.len() > limit {
-        return Err(DecodeError::TooLarge {
-            size: frame.len(),
-            limit,
-        });
-    }
+    within_limit(frame.len(), limit)?;
     std::str::from_utf8(frame).map_err(|e| DecodeError::Malformed(format!("not UTF-8: {e}")))
 }
 
