@@ -11,7 +11,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::event::{Event, EventType};
+use super::event::EventType;
+use super::event_ref::EventView;
 use super::hash::FastSet;
 
 /// How many recent event ids [`Dedup::new`] remembers.
@@ -92,7 +93,7 @@ impl Dedup {
     }
 
     /// Decides whether `event` is new, and if so, remembers it. O(1) amortized.
-    pub fn admit(&mut self, event: &Event) -> Admission {
+    pub fn admit(&mut self, event: &impl EventView) -> Admission {
         let key = event.id().bits();
         if self.ids.contains(&key) {
             return Admission::Duplicate {
@@ -173,7 +174,7 @@ impl UserEchoFilter {
     }
 
     /// True when `event` is the provider's echo of the latest noted prompt.
-    pub fn is_echo(&self, event: &Event) -> bool {
+    pub fn is_echo(&self, event: &impl EventView) -> bool {
         let Some((run, text)) = &self.latest else {
             return false;
         };
@@ -198,7 +199,7 @@ mod tests {
     use serde_json::{json, Map, Value};
 
     use super::*;
-    use crate::core::event::{EventId, EventInit, Provider};
+    use crate::core::event::{Event, EventId, EventInit, Provider};
     use crate::core::time::Timestamp;
     use std::collections::HashSet;
 
@@ -361,7 +362,7 @@ mod tests {
     fn admitted(d: &mut Dedup, events: &[Event]) -> Vec<Event> {
         events
             .iter()
-            .filter(|e| d.admit(e).is_new())
+            .filter(|e| d.admit(*e).is_new())
             .cloned()
             .collect()
     }

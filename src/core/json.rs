@@ -85,12 +85,22 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[inline(always)]
     fn bytes(&self) -> &'a [u8] {
         self.text.as_bytes()
     }
 
     /// The next byte that is not whitespace, not consumed.
+    #[inline(always)]
     pub fn peek(&mut self) -> Option<u8> {
+        match self.bytes().get(self.at) {
+            Some(&b) if !matches!(b, b' ' | b'\n' | b'\t' | b'\r') => Some(b),
+            _ => self.peek_past_whitespace(),
+        }
+    }
+
+    #[inline(never)]
+    fn peek_past_whitespace(&mut self) -> Option<u8> {
         let bytes = self.bytes();
         while let Some(&b) = bytes.get(self.at) {
             if !matches!(b, b' ' | b'\n' | b'\t' | b'\r') {
@@ -101,6 +111,7 @@ impl<'a> Reader<'a> {
         None
     }
 
+    #[inline(always)]
     fn eat(&mut self, want: u8, what: &str) -> Result<(), JsonError> {
         match self.peek() {
             Some(b) if b == want => {
@@ -120,6 +131,7 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[inline(always)]
     fn enter(&mut self) -> Result<(), JsonError> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
@@ -129,6 +141,7 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
+    #[inline(always)]
     fn leave(&mut self) {
         self.depth -= 1;
         self.first = false;
@@ -145,6 +158,7 @@ impl<'a> Reader<'a> {
 
     /// Whether another entry of the open object or array comes, past its comma (`close` is
     /// its last byte, consumed at its end).
+    #[inline(always)]
     fn more(&mut self, close: u8, expected: &str) -> Result<bool, JsonError> {
         if self.peek() == Some(close) {
             self.at += 1;
@@ -533,14 +547,15 @@ impl<'a> Reader<'a> {
 
 /// The end of the run of string bytes from `i` that need no attention: the index of the first
 /// `"`, `\\` or control character (or the end), found eight bytes at a time.
+#[inline(always)]
 fn plain_run(bytes: &[u8], mut i: usize) -> usize {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     // A byte of `w` is zero (or, for `below`, under 0x20) where its bit in the result is set;
     // bits above the lowest may be false, so only the lowest is used.
     let zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;
-    while let Some(chunk) = bytes.get(i..i + 8) {
-        let w = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+    while let Some(&chunk) = bytes.get(i..).and_then(<[u8]>::first_chunk::<8>) {
+        let w = u64::from_le_bytes(chunk);
         let below = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
         let found =
             zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) | below;

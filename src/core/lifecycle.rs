@@ -45,6 +45,7 @@ use serde_json::{json, Map, Value};
 
 use super::error::ErrorCode;
 use super::event::{CancelReason, Event, EventId, EventInit, EventType, Provider};
+use super::event_ref::EventView;
 use super::hash::{FastMap, FastSet};
 use super::json::{json_names, json_struct};
 use super::provider_error::{ErrorKind, ProviderError};
@@ -415,7 +416,7 @@ impl TurnProjector {
     }
 
     /// Applies one event of the session (in log order, deduplicated).
-    pub fn handle_event(&mut self, event: &Event, now_ms: i64) -> Disposition {
+    pub fn handle_event(&mut self, event: &impl EventView, now_ms: i64) -> Disposition {
         if event.sequence() > 0 {
             if event.sequence() <= self.last_sequence {
                 if let Some(d) = self.breach(event, ViolationKind::NonIncreasingSequence) {
@@ -449,8 +450,8 @@ impl TurnProjector {
             return Disposition::Applied;
         }
         // A sub-agent's prompt (Claude's Task tool) is not the user's.
-        let user_message = event.kind() == EventType::MessageSent
-            && !event.data().contains_key("parent_tool_use_id");
+        let user_message =
+            event.kind() == EventType::MessageSent && !event.data_has("parent_tool_use_id");
         if user_message {
             let duplicate = self
                 .active
@@ -481,9 +482,8 @@ impl TurnProjector {
             // A stall read back (from a log, or our own): the turn is stalled, and the
             // notice is not activity.
             let silent_ms = event
-                .data()
-                .get("silent_ms")
-                .and_then(Value::as_i64)
+                .data_value("silent_ms")
+                .and_then(|v| v.as_i64())
                 .unwrap_or(0);
             turn.stalled = Some(Stall {
                 run_id: run_id.to_owned(),
@@ -596,7 +596,7 @@ impl TurnProjector {
     }
 
     /// Reports a breach and applies the policy: `None` means apply the event anyway.
-    fn breach(&mut self, event: &Event, kind: ViolationKind) -> Option<Disposition> {
+    fn breach(&mut self, event: &impl EventView, kind: ViolationKind) -> Option<Disposition> {
         match self.config.policy {
             Policy::Warn => {
                 self.report(event, kind, true);
@@ -617,7 +617,7 @@ impl TurnProjector {
         }
     }
 
-    fn report(&mut self, event: &Event, kind: ViolationKind, applied: bool) {
+    fn report(&mut self, event: &impl EventView, kind: ViolationKind, applied: bool) {
         self.violations.push_back(Violation {
             kind,
             event_id: event.id().clone(),

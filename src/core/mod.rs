@@ -48,6 +48,7 @@ pub mod client;
 pub mod dedup;
 pub mod error;
 pub mod event;
+pub mod event_ref;
 pub mod hash;
 pub mod json;
 pub mod lifecycle;

@@ -30,12 +30,15 @@ use serde_json::Value;
 use super::dedup::Dedup;
 use super::error::ErrorCode;
 use super::event::{Event, Provider};
+use super::event_ref::{EventRef, EventView, EventsRef};
 use super::lifecycle::{Lifecycle, LifecycleConfig, Stall, TurnProjector, ViolationKind};
 use super::normalize::{Config, DiagnosticKind, Format, Normalizer};
 use super::snapshot::{Projection, Snapshot};
 use super::time::Timestamp;
 use super::timeline::{Change, Item, Timeline};
-use super::wire::{Cursor, DecodeError, MessageParts, ServerMsg, StoreStatus, WireError};
+use super::wire::{
+    frame_text, Cursor, DecodeError, MessageParts, ServerMsg, StoreStatus, WireError,
+};
 
 /// What the transport should know about a frame it just handed over.
 #[derive(Clone, Debug, PartialEq)]
@@ -251,7 +254,7 @@ impl Session {
     }
 
     /// One event the cursor admitted: dedup, lifecycle, timeline. Returns whether it was new.
-    fn apply(&mut self, event: &Event, now_ms: i64) -> bool {
+    fn apply(&mut self, event: &impl EventView, now_ms: i64) -> bool {
         if !self.dedup.admit(event).is_new() {
             self.duplicates += 1;
             return false;
@@ -398,6 +401,11 @@ impl Projector {
 
     /// Handles one server text frame. An `Err` is also noted in the next batch.
     pub fn handle_frame(&mut self, frame: &str, now_ms: i64) -> Result<Signal, FrameError> {
+        // Events, the frames that matter, are read borrowed from the frame; every other frame,
+        // and any this cannot read (for the error), as a `ServerMsg`.
+        if let Some(f) = EventsRef::decode(frame) {
+            return Ok(self.accept(&f.session, &f.epoch, f.events, now_ms));
+        }
         self.handle_decoded(ServerMsg::decode(frame, usize::MAX), now_ms)
     }
 
@@ -405,7 +413,10 @@ impl Projector {
     /// with the `binary_frames` feature): the same UTF-8 JSON text as a text frame, handled
     /// the same, without the JS string in between.
     pub fn handle_frame_bytes(&mut self, frame: &[u8], now_ms: i64) -> Result<Signal, FrameError> {
-        self.handle_decoded(ServerMsg::decode_bytes(frame, usize::MAX), now_ms)
+        match frame_text(frame, usize::MAX) {
+            Ok(text) => self.handle_frame(text, now_ms),
+            Err(e) => self.handle_decoded(Err(e), now_ms),
+        }
     }
 
     fn handle_decoded(
@@ -442,7 +453,11 @@ impl Projector {
                 session,
                 epoch,
                 events,
-            } => self.accept(&session, &epoch, events, now_ms),
+            } => {
+                // Through the same (borrowed) path as the frames `handle_frame` reads.
+                let events = events.iter().map(EventRef::of).collect();
+                self.accept(&session, &epoch, events, now_ms)
+            }
             ServerMsg::EventPart {
                 session,
                 epoch,
@@ -457,7 +472,9 @@ impl Projector {
                     .accept_part(sequence, index, last, text)
                 {
                     Ok(None) => Signal::None,
-                    Ok(Some(event)) => self.accept(&session, &epoch, vec![event], now_ms),
+                    Ok(Some(event)) => {
+                        self.accept(&session, &epoch, vec![EventRef::of(&event)], now_ms)
+                    }
                     Err(e) => {
                         let message = e.to_string();
                         self.note(
@@ -750,14 +767,20 @@ impl Projector {
         self.touch(i);
     }
 
-    fn accept(&mut self, session: &str, epoch: &str, events: Vec<Event>, now_ms: i64) -> Signal {
+    fn accept<E: EventView>(
+        &mut self,
+        session: &str,
+        epoch: &str,
+        events: Vec<E>,
+        now_ms: i64,
+    ) -> Signal {
         let i = self.session_index(session);
         self.touch(i);
         let s = &mut self.sessions[i];
         let accepted = s.cursor.accept(epoch, events);
         for event in accepted.events {
             if s.apply(&event, now_ms) && self.keep_events {
-                self.kept.push(event);
+                self.kept.push(event.into_event());
             }
         }
         match accepted.gap {

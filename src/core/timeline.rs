@@ -33,7 +33,8 @@ use serde::de::MapAccess;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::event::{Event, EventId, EventType};
+use super::event::{EventId, EventType};
+use super::event_ref::EventView;
 use super::hash::{FastMap, FastSet};
 use super::json::{json_fields, json_names, json_struct, FromJson, JsonError, Reader};
 use super::normalize::excerpt;
@@ -552,7 +553,7 @@ impl Timeline {
     }
 
     /// Applies one event (skipped when already applied or of another session).
-    pub fn handle_event(&mut self, event: &Event) {
+    pub fn handle_event(&mut self, event: &impl EventView) {
         match &self.session_id {
             None => self.session_id = Some(event.session_id().to_owned()),
             Some(s) if s != event.session_id() => {
@@ -659,7 +660,7 @@ impl Timeline {
         self.counts
     }
 
-    fn apply(&mut self, e: &Event) {
+    fn apply(&mut self, e: &impl EventView) {
         use EventType as T;
         match e.kind() {
             T::MessageSent => self.user_message(e),
@@ -702,7 +703,7 @@ impl Timeline {
         idx
     }
 
-    fn user_message(&mut self, e: &Event) {
+    fn user_message(&mut self, e: &impl EventView) {
         if let Some(text) = e.data_str("content") {
             self.insert(Item::UserMessage {
                 text: text.to_owned(),
@@ -721,7 +722,7 @@ impl Timeline {
     /// A text chunk: appended to the item its `message_id` names, else to the run's open
     /// item of that stream; a new streaming item when there is none. Late chunks to a
     /// settled item are dropped (the settled text is whole).
-    fn delta(&mut self, e: &Event, stream: Stream) {
+    fn delta(&mut self, e: &impl EventView, stream: Stream) {
         let Some(delta) = e.data_str("delta").filter(|d| !d.is_empty()) else {
             return;
         };
@@ -762,13 +763,12 @@ impl Timeline {
 
     /// A whole text: settles the item its `message_id` names (or the run's open item when
     /// there is no id, or when that open item has no id yet); otherwise a new, settled item.
-    fn whole(&mut self, e: &Event, stream: Stream) {
+    fn whole(&mut self, e: &impl EventView, stream: Stream) {
         let id = e.data_str("message_id");
         let content = e.data_str("content");
         let discarded = e
-            .data()
-            .get("discarded")
-            .and_then(Value::as_bool)
+            .data_value("discarded")
+            .and_then(|v| v.as_bool())
             .unwrap_or(false);
         let open = self
             .runs
@@ -840,7 +840,7 @@ impl Timeline {
 
     /// The tool call the event names, inserted with `status` when unknown. Events with no
     /// `tool_call_id` (nor correlation id) each get their own item.
-    fn tool(&mut self, e: &Event, status: ToolStatus) -> usize {
+    fn tool(&mut self, e: &impl EventView, status: ToolStatus) -> usize {
         let key = e.data_str("tool_call_id").or(e.correlation_id());
         if let Some(&idx) = key.and_then(|k| self.tools.get(k)) {
             return idx;
@@ -867,7 +867,7 @@ impl Timeline {
         idx
     }
 
-    fn tool_started(&mut self, e: &Event) {
+    fn tool_started(&mut self, e: &impl EventView) {
         let idx = self.tool(e, ToolStatus::Running);
         if let Item::ToolCall(t) = &mut self.items[idx] {
             if fill_tool(t, e) {
@@ -877,7 +877,7 @@ impl Timeline {
     }
 
     /// Progress: `output_delta` appended, `title` replaced. Ignored once the call ended.
-    fn tool_updated(&mut self, e: &Event) {
+    fn tool_updated(&mut self, e: &impl EventView) {
         let idx = self.tool(e, ToolStatus::Running);
         let Item::ToolCall(t) = &mut self.items[idx] else {
             return;
@@ -902,7 +902,7 @@ impl Timeline {
         }
     }
 
-    fn tool_ended(&mut self, e: &Event, status: ToolStatus) {
+    fn tool_ended(&mut self, e: &impl EventView, status: ToolStatus) {
         let idx = self.tool(e, status);
         let Item::ToolCall(t) = &mut self.items[idx] else {
             return;
@@ -912,8 +912,8 @@ impl Timeline {
             t.status = status;
             changed = true;
         }
-        if let Some(output) = e.data().get("tool_output").filter(|v| !v.is_null()) {
-            let output = text_of(output);
+        if let Some(output) = e.data_value("tool_output").filter(|v| !v.is_null()) {
+            let output = text_of(&output);
             if t.output != output {
                 t.output = output.into_owned();
                 changed = true;
@@ -921,9 +921,9 @@ impl Timeline {
         }
         let error = ["error", "error_message"]
             .iter()
-            .find_map(|k| e.data().get(*k).filter(|v| !v.is_null()));
+            .find_map(|k| e.data_value(k).filter(|v| !v.is_null()));
         if let Some(error) = error {
-            let error = text_of(error);
+            let error = text_of(&error);
             if t.error.as_deref() != Some(&*error) {
                 t.error = Some(error.into_owned());
                 changed = true;
@@ -934,11 +934,10 @@ impl Timeline {
         }
     }
 
-    fn todo(&mut self, e: &Event) {
+    fn todo(&mut self, e: &impl EventView) {
         let items = e
-            .data()
-            .get("items")
-            .cloned()
+            .data_value("items")
+            .map(Cow::into_owned)
             .unwrap_or_else(|| Value::Array(Vec::new()));
         let run_key = e.run_id().unwrap_or("");
         match self.runs.get(run_key).and_then(|r| r.todo) {
@@ -960,33 +959,32 @@ impl Timeline {
         }
     }
 
-    fn error(&mut self, e: &Event) {
-        let d = e.data();
-        let provider_error = d.get("provider_error").filter(|v| v.is_object());
+    fn error(&mut self, e: &impl EventView) {
+        let provider_error = e.data_value("provider_error").filter(|v| v.is_object());
         let message = e
             .data_str("error_message")
             .or_else(|| e.data_str("error"))
             .or_else(|| e.data_str("message"))
-            .or_else(|| provider_error.and_then(|p| p.get("message")?.as_str()))
+            .or_else(|| provider_error.as_deref()?.get("message")?.as_str())
             .unwrap_or(e.kind().as_str());
         self.insert(Item::Error {
             message: message.to_owned(),
-            provider_error: provider_error.cloned(),
+            provider_error: provider_error.map(Cow::into_owned),
             run_id: owned(e.run_id()),
         });
     }
 
     /// Keeps the latest value of each reported field for the run (fields not reported keep
     /// their value) and the session total as the sum over runs, by difference.
-    fn usage_updated(&mut self, e: &Event) {
+    fn usage_updated(&mut self, e: &impl EventView) {
         let run = run_entry(&mut self.runs, e.run_id().unwrap_or(""));
         let mut next = run.usage;
         for (slot, field) in next.tokens.iter_mut().zip(TOKEN_FIELDS) {
-            if let Some(n) = e.data().get(field).and_then(as_count) {
+            if let Some(n) = e.data_value(field).and_then(|v| as_count(&v)) {
                 *slot = n;
             }
         }
-        if let Some(cost) = e.data().get("cost_usd").and_then(Value::as_f64) {
+        if let Some(cost) = e.data_value("cost_usd").and_then(|v| v.as_f64()) {
             next.cost_nanos = (cost * 1e9).round() as i64;
         }
         if next == run.usage {
@@ -1008,12 +1006,12 @@ impl Timeline {
 
     /// A request inserts or re-opens the approval; a grant or denial resolves it (inserting
     /// it when the request was never seen). Keyed by `request_id`, else the correlation id.
-    fn approval(&mut self, e: &Event, status: ApprovalStatus) {
+    fn approval(&mut self, e: &impl EventView, status: ApprovalStatus) {
         let Some(key) = e.data_str("request_id").or(e.correlation_id()) else {
             return;
         };
         let tool_name = e.data_str("tool_name");
-        let input = e.data().get("tool_input").filter(|v| !v.is_null());
+        let input = e.data_value("tool_input").filter(|v| !v.is_null());
         let idx = match self.approvals.get(key) {
             Some(&idx) => {
                 let Item::Approval(a) = &mut self.items[idx] else {
@@ -1026,7 +1024,7 @@ impl Timeline {
                     changed = true;
                 }
                 if let Some(input) = input.filter(|i| **i != a.input) {
-                    a.input = input.clone();
+                    a.input = input.into_owned();
                     changed = true;
                 }
                 if changed {
@@ -1038,7 +1036,7 @@ impl Timeline {
                 let idx = self.insert(Item::Approval(Approval {
                     request_id: key.to_owned(),
                     tool_name: tool_name.unwrap_or("").to_owned(),
-                    input: input.cloned().unwrap_or(Value::Null),
+                    input: input.map_or(Value::Null, Cow::into_owned),
                     status,
                     tool_call_id: owned(e.data_str("tool_call_id")),
                     run_id: owned(e.run_id()),
@@ -1181,7 +1179,7 @@ impl Timeline {
 }
 
 /// Fills what a tool item does not know yet from an event; true when something changed.
-fn fill_tool(t: &mut ToolCall, e: &Event) -> bool {
+fn fill_tool(t: &mut ToolCall, e: &impl EventView) -> bool {
     let mut changed = false;
     if t.tool_name.is_empty() {
         if let Some(name) = e.data_str("tool_name").filter(|n| !n.is_empty()) {
@@ -1190,8 +1188,8 @@ fn fill_tool(t: &mut ToolCall, e: &Event) -> bool {
         }
     }
     if t.input.is_null() {
-        if let Some(input) = e.data().get("tool_input").filter(|v| !v.is_null()) {
-            t.input = input.clone();
+        if let Some(input) = e.data_value("tool_input").filter(|v| !v.is_null()) {
+            t.input = input.into_owned();
             changed = true;
         }
     }
@@ -1523,6 +1521,7 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
+    use crate::core::event::Event;
     use crate::core::event::{EventInit, Provider};
     use crate::core::time::Timestamp;
 

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::error::ErrorCode;
 use super::event::Event;
+use super::event_ref::EventView;
 use super::json::{json_fields, json_names, json_struct, JsonError, Reader};
 use super::snapshot::{Snapshot, SnapshotRequest};
 use super::sorted::SortedMap;
@@ -803,10 +804,10 @@ fn encode_parts(
 }
 
 /// What a [`Cursor`] made of an incoming batch.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Accepted {
+#[derive(Clone, Debug, PartialEq)]
+pub struct Accepted<E = Event> {
     /// New events, in order, each exactly once.
-    pub events: Vec<Event>,
+    pub events: Vec<E>,
     /// Events already seen (a replay overlapping what was delivered), dropped.
     pub duplicates: u64,
     /// Set when the batch skipped sequences: the client must resubscribe from `after`.
@@ -860,14 +861,18 @@ impl Cursor {
     }
 
     /// Admits a batch of events: drops those at or below the cursor, stops at a gap.
-    pub fn accept(&mut self, epoch: &str, events: Vec<Event>) -> Accepted {
-        let mut out = Accepted::default();
+    pub fn accept<E: EventView>(&mut self, epoch: &str, events: Vec<E>) -> Accepted<E> {
+        let mut out = Accepted {
+            events: Vec::with_capacity(events.len()),
+            duplicates: 0,
+            gap: None,
+        };
         if self.epoch.as_deref() != Some(epoch) {
             if self.epoch.is_some() {
                 // Events of another epoch, without a reset first: treat as a gap from 0.
                 out.gap = Some(Gap {
                     after: self.after,
-                    next_received: events.first().map_or(0, Event::sequence),
+                    next_received: events.first().map_or(0, E::sequence),
                 });
                 return out;
             }

@@ -1,0 +1,513 @@
+//! An event borrowed from the frame it was read from, and [`EventView`]: what the projections
+//! read of an event, owned or borrowed.
+//!
+//! A client reads most of every frame only to drop it: the projections look at a few fields of
+//! `data`, and an owned [`Event`] builds a map of owned strings for all of it, then frees it. An
+//! [`EventRef`] keeps its strings in the frame's text (a string is copied only when it holds an
+//! escape) and its `data` as the list of fields the text holds, looked up where it is read. The
+//! cursor, [`Dedup`](super::dedup::Dedup), the [`TurnProjector`](super::lifecycle::TurnProjector)
+//! and the [`Timeline`](super::timeline::Timeline) take either through [`EventView`].
+//!
+//! Invariant: an [`EventRef`] is read from exactly the texts an [`Event`] is read from, checked
+//! as [`Event::new`] checks, and [`EventRef::into_event`] is the [`Event`] that text reads as
+//! (tests below). Where it cannot read a text, its error is not the one to show: the caller
+//! reads the text as an [`Event`] to say why.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::event::{derived_id, Event, EventError, EventId, EventType, Provider};
+use super::json::{json_fields, FromJson, JsonError, Reader};
+use super::time::Timestamp;
+
+/// What the projections read of an event: implemented by [`Event`] and [`EventRef`].
+pub trait EventView {
+    fn id(&self) -> &EventId;
+    fn kind(&self) -> EventType;
+    fn session_id(&self) -> &str;
+    fn run_id(&self) -> Option<&str>;
+    fn sequence(&self) -> u64;
+    fn timestamp(&self) -> Timestamp;
+    fn correlation_id(&self) -> Option<&str>;
+    /// A string field of `data`, if present (`None` for a field of another type).
+    fn data_str(&self, key: &str) -> Option<&str>;
+    /// A field of `data`, if present.
+    fn data_value(&self, key: &str) -> Option<Cow<'_, Value>>;
+    /// Whether `data` has the field (of whatever type).
+    fn data_has(&self, key: &str) -> bool;
+    /// The owned event (what a caller that keeps events stores).
+    fn into_event(self) -> Event
+    where
+        Self: Sized;
+}
+
+impl EventView for Event {
+    fn id(&self) -> &EventId {
+        Event::id(self)
+    }
+    fn kind(&self) -> EventType {
+        Event::kind(self)
+    }
+    fn session_id(&self) -> &str {
+        Event::session_id(self)
+    }
+    fn run_id(&self) -> Option<&str> {
+        Event::run_id(self)
+    }
+    fn sequence(&self) -> u64 {
+        Event::sequence(self)
+    }
+    fn timestamp(&self) -> Timestamp {
+        Event::timestamp(self)
+    }
+    fn correlation_id(&self) -> Option<&str> {
+        Event::correlation_id(self)
+    }
+    fn data_str(&self, key: &str) -> Option<&str> {
+        Event::data_str(self, key)
+    }
+    fn data_value(&self, key: &str) -> Option<Cow<'_, Value>> {
+        self.data().get(key).map(Cow::Borrowed)
+    }
+    fn data_has(&self, key: &str) -> bool {
+        self.data().contains_key(key)
+    }
+    fn into_event(self) -> Event {
+        self
+    }
+}
+
+/// An event whose strings are borrowed from the text it was read from (see the module doc).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventRef<'a> {
+    id: EventId,
+    kind: EventType,
+    session_id: Cow<'a, str>,
+    run_id: Option<Cow<'a, str>>,
+    sequence: u64,
+    timestamp: Timestamp,
+    provider: Provider,
+    correlation_id: Option<Cow<'a, str>>,
+    data: Fields<'a>,
+    metadata: Cow<'a, Map<String, Value>>,
+}
+
+impl EventView for EventRef<'_> {
+    fn id(&self) -> &EventId {
+        &self.id
+    }
+    fn kind(&self) -> EventType {
+        self.kind
+    }
+    fn session_id(&self) -> &str {
+        &self.session_id
+    }
+    fn run_id(&self) -> Option<&str> {
+        self.run_id.as_deref()
+    }
+    fn sequence(&self) -> u64 {
+        self.sequence
+    }
+    fn timestamp(&self) -> Timestamp {
+        self.timestamp
+    }
+    fn correlation_id(&self) -> Option<&str> {
+        self.correlation_id.as_deref()
+    }
+    fn data_str(&self, key: &str) -> Option<&str> {
+        match self.data.get(key)? {
+            Field::Str(s) => Some(s),
+            Field::Value(_) => None,
+        }
+    }
+    fn data_value(&self, key: &str) -> Option<Cow<'_, Value>> {
+        Some(match self.data.get(key)? {
+            Field::Str(s) => Cow::Owned(Value::String(s.to_string())),
+            Field::Value(v) => Cow::Borrowed(&**v),
+        })
+    }
+    fn data_has(&self, key: &str) -> bool {
+        self.data.get(key).is_some()
+    }
+    fn into_event(self) -> Event {
+        let mut data = Map::new();
+        for (key, field) in self.data.0 {
+            let value = match field {
+                Field::Str(s) => Value::String(s.into_owned()),
+                Field::Value(v) => v.into_owned(),
+            };
+            data.insert(key.into_owned(), value);
+        }
+        Event::from_parts(
+            self.id,
+            self.kind,
+            &Arc::from(&*self.session_id),
+            self.run_id.as_deref().map(Arc::from),
+            self.sequence,
+            self.timestamp,
+            self.provider,
+            self.correlation_id.map(Cow::into_owned),
+            data,
+            self.metadata.into_owned(),
+        )
+        .expect("an EventRef is checked as Event::new checks")
+    }
+}
+
+impl<'a> EventRef<'a> {
+    /// An owned event seen as borrowed (its strings and values are not copied; its fields are
+    /// listed), for code that takes either as an `EventRef`.
+    pub fn of(event: &'a Event) -> EventRef<'a> {
+        let data = (event.data().iter())
+            .map(|(k, v)| {
+                let field = match v {
+                    Value::String(s) => Field::Str(Cow::Borrowed(s)),
+                    v => Field::Value(Cow::Borrowed(v)),
+                };
+                (Cow::Borrowed(k.as_str()), field)
+            })
+            .collect();
+        EventRef {
+            id: event.id().clone(),
+            kind: event.kind(),
+            session_id: Cow::Borrowed(event.session_id()),
+            run_id: event.run_id().map(Cow::Borrowed),
+            sequence: event.sequence(),
+            timestamp: event.timestamp(),
+            provider: event.provider(),
+            correlation_id: event.correlation_id().map(Cow::Borrowed),
+            data: Fields(data),
+            metadata: Cow::Borrowed(event.metadata()),
+        }
+    }
+}
+
+/// An object's fields in the order of the text; a lookup takes a key's last one, as the map
+/// read from the same text keeps it.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Fields<'a>(Vec<(Cow<'a, str>, Field<'a>)>);
+
+#[derive(Clone, Debug, PartialEq)]
+enum Field<'a> {
+    Str(Cow<'a, str>),
+    Value(Cow<'a, Value>),
+}
+
+impl<'a> Fields<'a> {
+    fn get(&self, key: &str) -> Option<&Field<'a>> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+}
+
+/// `data` as read: its fields (none for `null` or absent), or a value that is not an object
+/// (refused in [`EventRef::checked`]'s order of checks, as [`Event::new`] would).
+enum Data<'a> {
+    Fields(Fields<'a>),
+    NotAnObject,
+}
+
+impl<'a> FromJson<'a> for Data<'a> {
+    fn read(r: &mut Reader<'a>) -> Result<Self, JsonError> {
+        if r.peek() != Some(b'{') {
+            return Ok(match r.value()? {
+                Value::Null => Data::Fields(Fields::default()),
+                _ => Data::NotAnObject,
+            });
+        }
+        r.object()?;
+        let mut fields = Vec::new();
+        while let Some(key) = r.key()? {
+            let field = match r.peek() {
+                Some(b'"') => Field::Str(r.string()?),
+                _ => Field::Value(Cow::Owned(r.value()?)),
+            };
+            fields.push((key, field));
+        }
+        Ok(Data::Fields(Fields(fields)))
+    }
+
+    fn absent() -> Option<Self> {
+        Some(Data::Fields(Fields::default()))
+    }
+}
+
+/// The wire's fields of an event, before the checks of [`Event::new`].
+struct Raw<'a> {
+    id: Option<Cow<'a, str>>,
+    kind: Cow<'a, str>,
+    session_id: Cow<'a, str>,
+    run_id: Option<Cow<'a, str>>,
+    sequence: u64,
+    timestamp: Cow<'a, str>,
+    provider: Provider,
+    correlation_id: Option<Cow<'a, str>>,
+    data: Data<'a>,
+    metadata: Option<Value>,
+}
+
+impl<'a> FromJson<'a> for EventRef<'a> {
+    fn read(r: &mut Reader<'a>) -> Result<EventRef<'a>, JsonError> {
+        r.object()?;
+        let raw: Raw<'a> = json_fields!(r, Raw {
+            id,
+            kind as "type",
+            session_id,
+            run_id,
+            sequence = 0,
+            timestamp,
+            provider,
+            correlation_id,
+            data,
+            metadata,
+        })?;
+        EventRef::checked(raw).map_err(|e| r.error(e))
+    }
+}
+
+impl<'a> EventRef<'a> {
+    /// The checks of [`Event::new`], in the order `Event::new` of the same fields makes them
+    /// (so the first failure is the one it reports).
+    fn checked(raw: Raw<'a>) -> Result<EventRef<'a>, EventError> {
+        let id = raw.id.as_deref().map(EventId::parse).transpose()?;
+        let kind = EventType::parse(&raw.kind)
+            .ok_or_else(|| EventError::UnknownType(raw.kind.to_string()))?;
+        let timestamp = Timestamp::parse_rfc3339(&raw.timestamp)
+            .ok_or_else(|| EventError::InvalidTimestamp(raw.timestamp.to_string()))?;
+        let Data::Fields(data) = raw.data else {
+            return Err(EventError::NotAnObject { field: "data" });
+        };
+        let metadata = match raw.metadata {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m,
+            Some(_) => return Err(EventError::NotAnObject { field: "metadata" }),
+        };
+        let id = id.unwrap_or_else(|| {
+            derived_id(
+                &raw.session_id,
+                raw.run_id.as_deref(),
+                kind,
+                raw.sequence,
+                timestamp,
+                raw.correlation_id.as_deref(),
+            )
+        });
+        if raw.session_id.is_empty() {
+            return Err(EventError::EmptySessionId);
+        }
+        if raw.run_id.as_deref() == Some("") {
+            return Err(EventError::EmptyRunId);
+        }
+        Ok(EventRef {
+            id,
+            kind,
+            session_id: raw.session_id,
+            run_id: raw.run_id,
+            sequence: raw.sequence,
+            timestamp,
+            provider: raw.provider,
+            correlation_id: raw.correlation_id,
+            data,
+            metadata: Cow::Owned(metadata),
+        })
+    }
+}
+
+/// An `events` frame read with its events borrowed (see [`EventsRef::decode`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventsRef<'a> {
+    pub session: Cow<'a, str>,
+    pub epoch: Cow<'a, str>,
+    pub events: Vec<EventRef<'a>>,
+}
+
+impl<'a> EventsRef<'a> {
+    /// The frame as an `events` frame, when it is one this reads whole; `None` for any other
+    /// frame, and for any text [`ServerMsg::decode`](super::wire::ServerMsg::decode) refuses
+    /// (which then says why).
+    pub fn decode(frame: &'a str) -> Option<EventsRef<'a>> {
+        let mut r = Reader::new(frame);
+        r.object().ok()?;
+        if r.tag("t").ok()? != "events" {
+            return None;
+        }
+        let read = |r: &mut Reader<'a>| -> Result<EventsRef<'a>, JsonError> {
+            json_fields!(
+                r,
+                EventsRef {
+                    session,
+                    epoch,
+                    events
+                }
+            )
+        };
+        let events = read(&mut r).ok()?;
+        r.end().ok()?;
+        Some(events)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    use super::*;
+    use crate::core::wire::ServerMsg;
+
+    /// Every text reads as an `EventRef` exactly when it reads as an `Event`, and then as the
+    /// same event, through every accessor the projections use.
+    fn check(text: &str) {
+        let owned = Reader::read_all::<Event>(text);
+        let borrowed = Reader::read_all::<EventRef>(text);
+        match (&owned, borrowed) {
+            (Ok(event), Ok(view)) => {
+                // Read from the text, and seen through an owned event.
+                for view in [&view, &EventRef::of(event)] {
+                    for key in [
+                        "delta",
+                        "content",
+                        "n",
+                        "tool_input",
+                        "absent",
+                        "dup",
+                        "nul",
+                    ] {
+                        assert_eq!(view.data_str(key), event.data_str(key), "{text}: {key}");
+                        assert_eq!(view.data_value(key), EventView::data_value(event, key));
+                        assert_eq!(view.data_has(key), EventView::data_has(event, key));
+                    }
+                    assert_eq!(EventView::id(view), event.id(), "{text}");
+                    assert_eq!(EventView::run_id(view), event.run_id(), "{text}");
+                    assert_eq!(EventView::correlation_id(view), event.correlation_id());
+                    assert_eq!(&view.clone().into_event(), event, "{text}");
+                }
+            }
+            (Err(_), Err(_)) => {}
+            (owned, borrowed) => panic!("{text}: {owned:?} but {borrowed:?}"),
+        }
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn an_event_ref_reads_what_an_event_reads() {
+        let base = json!({
+            "id": "evt_0123456789abcdef0123456789abcdef",
+            "type": "message_streamed",
+            "session_id": "s1",
+            "run_id": "r1",
+            "sequence": 3,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "provider": "claude",
+            "data": {"delta": "hé\n\"x\"", "n": 2, "tool_input": {"a": [1, "b"]}, "nul": null},
+            "metadata": {"m": 1},
+            "schema_version": 1,
+        });
+        let with = |key: &str, value: Value| {
+            let mut v = base.clone();
+            v[key] = value;
+            v.to_string()
+        };
+        let without = |key: &str| {
+            let mut v = base.clone();
+            v.as_object_mut().unwrap().remove(key);
+            v.to_string()
+        };
+        let mut texts = vec![base.to_string()];
+        // Absent or null optional parts, a derived id, escapes in every borrowed string.
+        for key in [
+            "id",
+            "run_id",
+            "data",
+            "metadata",
+            "sequence",
+            "schema_version",
+        ] {
+            texts.push(without(key));
+        }
+        for (key, value) in [
+            ("data", Value::Null),
+            ("metadata", Value::Null),
+            ("run_id", Value::Null),
+            ("correlation_id", json!("c\\1")),
+            ("session_id", json!("s\"1")),
+            ("run_id", json!("r\u{1F600}")),
+            ("data", json!({"content": "plain", "delta": ""})),
+            ("unknown", json!({"deep": [1, 2]})),
+        ] {
+            texts.push(with(key, value));
+        }
+        // A duplicate key in data: the last one counts, as in the map.
+        texts.push(
+            base.to_string()
+                .replace(r#""n":2"#, r#""dup":1,"n":2,"dup":"two""#),
+        );
+        texts.push(
+            base.to_string()
+                .replace(r#""n":2"#, r#""dup":"one","n":2,"dup":3"#),
+        );
+        // Refused by both: every check of Event::new, and malformed values.
+        for (key, value) in [
+            ("data", json!(5)),
+            ("data", json!([1])),
+            ("metadata", json!("x")),
+            ("type", json!("message_exploded")),
+            ("timestamp", json!("yesterday")),
+            ("id", json!("evt_1")),
+            ("session_id", json!("")),
+            ("run_id", json!("")),
+            ("provider", json!("nobody")),
+            ("sequence", json!(-1)),
+            ("correlation_id", json!(7)),
+        ] {
+            texts.push(with(key, value));
+        }
+        texts.push(without("type"));
+        texts.push(without("provider"));
+        texts.push(
+            base.to_string()
+                .replace(r#""sequence":3"#, r#""sequence":3,"sequence":4"#),
+        );
+        texts.push(base.to_string().replace(r#""n":2"#, r#""n":2e999"#));
+        texts.push(base.to_string().replace(r#""n":2"#, r#""n":"\ud800""#));
+        for text in &texts {
+            check(text);
+        }
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn an_events_frame_reads_as_server_msg_reads_it() {
+        let event = r#"{"type":"run_started","session_id":"s1","run_id":"r1","sequence":1,"timestamp":"2026-01-01T00:00:00Z","provider":"demo"}"#;
+        let frame = |rest: &str| {
+            format!(r#"{{"t":"events","session":"s1","epoch":"e1","events":[{event}]{rest}}}"#)
+        };
+        let read = |text: &str| {
+            EventsRef::decode(text).map(|f| {
+                let events: Vec<Event> = f.events.into_iter().map(EventRef::into_event).collect();
+                (f.session.into_owned(), f.epoch.into_owned(), events)
+            })
+        };
+        let owned = |text: &str| match ServerMsg::decode(text, usize::MAX) {
+            Ok(ServerMsg::Events {
+                session,
+                epoch,
+                events,
+            }) => Some((session, epoch, events)),
+            _ => None,
+        };
+        for text in [
+            frame(""),
+            frame(r#","extra":[1]"#),
+            r#"{"session":"s1","t":"events","events":[],"epoch":"e1"}"#.to_owned(),
+            frame(r#","session":"s2""#),
+            frame("").replace("events\",", "welcome\","),
+            frame("").replace("run_started", "run_stopped"),
+            frame("") + " x",
+            frame("").replace(r#","epoch":"e1""#, ""),
+            r#"{"t":"pong"}"#.to_owned(),
+            "[]".to_owned(),
+        ] {
+            assert_eq!(read(&text), owned(&text), "{text}");
+        }
+    }
+}
