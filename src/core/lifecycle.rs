@@ -513,7 +513,9 @@ impl TurnProjector {
         if user_message {
             turn.user_messages += 1;
         }
-        self.started_ids.insert(run_id.to_owned());
+        if !self.started_ids.contains(run_id) {
+            self.started_ids.insert(run_id.to_owned());
+        }
         if event.kind().is_run_terminal() {
             self.end_turn(run_id, event.kind(), event.id().clone());
         } else {
