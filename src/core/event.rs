@@ -543,7 +543,7 @@ impl Event {
     /// The event as one line of JSON (no trailing newline): what serde's `Serialize` writes,
     /// by `core::json`'s writer.
     pub fn to_json(&self) -> String {
-        let mut out = String::with_capacity(256);
+        let mut out = String::with_capacity(512);
         self.write_json(&mut out);
         out
     }
