@@ -1,5 +1,5 @@
-//! A small pull reader of JSON text: how the client reads server frames (and, in
-//! [`write`], the writer of what the core sends).
+//! A small pull reader of JSON text: how the client reads server frames (and, in `json/write.rs`,
+//! [`ToJson`], the writer of what the core writes).
 //!
 //! serde's derive reads a type through a visitor that serde_json instantiates, with its whole
 //! parser inlined, once per type: in the wasm package that was nearly a third of the code
