@@ -32,6 +32,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::error::ErrorCode;
+use super::json::{json_write, json_write_names, to_json};
 use super::projector::{Batch, Projector, Signal};
 use super::sorted::{SortedMap, SortedSet};
 use super::wire::{
@@ -177,10 +178,19 @@ impl ClientBatch {
         self.state.is_none() && self.transport.is_none() && self.batch.is_empty()
     }
 
+    /// The batch as JSON: what serde's `Serialize` writes, by `core::json`'s writer.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("a batch always serializes")
+        to_json(self)
     }
 }
+
+json_write!(ClientBatch {
+    state?,
+    transport?,
+    ..batch
+});
+json_write_names!(ConnectionState);
+json_write_names!(Transport);
 
 /// The answer to a command: the reply's `result`, or why it failed.
 pub type Reply = (String, Result<Value, WireError>);
@@ -757,7 +767,7 @@ impl Client {
                 for session in &self.sessions {
                     frames.push(self.subscribe_msg(session));
                 }
-                let frames = serde_json::to_string(&frames).expect("client messages serialize");
+                let frames = to_json(&frames);
                 Action::ConnectSse { conn, frames }
             }
         });

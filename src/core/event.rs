@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::event_ref::{EventRef, EventView};
-use super::json::{json_names, FromJson, JsonError, Reader};
+use super::json::{json_names, json_write, json_write_names, FromJson, JsonError, Reader, ToJson};
 use super::time::Timestamp;
 
 /// The version of the event schema written into every event.
@@ -548,9 +548,38 @@ impl Event {
         self.data.get(key).and_then(Value::as_str)
     }
 
-    /// The event as one line of JSON (no trailing newline).
+    /// The event as one line of JSON (no trailing newline): what serde's `Serialize` writes,
+    /// by `core::json`'s writer.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("an Event always serializes")
+        let mut out = String::with_capacity(512);
+        self.write_json(&mut out);
+        out
+    }
+}
+
+json_write!(Event {
+    id,
+    kind as "type",
+    session_id,
+    run_id?,
+    sequence,
+    timestamp,
+    provider,
+    correlation_id?,
+    data,
+    metadata,
+    schema_version,
+});
+json_write_names!(EventType);
+json_write_names!(Provider);
+json_write_names!(CancelReason);
+
+/// Its 36 ASCII characters, which need no escape.
+impl ToJson for EventId {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(self.as_str());
+        out.push('"');
     }
 }
 

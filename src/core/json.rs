@@ -1,4 +1,5 @@
-//! A small pull reader of JSON text: how the client reads server frames.
+//! A small pull reader of JSON text: how the client reads server frames (and, in `json/write.rs`,
+//! [`ToJson`], the writer of what the core writes).
 //!
 //! serde's derive reads a type through a visitor that serde_json instantiates, with its whole
 //! parser inlined, once per type: in the wasm package that was nearly a third of the code
@@ -19,6 +20,16 @@ use std::borrow::Cow;
 use std::fmt::Display;
 
 use serde_json::{Map, Number, Value};
+
+mod write;
+#[doc(hidden)]
+pub use write::field;
+pub(crate) use write::{
+    json_pick, json_write, json_write_field, json_write_names, json_write_tagged,
+};
+pub use write::{
+    to_json, write_f64, write_i64, write_map, write_str, write_u64, write_value, Omit, ToJson,
+};
 
 /// Nesting deeper than this is refused (as serde_json does, at the same depth).
 const MAX_DEPTH: u32 = 128;

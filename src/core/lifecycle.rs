@@ -47,7 +47,7 @@ use super::error::ErrorCode;
 use super::event::{CancelReason, Event, EventId, EventInit, EventType, Provider};
 use super::event_ref::EventView;
 use super::hash::{FastMap, FastSet};
-use super::json::{json_names, json_struct};
+use super::json::{json_names, json_struct, json_write, json_write_names};
 use super::provider_error::{ErrorKind, ProviderError};
 use super::time::Timestamp;
 
@@ -211,6 +211,20 @@ pub struct Stall {
     /// When the stall was noticed (unix milliseconds): the `run_stalled` event's timestamp.
     pub at_ms: i64,
 }
+
+json_write!(Stall {
+    run_id,
+    silent_ms,
+    at_ms
+});
+json_write_names!(Lifecycle);
+json_write_names!(ViolationKind {
+    DuplicateUserMessage = "duplicate_user_message",
+    StaleTerminal = "stale_terminal",
+    EventAfterTerminal = "event_after_terminal",
+    ReusedTurnId = "reused_turn_id",
+    NonIncreasingSequence = "non_increasing_sequence",
+});
 
 /// The lifecycle projection of one session. See the module docs for the rules and the
 /// driving rule.

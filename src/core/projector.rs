@@ -27,6 +27,8 @@ use std::mem;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::json::{json_write, json_write_names, json_write_tagged, to_json};
+
 use super::dedup::Dedup;
 use super::error::ErrorCode;
 use super::event::{Event, Provider};
@@ -174,11 +176,41 @@ impl Batch {
         self.sessions.is_empty() && self.notes.is_empty()
     }
 
-    /// The batch as JSON: what the wasm package hands the page.
+    /// The batch as JSON: what the wasm package hands the page (what serde's `Serialize`
+    /// writes, by `core::json`'s writer).
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("a batch always serializes")
+        to_json(self)
     }
 }
+
+json_write!(Batch { sessions, notes? });
+json_write!(SessionBatch {
+    session,
+    reset?,
+    changes,
+    lifecycle?,
+    start?,
+    older?,
+    after,
+    epoch?,
+    notes?,
+});
+json_write!(LifecycleState {
+    state,
+    active_turn?,
+    stalled?
+});
+json_write_tagged!(Note: "note" {
+    CaughtUp "caught_up" { latest },
+    Reset "reset" { epoch, reason },
+    Resync "resync" { after },
+    Gap "gap" { after, next_received },
+    Violation "violation" { kind, sequence, applied },
+    Diagnostic "diagnostic" { line, kind, message },
+    Error "error" { code, message },
+    Store "store" (StoreStatus),
+});
+json_write_names!(DiagnosticKind);
 
 /// One session's pipeline.
 struct Session {

@@ -33,6 +33,8 @@ pub struct SnapshotRequest {
     pub items: usize,
 }
 
+crate::core::json::json_write!(SnapshotRequest { items });
+
 /// The largest `items` a snapshot or a history page gives, whatever is asked.
 pub const MAX_SNAPSHOT_ITEMS: usize = 10_000;
 

@@ -111,6 +111,40 @@ impl fmt::Display for Timestamp {
     }
 }
 
+/// As its `Serialize` writes it (its `Display`, quoted), without `fmt` for the years
+/// 0000–9999.
+impl super::json::ToJson for Timestamp {
+    fn write_json(&self, out: &mut String) {
+        let ms = self.0.rem_euclid(1_000);
+        let secs = self.0.div_euclid(1_000);
+        let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+        let (y, m, d) = civil_from_days(days);
+        if !(0..=9_999).contains(&y) {
+            out.push('"');
+            out.push_str(&self.to_string());
+            out.push('"');
+            return;
+        }
+        let (h, min, sec) = (rem / 3_600, rem % 3_600 / 60, rem % 60);
+        let mut text = *b"\"0000-00-00T00:00:00.000Z\"";
+        let mut put = |at: usize, n: i64, width: usize| {
+            let mut n = n;
+            for i in (at..at + width).rev() {
+                text[i] = b'0' + (n % 10) as u8;
+                n /= 10;
+            }
+        };
+        put(1, y, 4);
+        put(6, m, 2);
+        put(9, d, 2);
+        put(12, h, 2);
+        put(15, min, 2);
+        put(18, sec, 2);
+        put(21, ms, 3);
+        out.push_str(std::str::from_utf8(&text).unwrap_or_default());
+    }
+}
+
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)

@@ -36,7 +36,10 @@ use serde_json::Value;
 use super::event::{EventId, EventType};
 use super::event_ref::EventView;
 use super::hash::{FastMap, FastSet};
-use super::json::{json_fields, json_names, json_struct, FromJson, JsonError, Reader};
+use super::json::{
+    json_fields, json_names, json_struct, json_write, json_write_names, json_write_tagged, to_json,
+    FromJson, JsonError, Reader,
+};
 use super::normalize::excerpt;
 use super::sorted::SortedSet;
 use super::tagged::{self, Tagged, Variant};
@@ -146,6 +149,60 @@ json_struct!(Approval {
     run_id
 });
 json_names!(ApprovalStatus: [Pending, Granted, Denied]);
+
+// Written as serde's `Serialize` writes them (the tests compare the two).
+json_write_tagged!(Item: "kind" {
+    UserMessage "user_message" { text, run_id? },
+    AssistantMessage "assistant_message" (Message),
+    Reasoning "reasoning" (Message),
+    ToolCall "tool_call" (ToolCall),
+    Todo "todo" { items, run_id? },
+    Error "error" { message, provider_error?, run_id? },
+    Approval "approval" (Approval),
+});
+json_write!(Message {
+    message_id?,
+    text,
+    streaming,
+    discarded,
+    run_id?
+});
+json_write!(ToolCall {
+    tool_call_id,
+    tool_name,
+    input,
+    status,
+    output,
+    error?,
+    title?,
+    parent_tool_use_id?,
+    run_id?,
+});
+json_write_names!(ToolStatus);
+json_write!(Approval {
+    request_id,
+    tool_name,
+    input,
+    status,
+    tool_call_id?,
+    run_id?
+});
+json_write_names!(ApprovalStatus);
+json_write_tagged!(Change: "op" {
+    Insert "insert" { index, item },
+    AppendText "append" { index, text },
+    Update "update" { index, item },
+    Usage "usage" { totals },
+    Approvals "approvals" { pending },
+});
+json_write!(Usage {
+    input_tokens,
+    output_tokens,
+    cache_read_input_tokens,
+    cache_creation_input_tokens,
+    reasoning_output_tokens,
+    cost_usd,
+});
 
 /// [`Item`] as serde reads an externally tagged enum: the same variants and fields, read
 /// from the rest of a tagged object by `core::tagged`.
@@ -534,7 +591,7 @@ fn run_entry<'a>(runs: &'a mut FastMap<String, RunState>, key: &str) -> &'a mut 
 fn text_of(v: &Value) -> Cow<'_, str> {
     match v {
         Value::String(s) => Cow::Borrowed(s),
-        other => Cow::Owned(other.to_string()),
+        other => Cow::Owned(to_json(other)),
     }
 }
 
@@ -1256,9 +1313,9 @@ fn summarize(input: &Value) -> Option<String> {
             KEYS.iter()
                 .find_map(|k| m.get(*k).and_then(Value::as_str))
                 .map(quote)
-                .unwrap_or_else(|| cut(&input.to_string()).into_owned()),
+                .unwrap_or_else(|| cut(&to_json(input)).into_owned()),
         ),
-        other => Some(cut(&other.to_string()).into_owned()),
+        other => Some(cut(&to_json(other)).into_owned()),
     }
 }
 

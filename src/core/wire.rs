@@ -14,7 +14,10 @@ use serde_json::Value;
 use super::error::ErrorCode;
 use super::event::Event;
 use super::event_ref::EventView;
-use super::json::{json_fields, json_names, json_struct, JsonError, Reader};
+use super::json::{
+    json_fields, json_names, json_struct, json_write, json_write_names, json_write_tagged, to_json,
+    JsonError, Reader,
+};
 use super::snapshot::{Snapshot, SnapshotRequest};
 use super::sorted::SortedMap;
 use super::time::Timestamp;
@@ -345,6 +348,39 @@ impl StoreState {
 }
 
 json_names!(StoreState: [Available, Unavailable]);
+json_write_names!(StoreState);
+json_write!(StoreStatus {
+    state,
+    error?,
+    since?,
+    attempts?,
+    unstored
+});
+json_write!(WireError { code, message });
+json_write_tagged!(ClientMsg: "t" {
+    Hello "hello" { protocols, max_frame, client, features? },
+    Subscribe "subscribe" { session, after, epoch, snapshot? },
+    History "history" { id, session, before, limit },
+    Unsubscribe "unsubscribe" { session },
+    StartTurn "start_turn" { id, session, prompt, turn_id? },
+    Interrupt "interrupt" { id, session, turn_id? },
+    AnswerApproval "answer_approval" { id, session, request_id, decision },
+    SetMode "set_mode" { id, session, mode },
+    SetModel "set_model" { id, session, model?, thinking? },
+    ResumeSession "resume_session" { id, session },
+    DescribeSession "describe_session" { id, session },
+    Ping "ping" { id },
+});
+json_write_names!(Decision {
+    Allow = "allow",
+    Deny = "deny"
+});
+json_write_names!(Thinking {
+    Off = "off",
+    Low = "low",
+    Medium = "medium",
+    High = "high",
+});
 json_struct!(StoreStatus { state, error, since, attempts, unstored = 0 });
 json_struct!(WireError { code, message });
 json_struct!(ErrorFields {
@@ -463,8 +499,9 @@ impl ClientMsg {
         }
     }
 
+    /// The message as JSON: what serde's `Serialize` writes, by `core::json`'s writer.
     pub fn encode(&self) -> String {
-        serde_json::to_string(self).expect("client messages always serialize")
+        to_json(self)
     }
 }
 

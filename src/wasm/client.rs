@@ -18,6 +18,7 @@ use web_sys::{MessageEvent, WebSocket};
 use super::{error, from_json, now_ms, wire_error};
 use crate::core::client::{Action, Client as Core, ClientConfig};
 use crate::core::error::ErrorCode;
+use crate::core::json::to_json;
 use crate::core::wire::{Decision, Thinking, WireError};
 
 #[wasm_bindgen]
@@ -458,7 +459,7 @@ impl Client {
     pub fn snapshot(&self, session: &str) -> JsValue {
         let inner = self.inner.borrow();
         let items = inner.core.projector().items(session);
-        from_json(&serde_json::to_string(items).expect("items serialize"))
+        from_json(&to_json(items))
     }
 
     /// The last sequence applied for the session (0 for none).
@@ -494,9 +495,7 @@ impl Client {
     pub fn store(&self, session: &str) -> JsValue {
         let inner = self.inner.borrow();
         let store = inner.core.projector().store(session);
-        store.map_or(JsValue::UNDEFINED, |s| {
-            from_json(&serde_json::to_string(s).expect("a store status serializes"))
-        })
+        store.map_or(JsValue::UNDEFINED, |s| from_json(&to_json(s)))
     }
 
     /// Closes for good; pending commands reject with code `closed`.
@@ -606,9 +605,7 @@ fn pump(inner: &Rc<RefCell<Inner>>) {
     }
     for ((ok, fail, resolve), result) in settled {
         let _ = match (result, resolve) {
-            (Ok(value), Resolve::Result) => {
-                ok.call1(&JsValue::NULL, &from_json(&value.to_string()))
-            }
+            (Ok(value), Resolve::Result) => ok.call1(&JsValue::NULL, &from_json(&to_json(&value))),
             (Ok(_), Resolve::Nothing) => ok.call0(&JsValue::NULL),
             (Err(e), _) => fail.call1(&JsValue::NULL, &wire_error(e)),
         };

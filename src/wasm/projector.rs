@@ -6,6 +6,7 @@
 use wasm_bindgen::prelude::*;
 
 use super::{error, from_json};
+use crate::core::json::to_json;
 use crate::core::projector::Projector as Core;
 
 /// Server frames (or a provider's raw output) in, one batch of changes out.
@@ -74,7 +75,7 @@ impl Projector {
     /// The session's items now (for a view that mounts late).
     #[wasm_bindgen(unchecked_return_type = "Item[]")]
     pub fn snapshot(&self, session: &str) -> JsValue {
-        from_json(&serde_json::to_string(self.0.items(session)).expect("items serialize"))
+        from_json(&to_json(self.0.items(session)))
     }
 
     /// The sessions seen, in order of first appearance.
@@ -109,9 +110,9 @@ impl Projector {
     /// said (`undefined` for a session not seen).
     #[wasm_bindgen(unchecked_return_type = "StoreStatus | undefined")]
     pub fn store(&self, session: &str) -> JsValue {
-        self.0.store(session).map_or(JsValue::UNDEFINED, |s| {
-            from_json(&serde_json::to_string(s).expect("a store status serializes"))
-        })
+        self.0
+            .store(session)
+            .map_or(JsValue::UNDEFINED, |s| from_json(&to_json(s)))
     }
 
     /// The turn in progress, if any.
