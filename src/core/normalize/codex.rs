@@ -43,7 +43,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::fast::{present, Stamp, Str};
+use super::fast::{present, Stamp, Str, Valid};
 use super::turn::OpenTools;
 use super::{Decoder, Out};
 use crate::core::event::EventType;
@@ -132,7 +132,7 @@ impl Decoder for Codex {
     }
 
     fn record_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
-        let Ok(line) = serde_json::from_str::<Line<'_>>(text) else {
+        let Some(line) = out.read::<Line<'_>>(text) else {
             return false;
         };
         let phase = match &*line.ty {
@@ -171,7 +171,7 @@ impl Decoder for Codex {
                 let text = text.as_deref().unwrap_or("");
                 self.text_item(phase, ty, &id, text, item_phase.as_ref(), out);
             }
-            Some(ItemRead::Other(item)) => self.item(phase, Some(&item), out),
+            Some(ItemRead::Other(item)) => self.item_fields(phase, &item, out),
         }
         true
     }
@@ -209,7 +209,7 @@ enum ItemRead<'a> {
         text: Option<Str<'a>>,
         phase: Option<Value>,
     },
-    Other(Value),
+    Other(ItemFields),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -281,26 +281,30 @@ impl<'de: 'a, 'a> Deserialize<'de> for ItemRead<'a> {
             }
         }
 
-        /// Any other item: the map `Value` would build (a repeated key keeps the last), from
-        /// the leading `id` and `type` already read and the `key` read after them.
+        /// Any other item: the fields it is decoded from, from the leading `id` and `type`
+        /// already read and the `key` read after them.
         fn generic<'de, A: MapAccess<'de>>(
             mut map: A,
             id: Option<Str<'de>>,
             ty: Option<Str<'de>>,
             mut key: Option<Str<'de>>,
         ) -> Result<ItemRead<'de>, A::Error> {
-            let mut obj = Map::new();
-            for (k, v) in [("id", id), ("type", ty)] {
+            let mut fields = ItemFields::new();
+            for (slot, v) in [(0, id), (1, ty)] {
                 if let Some(v) = v {
-                    obj.insert(k.to_owned(), Value::String(v.0.into_owned()));
+                    fields.set(slot, Value::String(v.0.into_owned()));
                 }
             }
             while let Some(k) = key {
-                let v: Value = map.next_value()?;
-                obj.insert(k.0.into_owned(), v);
+                match ItemFields::slot(&k) {
+                    Some(slot) => fields.set(slot, map.next_value()?),
+                    None => {
+                        map.next_value::<Valid>()?;
+                    }
+                }
                 key = map.next_key()?;
             }
-            Ok(ItemRead::Other(Value::Object(obj)))
+            Ok(ItemRead::Other(fields))
         }
         d.deserialize_map(V)
     }
@@ -339,10 +343,15 @@ impl Codex {
         let Some(item) = item.filter(|i| i.is_object()) else {
             return out.missing("item");
         };
-        let Some(ty) = str_field(item, "type") else {
+        self.item_fields(phase, item, out);
+    }
+
+    /// An item (an object), read as a `Value` or typed.
+    fn item_fields<F: Fields + ?Sized>(&mut self, phase: Phase, item: &F, out: &mut Out<'_>) {
+        let Some(ty) = item.str("type") else {
             return out.missing("item.type");
         };
-        let Some(id) = str_field(item, "id") else {
+        let Some(id) = item.str("id") else {
             return out.missing("item.id");
         };
         if let Some(kind) = tool_kind(ty) {
@@ -354,7 +363,7 @@ impl Codex {
             };
         }
         if let Some(text_ty) = TextItem::parse(ty) {
-            let text = str_field(item, "text").unwrap_or("");
+            let text = item.str("text").unwrap_or("");
             return self.text_item(phase, text_ty, id, text, item.get("phase"), out);
         }
         match (ty, phase) {
@@ -383,7 +392,7 @@ impl Codex {
             }
             ("error", _) => {
                 let run = self.turn.ensure_run(out);
-                let message = str_field(item, "message").unwrap_or("error");
+                let message = item.str("message").unwrap_or("error");
                 emit_error(
                     out,
                     Some(&run),
@@ -443,6 +452,110 @@ pub(super) fn field<'a>(v: &'a Value, snake: &str, camel: &str) -> Option<&'a Va
     v.get(snake)
         .filter(|x| !x.is_null())
         .or_else(|| v.get(camel).filter(|x| !x.is_null()))
+}
+
+/// A tool item's fields, from a `Value` (the `Value` path, the app-server decoder) or from
+/// [`ItemFields`] (the typed path): what the tool decoding reads, one interface for both.
+pub(super) trait Fields {
+    fn get(&self, key: &str) -> Option<&Value>;
+
+    /// A string field, if present ([`str_field`]).
+    fn str(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(Value::as_str)
+    }
+
+    /// The first non-null of two spellings of a field ([`field`]).
+    fn either(&self, snake: &str, camel: &str) -> Option<&Value> {
+        self.get(snake)
+            .filter(|x| !x.is_null())
+            .or_else(|| self.get(camel).filter(|x| !x.is_null()))
+    }
+}
+
+impl Fields for Value {
+    fn get(&self, key: &str) -> Option<&Value> {
+        Value::get(self, key)
+    }
+}
+
+/// A non-text item read typed: the fields [`ItemFields::slot`] lists, each the `Value` serde_json
+/// builds for it (a repeated field keeps the last, as a `Value` map does), the others
+/// checked as `Value` would check them ([`Valid`]) and dropped unbuilt. A few fields, looked
+/// up by slot number.
+struct ItemFields {
+    /// (slot, value), a slot at most once.
+    fields: Vec<(u8, Value)>,
+}
+
+impl ItemFields {
+    fn new() -> ItemFields {
+        ItemFields {
+            fields: Vec::with_capacity(8),
+        }
+    }
+
+    /// Sets the field of `slot` (a repeated field keeps the last).
+    fn set(&mut self, slot: u8, value: Value) {
+        match self.fields.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, v)) => *v = value,
+            None => self.fields.push((slot, value)),
+        }
+    }
+
+    /// The slot of `key`: every field that [`Codex::item_fields`] and the tool decoding read
+    /// (a test build panics when they read one that is not here), `None` for the others.
+    fn slot(key: &str) -> Option<u8> {
+        Some(match key {
+            "id" => 0,
+            "type" => 1,
+            "status" => 2,
+            "command" => 3,
+            "cwd" => 4,
+            "aggregated_output" => 5,
+            "aggregatedOutput" => 6,
+            "exit_code" => 7,
+            "exitCode" => 8,
+            "duration_ms" => 9,
+            "durationMs" => 10,
+            "changes" => 11,
+            "server" => 12,
+            "tool" => 13,
+            "arguments" => 14,
+            "error" => 15,
+            "result" => 16,
+            "query" => 17,
+            "action" => 18,
+            "prompt" => 19,
+            "receiver_thread_ids" => 20,
+            "receiverThreadIds" => 21,
+            "model" => 22,
+            "namespace" => 23,
+            "path" => 24,
+            "revised_prompt" => 25,
+            "revisedPrompt" => 26,
+            "agents_states" => 27,
+            "agentsStates" => 28,
+            "content_items" => 29,
+            "contentItems" => 30,
+            "success" => 31,
+            "saved_path" => 32,
+            "savedPath" => 33,
+            "items" => 34,
+            "message" => 35,
+            "text" => 36,
+            "phase" => 37,
+            _ => return None,
+        })
+    }
+}
+
+impl Fields for ItemFields {
+    fn get(&self, key: &str) -> Option<&Value> {
+        let slot = ItemFields::slot(key);
+        debug_assert!(slot.is_some(), "{key:?} is not a slot of ItemFields");
+        let slot = slot?;
+        self.fields.iter().find(|(s, _)| *s == slot).map(|(_, v)| v)
+    }
 }
 
 /// Emits `error_occurred {error_message, severity, provider_error{kind}}`, with `details`;
@@ -531,7 +644,7 @@ fn put(map: &mut Map<String, Value>, key: &str, value: Option<&Value>) {
 }
 
 /// The tool name and input of a tool item.
-pub(super) fn tool_call(kind: ToolKind, item: &Value) -> (String, Value) {
+pub(super) fn tool_call<F: Fields + ?Sized>(kind: ToolKind, item: &F) -> (String, Value) {
     let mut input = Map::new();
     let name = match kind {
         ToolKind::Command => {
@@ -545,8 +658,8 @@ pub(super) fn tool_call(kind: ToolKind, item: &Value) -> (String, Value) {
             "apply_patch".to_owned()
         }
         ToolKind::Mcp => {
-            let server = str_field(item, "server").unwrap_or("mcp");
-            let tool = str_field(item, "tool").unwrap_or("unknown");
+            let server = item.str("server").unwrap_or("mcp");
+            let tool = item.str("tool").unwrap_or("unknown");
             return match item.get("arguments").filter(|a| !a.is_null()) {
                 Some(args) => (format!("{server}.{tool}"), args.clone()),
                 None => (format!("{server}.{tool}"), json!({})),
@@ -562,14 +675,14 @@ pub(super) fn tool_call(kind: ToolKind, item: &Value) -> (String, Value) {
             put(
                 &mut input,
                 "receiver_thread_ids",
-                field(item, "receiver_thread_ids", "receiverThreadIds"),
+                item.either("receiver_thread_ids", "receiverThreadIds"),
             );
             put(&mut input, "model", item.get("model"));
-            str_field(item, "tool").unwrap_or("collab").to_owned()
+            item.str("tool").unwrap_or("collab").to_owned()
         }
         ToolKind::Dynamic => {
-            let tool = str_field(item, "tool").unwrap_or("unknown");
-            let name = match str_field(item, "namespace") {
+            let tool = item.str("tool").unwrap_or("unknown");
+            let name = match item.str("namespace") {
                 Some(ns) if !ns.is_empty() => format!("{ns}.{tool}"),
                 _ => tool.to_owned(),
             };
@@ -588,7 +701,7 @@ pub(super) fn tool_call(kind: ToolKind, item: &Value) -> (String, Value) {
             put(
                 &mut input,
                 "revised_prompt",
-                field(item, "revised_prompt", "revisedPrompt"),
+                item.either("revised_prompt", "revisedPrompt"),
             );
             "image_generation".to_owned()
         }
@@ -597,11 +710,11 @@ pub(super) fn tool_call(kind: ToolKind, item: &Value) -> (String, Value) {
 }
 
 /// How a tool call ended: `Ok(tool_output)` or `Err(error)`, plus extra data fields.
-pub(super) fn tool_result(
+pub(super) fn tool_result<F: Fields + ?Sized>(
     kind: ToolKind,
-    item: &Value,
+    item: &F,
 ) -> (Result<Option<Value>, String>, Map<String, Value>) {
-    let status = str_field(item, "status").unwrap_or("completed");
+    let status = item.str("status").unwrap_or("completed");
     let failed = matches!(status, "failed" | "declined");
     let mut extra = Map::new();
     if status != "completed" {
@@ -609,19 +722,20 @@ pub(super) fn tool_result(
     }
     let result = match kind {
         ToolKind::Command => {
-            let output = field(item, "aggregated_output", "aggregatedOutput")
+            let output = item
+                .either("aggregated_output", "aggregatedOutput")
                 .and_then(Value::as_str)
                 .unwrap_or("");
-            let code = field(item, "exit_code", "exitCode").and_then(Value::as_i64);
+            let code = item.either("exit_code", "exitCode").and_then(Value::as_i64);
             put(
                 &mut extra,
                 "exit_code",
-                field(item, "exit_code", "exitCode"),
+                item.either("exit_code", "exitCode"),
             );
             put(
                 &mut extra,
                 "duration_ms",
-                field(item, "duration_ms", "durationMs"),
+                item.either("duration_ms", "durationMs"),
             );
             if failed || code.is_some_and(|c| c != 0) {
                 Err(if !output.is_empty() {
@@ -664,7 +778,7 @@ pub(super) fn tool_result(
             put(
                 &mut extra,
                 "duration_ms",
-                field(item, "duration_ms", "durationMs"),
+                item.either("duration_ms", "durationMs"),
             );
             let error = item.get("error").filter(|e| !e.is_null());
             if failed || error.is_some() {
@@ -692,7 +806,7 @@ pub(super) fn tool_result(
             }
         }
         ToolKind::Collab => {
-            let states = field(item, "agents_states", "agentsStates");
+            let states = item.either("agents_states", "agentsStates");
             if failed {
                 let messages: Vec<&str> = states
                     .and_then(Value::as_object)
@@ -711,9 +825,9 @@ pub(super) fn tool_result(
             put(
                 &mut extra,
                 "duration_ms",
-                field(item, "duration_ms", "durationMs"),
+                item.either("duration_ms", "durationMs"),
             );
-            let text = text_of_blocks(field(item, "content_items", "contentItems"), "inputText");
+            let text = text_of_blocks(item.either("content_items", "contentItems"), "inputText");
             if failed || item.get("success").and_then(Value::as_bool) == Some(false) {
                 Err(text
                     .and_then(|t| t.as_str().map(str::to_owned))
@@ -726,7 +840,7 @@ pub(super) fn tool_result(
             if failed {
                 Err("image generation failed".to_owned())
             } else {
-                Ok(field(item, "saved_path", "savedPath").cloned())
+                Ok(item.either("saved_path", "savedPath").cloned())
             }
         }
     };
@@ -892,13 +1006,13 @@ impl TurnState {
     }
 
     /// The item of a tool call started (again: a repeat only refreshes the input).
-    pub(super) fn tool_started(
+    pub(super) fn tool_started<F: Fields + ?Sized>(
         &mut self,
         out: &mut Out<'_>,
         run: &str,
         id: &str,
         kind: ToolKind,
-        item: &Value,
+        item: &F,
     ) {
         let (name, input) = tool_call(kind, item);
         if let Some(open) = self.tools.get_mut(id) {
@@ -911,13 +1025,13 @@ impl TurnState {
     }
 
     /// The item of a tool call was updated: `tool_call_updated {status, output_delta}`.
-    fn tool_updated(
+    fn tool_updated<F: Fields + ?Sized>(
         &mut self,
         out: &mut Out<'_>,
         run: &str,
         id: &str,
         kind: ToolKind,
-        item: &Value,
+        item: &F,
     ) {
         if !self.tools.is_open(id) {
             self.tool_started(out, run, id, kind, item);
@@ -928,8 +1042,9 @@ impl TurnState {
         let mut data = Map::new();
         data.insert("tool_call_id".into(), json!(id));
         put(&mut data, "status", item.get("status"));
-        if let Some(output) =
-            field(item, "aggregated_output", "aggregatedOutput").and_then(Value::as_str)
+        if let Some(output) = item
+            .either("aggregated_output", "aggregatedOutput")
+            .and_then(Value::as_str)
         {
             if let Some(delta) = output.get(open.extra..).filter(|d| !d.is_empty()) {
                 data.insert("output_delta".into(), json!(delta));
@@ -984,13 +1099,13 @@ impl TurnState {
 
     /// The item of a tool call completed: `tool_call_completed` or `tool_call_failed`,
     /// preceded by `tool_call_started` when the call was never seen starting.
-    pub(super) fn tool_completed(
+    pub(super) fn tool_completed<F: Fields + ?Sized>(
         &mut self,
         out: &mut Out<'_>,
         run: &str,
         id: &str,
         kind: ToolKind,
-        item: &Value,
+        item: &F,
     ) {
         let (name, input) = tool_call(kind, item);
         if self.tools.close(id).is_none() {

@@ -134,3 +134,59 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
         d.deserialize_map(V(std::marker::PhantomData))
     }
 }
+
+/// Any JSON value read as `serde_json::Value` reads it, keeping nothing: the same
+/// `deserialize_any` for every value and `deserialize_str` for every key (`Value`'s own calls),
+/// so a line fails with exactly the error `Value` would give, without building a tree that is
+/// thrown away with it. (`IgnoredAny` is not that: serde_json skips it with a laxer scanner,
+/// e.g. a number too large for an `f64` passes.)
+pub(crate) struct Valid;
+
+impl<'de> Deserialize<'de> for Valid {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ValidVisitor)
+    }
+}
+
+struct ValidVisitor;
+
+impl<'de> Visitor<'de> for ValidVisitor {
+    type Value = Valid;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Valid, D::Error> {
+        Valid::deserialize(d)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Valid, A::Error> {
+        while seq.next_element::<Valid>()?.is_some() {}
+        Ok(Valid)
+    }
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Valid, A::Error> {
+        while map.next_key::<Str<'de>>()?.is_some() {
+            map.next_value::<Valid>()?;
+        }
+        Ok(Valid)
+    }
+}

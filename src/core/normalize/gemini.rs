@@ -85,12 +85,25 @@ impl Decoder for Gemini {
     }
 
     fn record_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
-        // A line of a type read only as a `Value` (`result`…) is not read twice.
-        let typed = ["message", "tool_use", "tool_result", "init", "error"];
-        if fast::leading_type(text).is_some_and(|ty| !typed.contains(&ty)) {
+        // A line of a type read only as a `Value` is not read twice.
+        let typed = [
+            "message",
+            "tool_use",
+            "tool_result",
+            "init",
+            "error",
+            "result",
+        ];
+        let leading = fast::leading_type(text);
+        if leading.is_some_and(|ty| !typed.contains(&ty)) {
             return false;
         }
-        let Ok(line) = serde_json::from_str::<Line<'_>>(text) else {
+        // A `result` whose stats the CLI's snapshots replaced by placeholders is not JSON:
+        // found before its stats are built.
+        if leading == Some("result") && !out.check(text) {
+            return false;
+        }
+        let Some(line) = out.read::<Line<'_>>(text) else {
             return false;
         };
         match &*line.ty {
@@ -138,6 +151,15 @@ impl Decoder for Gemini {
                     out,
                 );
             }
+            "result" => {
+                let stats = match &line.stats {
+                    Some(Value::Object(stats)) => Some(stats),
+                    _ => None,
+                };
+                out.set_timestamp(line.timestamp);
+                let status = line.status.as_ref().and_then(Value::as_str);
+                self.result_parts(status, line.error.as_ref(), stats, out);
+            }
             _ => return false,
         }
         true
@@ -149,7 +171,7 @@ impl Decoder for Gemini {
 }
 
 /// The fields of the records the typed fast path reads (`init`, `message`, `tool_use`,
-/// `tool_result`, `error`).
+/// `tool_result`, `error`, `result`).
 #[derive(Deserialize)]
 struct Line<'a> {
     #[serde(rename = "type", borrow)]
@@ -186,6 +208,8 @@ struct Line<'a> {
     category: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     reason: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    stats: Option<Value>,
 }
 
 /// The fields of an `error` line that are kept as its `details` (present, even as null).
@@ -408,10 +432,20 @@ impl Gemini {
     }
 
     fn result(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
+        let status = obj.get("status").and_then(Value::as_str);
+        let stats = obj.get("stats").and_then(Value::as_object);
+        self.result_parts(status, obj.get("error"), stats, out);
+    }
+
+    fn result_parts(
+        &mut self,
+        status: Option<&str>,
+        error: Option<&Value>,
+        stats: Option<&Map<String, Value>>,
+        out: &mut Out<'_>,
+    ) {
         self.flush(out);
         let run = self.ensure_run(out);
-        let status = obj.get("status").and_then(Value::as_str);
-        let error = obj.get("error");
         let failed = status == Some("error") || (status.is_none() && error.is_some());
         let terminal = if failed {
             EventType::RunFailed
@@ -420,7 +454,6 @@ impl Gemini {
         };
         // Calls that never got a result ended with the turn.
         self.tools.cancel_all(out, &run, terminal);
-        let stats = obj.get("stats").and_then(Value::as_object);
         if let Some(stats) = stats {
             out.emit(EventType::TokenUsageUpdated, Some(&run), usage(stats));
         }

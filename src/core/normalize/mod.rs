@@ -310,6 +310,8 @@ impl Normalizer {
                 events: VecDeque::new(),
                 diagnostics: VecDeque::new(),
                 stats: Stats::default(),
+                unreadable: false,
+                invalid: None,
             },
             config,
             partial: Vec::new(),
@@ -516,22 +518,40 @@ impl Normalizer {
 
     fn handle_json_text(&mut self, line_no: u64, text: &str, now: Timestamp) {
         if let Some(decoder) = self.decoder.as_mut().filter(|_| self.fast) {
-            if fast::is_object_text(text)
-                && decoder.record_text(text, &mut self.state.out(line_no, now))
-            {
-                return;
+            if fast::is_object_text(text) {
+                self.state.unreadable = false;
+                if decoder.record_text(text, &mut self.state.out(line_no, now)) {
+                    return;
+                }
+                if let Some(e) = self.state.invalid.take() {
+                    return self.invalid_json(line_no, text, &e);
+                }
+                // The typed read met invalid JSON: `fast::Valid` finds the error `Value`
+                // would (the same parse, building nothing), so the line is read only once
+                // more, without a tree that would be thrown away.
+                if self.state.unreadable {
+                    if let Err(e) = serde_json::from_str::<fast::Valid>(text) {
+                        return self.invalid_json(line_no, text, &e);
+                    }
+                }
             }
         }
         match serde_json::from_str::<Value>(text) {
             Ok(value) => self.handle_record(line_no, value, now),
-            Err(e) => {
-                let mut msg = e.to_string();
-                msg.push_str("; line starts ");
-                push_debug(&mut msg, excerpt(text, 60));
-                self.state
-                    .diagnose(line_no, DiagnosticKind::InvalidJson, msg);
-            }
+            Err(e) => self.invalid_json(line_no, text, &e),
         }
+    }
+
+    /// The diagnostic of a line that is not JSON: the parser's error and the line's start.
+    fn invalid_json(&mut self, line_no: u64, text: &str, e: &serde_json::Error) {
+        use fmt::Write;
+        let start = excerpt(text, 60);
+        let mut msg = String::with_capacity(64 + start.len());
+        let _ = write!(msg, "{e}");
+        msg.push_str("; line starts ");
+        push_debug(&mut msg, start);
+        self.state
+            .diagnose(line_no, DiagnosticKind::InvalidJson, msg);
     }
 
     fn handle_document(&mut self, doc: &[u8], now: Timestamp) {
@@ -718,6 +738,11 @@ struct EmitState {
     events: VecDeque<Event>,
     diagnostics: VecDeque<Diagnostic>,
     stats: Stats,
+    /// Set by [`Out::read`] when a typed read failed on invalid JSON (not on a shape it does
+    /// not take).
+    unreadable: bool,
+    /// Set by [`Out::check`]: the error `Value` would give for the line.
+    invalid: Option<serde_json::Error>,
 }
 
 impl EmitState {
@@ -758,6 +783,31 @@ pub(crate) struct Out<'a> {
 impl Out<'_> {
     pub(crate) fn provider(&self) -> Provider {
         self.state.provider
+    }
+
+    /// A typed read of `text` (the fast path): `None` when it fails; when it fails on invalid
+    /// JSON, the normalizer looks for the error without building a `Value` of the line.
+    pub(crate) fn read<'t, T: serde::Deserialize<'t>>(&mut self, text: &'t str) -> Option<T> {
+        match serde_json::from_str(text) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.state.unreadable |= e.is_syntax() || e.is_eof();
+                None
+            }
+        }
+    }
+
+    /// `false` when `text` is not JSON, found without building anything ([`fast::Valid`]);
+    /// the normalizer then reports the error. For a record kind whose typed read would
+    /// build much before it reached an error.
+    pub(crate) fn check(&mut self, text: &str) -> bool {
+        match serde_json::from_str::<fast::Valid>(text) {
+            Ok(_) => true,
+            Err(e) => {
+                self.state.invalid = Some(e);
+                false
+            }
+        }
     }
 
     /// Stamps this record's events with a time read by the typed fast path.

@@ -377,6 +377,17 @@ fn the_fast_paths_read_every_record_as_the_value_path_does() {
         r#"{"type":"error","error":{"type":"E"},"reason":"r","message":"x","timestamp":"2026-01-01T00:00:00Z"}"#,
         r#"{"type":"error","error":[1],"category":"c"}"#,
         r#"{"type":"error","message":"a","message":"b"}"#,
+        r#"{"type":"result","status":"success","stats":{"total_tokens":3,"input_tokens":1,"output_tokens":2,"cached":0,"input":1,"duration_ms":5,"tool_calls":0,"models":{"m":{"a":1}}}}"#,
+        r#"{"type":"tool_use","tool_id":"t20","tool_name":"n"}"#,
+        r#"{"type":"result","status":"error","error":{"type":"FatalTurnLimitedError","message":"m","code":53},"stats":{"duration_ms":1}}"#,
+        r#"{"type":"result","error":null,"stats":[1]}"#,
+        r#"{"type":"result","status":5,"stats":null,"timestamp":"2026-11-29T21:31:09.500Z"}"#,
+        r#"{"type":"result","status":"success","stats":{"duration_ms":<DURATION>,"tool_calls":0}}"#,
+        r#"{"type":"result","status":"success","stats":{"input_tokens":1e400}}"#,
+        r#"{"type":"result","stats":{"a":"\ud800"}}"#,
+        r#"{"type":"result","status":"success"} trailing"#,
+        r#"{"type":"result","status":"success""#,
+        r#"{"type":"result","result":"x","status":"success"}"#,
     ];
     let codex = [
         r#"{"type":"thread.started","thread_id":"th\u0041"}"#,
@@ -410,6 +421,43 @@ fn the_fast_paths_read_every_record_as_the_value_path_does() {
         r#"{"type":"item.completed","item":{"id":"c2","type":"command_execution","id":"c3","command":"ls","exit_code":1}}"#,
         r#"{"type":"item.completed","item":{"id":"i\u0031","type":"agent_\u006dessage","text":"esc\n","phase":{"p":[null]}}}"#,
         r#"{"type":"item.completed","item":{"id":"i11","type":"agent_message","phase":"a","phase":"b"}}"#,
+        // Tool items (read typed as their fields): every kind, both spellings, repeats.
+        r#"{"type":"item.started","item":{"id":"t1","type":"command_execution","command":["bash","-lc","ls"],"cwd":"/w","aggregated_output":"","exit_code":null,"status":"in_progress","extra":{"a":[1e5,-0.5,true,null]}}}"#,
+        r#"{"type":"item.updated","item":{"id":"t1","type":"command_execution","command":"ls","aggregatedOutput":"a\nb","status":"in_progress"}}"#,
+        r#"{"type":"item.updated","item":{"id":"t1","type":"command_execution","aggregated_output":null,"aggregatedOutput":"a\nbc"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t1","type":"command_execution","command":"ls","aggregated_output":"x","exit_code":2,"exitCode":0,"duration_ms":12,"status":"completed"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t2","type":"command_execution","status":"declined","status":"failed","exit_code":-1.5}}"#,
+        r#"{"type":"item.completed","item":{"id":"t3","type":"command_execution","exitCode":3,"durationMs":"7"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t4","type":"command_execution","status":7,"aggregated_output":5}}"#,
+        r#"{"type":"item.completed","item":{"type":"file_change","id":"t5","changes":[{"path":"a","kind":"add"},{"path":"b","kind":{"type":"update"}},{"kind":3}],"status":"completed"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t6","type":"file_change","changes":{"a":1},"status":"failed"}}"#,
+        r#"{"type":"item.started","item":{"id":"t7","type":"mcp_tool_call","server":"gh","tool":"search","arguments":{"q":"x"},"result":null,"error":null,"status":"in_progress"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t7","type":"mcp_tool_call","server":"gh","tool":"search","arguments":null,"result":{"content":[{"type":"text","text":"A"},{"type":"image"},{"type":"text","text":"B"}],"structuredContent":{"n":1}},"durationMs":4}}"#,
+        r#"{"type":"item.completed","item":{"id":"t8","type":"mcp_tool_call","server":5,"result":{"content":"x","structured_content":null}}}"#,
+        r#"{"type":"item.completed","item":{"id":"t9","type":"mcp_tool_call","error":{"message":"timeout"},"status":"failed"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t10","type":"mcp_tool_call","error":"plain"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t11","type":"web_search","query":"q","action":{"type":"search"},"status":"failed"}}"#,
+        r#"{"type":"item.started","item":{"id":"t12","type":"collab_tool_call","tool":"spawn_agent","receiverThreadIds":["w"],"receiver_thread_ids":null,"prompt":"p","model":"m","agents_states":{},"status":"in_progress"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t12","type":"collab_tool_call","tool":"spawn_agent","agentsStates":{"w":{"message":"no"},"v":{"status":"x"}},"status":"failed"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t13","type":"collabAgentToolCall","agents_states":{"w":{"status":"completed"}}}}"#,
+        r#"{"type":"item.completed","item":{"id":"t14","type":"dynamicToolCall","namespace":"ns","tool":"t","arguments":[1],"contentItems":[{"type":"inputText","text":"out"}],"success":false}}"#,
+        r#"{"type":"item.completed","item":{"id":"t15","type":"dynamicToolCall","namespace":"","content_items":[{"type":"inputText","text":"o"}],"success":true,"duration_ms":1}}"#,
+        r#"{"type":"item.completed","item":{"id":"t16","type":"imageView","path":"/p.png"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t17","type":"imageGeneration","revisedPrompt":"cat","saved_path":null,"savedPath":"/c.png"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t18","type":"imageGeneration","status":"failed"}}"#,
+        r#"{"type":"item.started","item":{"id":"l1","type":"todo_list","items":[{"text":"a","completed":false},{"text":"b","completed":true},{"completed":"yes"},5]}}"#,
+        r#"{"type":"item.updated","item":{"id":"l1","type":"todo_list","items":{"text":"a"}}}"#,
+        r#"{"type":"item.completed","item":{"id":"e1","type":"error","message":"truncated","message":null}}"#,
+        r#"{"type":"item.completed","item":{"id":"e2","type":"error","message":{"m":1}}}"#,
+        r#"{"type":"item.completed","item":{"type":"command_execution","command":"no id"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t19","command":"no type"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t20","type":5}}"#,
+        r#"{"type":"item.completed","item":{"id":"t21","type":"command_execution","id":"t22","type":"web_search","query":"last wins"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t\u0032\u0033","type":"command_\u0065xecution","comm\u0061nd":"esc","aggregated_output":"\u00e9\t"}}"#,
+        r#"{"type":"item.completed","item":{"status":"completed","id":"t24","type":"command_execution"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t25","type":"command_execution","big":1e400}}"#,
+        r#"{"type":"item.completed","item":{"id":"t26","type":"command_execution","bad":"\ud800"}}"#,
+        r#"{"type":"item.completed","item":{"id":"t27","type":"command_execution","cut":[1,}}"#,
     ];
     let opencode = [
         r#"{"type":"server.connected","properties":{}}"#,
@@ -546,6 +594,47 @@ fn the_fast_paths_read_every_record_as_the_value_path_does() {
         for line in lines.iter().chain(&common) {
             check_fast_path(format, line.as_bytes());
         }
+    }
+}
+
+/// `fast::Valid` fails exactly where, and as, a `serde_json::Value` read fails, and
+/// passes what it passes.
+#[wasm_bindgen_test(unsupported = test)]
+fn the_validating_read_fails_as_the_value_read_does() {
+    let texts = [
+        r#"{"a":1}"#,
+        r#"  {"a":[1,2.5e3,-0,true,false,null,"s\n\u00e9",{"b":{}}],"a":2}  "#,
+        r#"{"duration_ms":<DURATION>}"#,
+        r#"{"n":1e400}"#,
+        r#"{"n":-1e400}"#,
+        r#"{"n":18446744073709551616}"#,
+        r#"{"n":01}"#,
+        r#"{"n":1.}"#,
+        r#"{"s":"\ud800"}"#,
+        r#"{"s":"\udc00x"}"#,
+        r#"{"s":"\x"}"#,
+        "{\"s\":\"tab\there\"}",
+        r#"{"\ud800":1}"#,
+        r#"{1:2}"#,
+        r#"{"a" 1}"#,
+        r#"{"a":1,}"#,
+        r#"[1,2,]"#,
+        r#"{"a":1} x"#,
+        r#"{"a":"#,
+        r#"{"a":tru}"#,
+        r#""#,
+        r#"nul"#,
+        &format!("{}1{}", "[".repeat(200), "]".repeat(200)),
+        &format!("{{\"a\":{}1{}}}", "[".repeat(127), "]".repeat(127)),
+    ];
+    for text in texts {
+        let value = serde_json::from_str::<serde_json::Value>(text).map(|_| ());
+        let valid = serde_json::from_str::<super::fast::Valid>(text).map(|_| ());
+        assert_eq!(
+            valid.map_err(|e| e.to_string()),
+            value.map_err(|e| e.to_string()),
+            "{text}"
+        );
     }
 }
 
