@@ -319,18 +319,7 @@ impl Fnv128 {
 
     /// Hashes the decimal digits of `n` as one part (what `part(n.to_string())` hashes).
     pub(crate) fn part_u64(&mut self, n: u64) {
-        let mut buf = [0u8; 20];
-        let mut i = buf.len();
-        let mut n = n;
-        loop {
-            i -= 1;
-            buf[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        self.part(&buf[i..]);
+        self.part(super::json::decimal(n, &mut [0; 20]));
     }
 
     /// The hash: SplitMix64's finalizer on each half, each half seeded by the other.
@@ -652,29 +641,24 @@ impl<'a> FromJson<'a> for EventId {
 impl TryFrom<RawEvent<'_>> for Event {
     type Error = EventError;
     fn try_from(raw: RawEvent<'_>) -> Result<Event, EventError> {
-        let object = |v: Option<Value>, field| match v {
-            None | Some(Value::Null) => Ok(Map::new()),
-            Some(Value::Object(m)) => Ok(m),
-            Some(_) => Err(EventError::NotAnObject { field }),
+        let is_object =
+            |v: &Option<Value>| matches!(v, None | Some(Value::Null | Value::Object(_)));
+        let (id, kind, timestamp) = WireParts {
+            id: raw.id.as_deref(),
+            kind: &raw.kind,
+            session_id: &raw.session_id,
+            run_id: raw.run_id.as_deref(),
+            sequence: raw.sequence,
+            timestamp: &raw.timestamp,
+            correlation_id: raw.correlation_id.as_deref(),
+            data_is_object: is_object(&raw.data),
+            metadata_is_object: is_object(&raw.metadata),
+        }
+        .check()?;
+        let object = |v: Option<Value>| match v {
+            Some(Value::Object(m)) => m,
+            _ => Map::new(),
         };
-        // Checked in the order `Event::new` of the same fields would check them.
-        let id = raw.id.as_deref().map(EventId::parse).transpose()?;
-        let kind = EventType::parse(&raw.kind)
-            .ok_or_else(|| EventError::UnknownType(raw.kind.into_owned()))?;
-        let timestamp = Timestamp::parse_rfc3339(&raw.timestamp)
-            .ok_or_else(|| EventError::InvalidTimestamp(raw.timestamp.into_owned()))?;
-        let data = object(raw.data, "data")?;
-        let metadata = object(raw.metadata, "metadata")?;
-        let id = id.unwrap_or_else(|| {
-            derived_id(
-                &raw.session_id,
-                raw.run_id.as_deref(),
-                kind,
-                raw.sequence,
-                timestamp,
-                raw.correlation_id.as_deref(),
-            )
-        });
         // Straight from the frame into the shared handles: one allocation each.
         Event::from_parts(
             id,
@@ -685,15 +669,67 @@ impl TryFrom<RawEvent<'_>> for Event {
             timestamp,
             raw.provider,
             raw.correlation_id,
-            data,
-            metadata,
+            object(raw.data),
+            object(raw.metadata),
         )
+    }
+}
+
+/// An event's fields as read from text, before the checks of [`Event::new`]: what serde's
+/// reader and `core::json`'s ([`EventRef`]) both check, by one function.
+pub(crate) struct WireParts<'r> {
+    pub id: Option<&'r str>,
+    pub kind: &'r str,
+    pub session_id: &'r str,
+    pub run_id: Option<&'r str>,
+    pub sequence: u64,
+    pub timestamp: &'r str,
+    pub correlation_id: Option<&'r str>,
+    /// `data` is an object, `null` or absent.
+    pub data_is_object: bool,
+    pub metadata_is_object: bool,
+}
+
+impl WireParts<'_> {
+    /// The id (derived when absent), type and timestamp, checked in the order `Event::new` of
+    /// the same fields checks them, so the first failure is the one it reports.
+    pub(crate) fn check(&self) -> Result<(EventId, EventType, Timestamp), EventError> {
+        let id = self.id.map(EventId::parse).transpose()?;
+        let kind = EventType::parse(self.kind)
+            .ok_or_else(|| EventError::UnknownType(self.kind.to_owned()))?;
+        let timestamp = Timestamp::parse_rfc3339(self.timestamp)
+            .ok_or_else(|| EventError::InvalidTimestamp(self.timestamp.to_owned()))?;
+        for (is_object, field) in [
+            (self.data_is_object, "data"),
+            (self.metadata_is_object, "metadata"),
+        ] {
+            if !is_object {
+                return Err(EventError::NotAnObject { field });
+            }
+        }
+        if self.session_id.is_empty() {
+            return Err(EventError::EmptySessionId);
+        }
+        if self.run_id == Some("") {
+            return Err(EventError::EmptyRunId);
+        }
+        let id = id.unwrap_or_else(|| {
+            derived_id(
+                self.session_id,
+                self.run_id,
+                kind,
+                self.sequence,
+                timestamp,
+                self.correlation_id,
+            )
+        });
+        Ok((id, kind, timestamp))
     }
 }
 
 /// The id of an event built without one: derived from its session, run, type, sequence,
 /// timestamp and correlation id.
-pub(crate) fn derived_id(
+fn derived_id(
     session_id: &str,
     run_id: Option<&str>,
     kind: EventType,

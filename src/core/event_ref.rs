@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::event::{derived_id, Event, EventError, EventId, EventType, Provider};
+use super::event::{Event, EventError, EventId, EventType, Provider, WireParts};
 use super::json::{json_fields, FromJson, JsonError, Reader};
 use super::time::Timestamp;
 
@@ -267,38 +267,27 @@ impl<'a> FromJson<'a> for EventRef<'a> {
 }
 
 impl<'a> EventRef<'a> {
-    /// The checks of [`Event::new`], in the order `Event::new` of the same fields makes them
-    /// (so the first failure is the one it reports).
+    /// The checks of [`Event::new`] ([`WireParts::check`], as serde's reader makes them).
     fn checked(raw: Raw<'a>) -> Result<EventRef<'a>, EventError> {
-        let id = raw.id.as_deref().map(EventId::parse).transpose()?;
-        let kind = EventType::parse(&raw.kind)
-            .ok_or_else(|| EventError::UnknownType(raw.kind.to_string()))?;
-        let timestamp = Timestamp::parse_rfc3339(&raw.timestamp)
-            .ok_or_else(|| EventError::InvalidTimestamp(raw.timestamp.to_string()))?;
+        let (id, kind, timestamp) = WireParts {
+            id: raw.id.as_deref(),
+            kind: &raw.kind,
+            session_id: &raw.session_id,
+            run_id: raw.run_id.as_deref(),
+            sequence: raw.sequence,
+            timestamp: &raw.timestamp,
+            correlation_id: raw.correlation_id.as_deref(),
+            data_is_object: matches!(raw.data, Data::Fields(_)),
+            metadata_is_object: matches!(raw.metadata, None | Some(Value::Null | Value::Object(_))),
+        }
+        .check()?;
         let Data::Fields(data) = raw.data else {
             return Err(EventError::NotAnObject { field: "data" });
         };
         let metadata = match raw.metadata {
-            None | Some(Value::Null) => Map::new(),
             Some(Value::Object(m)) => m,
-            Some(_) => return Err(EventError::NotAnObject { field: "metadata" }),
+            _ => Map::new(),
         };
-        let id = id.unwrap_or_else(|| {
-            derived_id(
-                &raw.session_id,
-                raw.run_id.as_deref(),
-                kind,
-                raw.sequence,
-                timestamp,
-                raw.correlation_id.as_deref(),
-            )
-        });
-        if raw.session_id.is_empty() {
-            return Err(EventError::EmptySessionId);
-        }
-        if raw.run_id.as_deref() == Some("") {
-            return Err(EventError::EmptyRunId);
-        }
         Ok(EventRef {
             id,
             kind,
@@ -356,11 +345,17 @@ mod tests {
     use super::*;
     use crate::core::wire::ServerMsg;
 
-    /// Every text reads as an `EventRef` exactly when it reads as an `Event`, and then as the
-    /// same event, through every accessor the projections use.
+    /// Every text reads as an `EventRef` exactly when serde's reader of `Event` (the
+    /// companion's, written apart) reads it, and then as the same event, through every
+    /// accessor the projections use; a refusal names the same first failure.
     fn check(text: &str) {
-        let owned = Reader::read_all::<Event>(text);
+        let owned = serde_json::from_str::<Event>(text).map_err(|e| e.to_string());
         let borrowed = Reader::read_all::<EventRef>(text);
+        assert_eq!(
+            Reader::read_all::<Event>(text).ok().as_ref(),
+            owned.as_ref().ok(),
+            "{text}"
+        );
         match (&owned, borrowed) {
             (Ok(event), Ok(view)) => {
                 // Read from the text, and seen through an owned event.
@@ -384,7 +379,14 @@ mod tests {
                     assert_eq!(&view.clone().into_event(), event, "{text}");
                 }
             }
-            (Err(_), Err(_)) => {}
+            (Err(serde), Err(ours)) => {
+                let ours = ours.to_string();
+                let first = |m: &str| m.split(" at line ").next().unwrap_or("").to_owned();
+                let checked = ["event", "must", "required", "timestamp"];
+                if checked.iter().any(|word| ours.contains(word)) {
+                    assert_eq!(first(serde), first(&ours), "{text}");
+                }
+            }
             (owned, borrowed) => panic!("{text}: {owned:?} but {borrowed:?}"),
         }
     }
@@ -462,6 +464,14 @@ mod tests {
         ] {
             texts.push(with(key, value));
         }
+        // Two failures at once: both readers report the same one.
+        let mut two = base.clone();
+        two["type"] = json!("nope");
+        two["session_id"] = json!("");
+        texts.push(two.to_string());
+        two["type"] = json!("run_started");
+        two["data"] = json!(1);
+        texts.push(two.to_string());
         texts.push(without("type"));
         texts.push(without("provider"));
         texts.push(

@@ -25,7 +25,7 @@ mod write;
 #[doc(hidden)]
 pub use write::field;
 pub(crate) use write::{
-    json_pick, json_write, json_write_field, json_write_names, json_write_tagged,
+    decimal, json_pick, json_write, json_write_field, json_write_names, json_write_tagged,
 };
 pub use write::{
     to_json, write_f64, write_i64, write_map, write_str, write_u64, write_value, Omit, ToJson,

@@ -100,8 +100,12 @@ fn escape(out: &mut String, b: u8) {
 }
 
 /// An unsigned integer in decimal.
-pub fn write_u64(out: &mut String, mut n: u64) {
-    let mut buf = [0u8; 20];
+pub fn write_u64(out: &mut String, n: u64) {
+    out.push_str(std::str::from_utf8(decimal(n, &mut [0; 20])).unwrap_or_default());
+}
+
+/// The decimal digits of `n` (what `n.to_string()` writes), at the end of `buf`.
+pub(crate) fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut i = buf.len();
     loop {
         i -= 1;
@@ -111,7 +115,7 @@ pub fn write_u64(out: &mut String, mut n: u64) {
             break;
         }
     }
-    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or_default());
+    &buf[i..]
 }
 
 /// A signed integer in decimal.
