@@ -485,6 +485,75 @@ mod tests {
         }
     }
 
+    /// The timeline makes the same items of an event read borrowed as of the owned one, for
+    /// every kind of value its fields take (a string, an object, a number, null, absent).
+    #[wasm_bindgen_test(unsupported = test)]
+    fn the_timeline_reads_borrowed_events_as_owned_ones() {
+        use crate::core::timeline::Timeline;
+        let values = [json!("out\nput"), json!({"a": [1]}), json!(7), Value::Null];
+        let mut texts = Vec::new();
+        let mut seq = 0;
+        let mut push = |kind: &str, data: Value| {
+            seq += 1;
+            texts.push(
+                json!({
+                    "type": kind, "session_id": "s1", "run_id": "r1", "sequence": seq,
+                    "timestamp": "2026-01-01T00:00:00Z", "provider": "claude", "data": data,
+                })
+                .to_string(),
+            );
+        };
+        for (i, v) in values.iter().enumerate() {
+            let id = format!("t{i}");
+            push(
+                "tool_call_started",
+                json!({"tool_call_id": id, "tool_name": "Bash", "tool_input": v}),
+            );
+            push(
+                "tool_call_updated",
+                json!({"tool_call_id": id, "title": "x", "output_delta": "d"}),
+            );
+            let end = if i % 2 == 0 {
+                "tool_call_completed"
+            } else {
+                "tool_call_failed"
+            };
+            push(
+                end,
+                json!({"tool_call_id": id, "tool_output": v, "error": v, "error_message": v}),
+            );
+            push(
+                "message_streamed",
+                json!({"message_id": format!("m{i}"), "delta": v}),
+            );
+            push(
+                "message_received",
+                json!({"message_id": format!("m{i}"), "content": v, "discarded": v}),
+            );
+            push(
+                "token_usage_updated",
+                json!({"input_tokens": v, "cost_usd": v}),
+            );
+            push("todo_updated", json!({"items": v}));
+            push(
+                "error_occurred",
+                json!({"provider_error": {"message": v}, "message": v}),
+            );
+            push(
+                "tool_approval_requested",
+                json!({"request_id": format!("q{i}"), "tool_input": v}),
+            );
+        }
+        let (mut owned, mut borrowed) = (Timeline::new(), Timeline::new());
+        for text in &texts {
+            owned.handle_event(&Reader::read_all::<Event>(text).unwrap());
+            borrowed.handle_event(&Reader::read_all::<EventRef>(text).unwrap());
+        }
+        assert_eq!(borrowed.items(), owned.items());
+        assert_eq!(borrowed.usage(), owned.usage());
+        assert!(owned.items().len() > 10, "{:?}", owned.items());
+    }
+
     #[wasm_bindgen_test(unsupported = test)]
     fn an_events_frame_reads_as_server_msg_reads_it() {
         let event = r#"{"type":"run_started","session_id":"s1","run_id":"r1","sequence":1,"timestamp":"2026-01-01T00:00:00Z","provider":"demo"}"#;

@@ -27,12 +27,11 @@ use std::mem;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::json::{json_write, json_write_names, json_write_tagged, to_json};
-
 use super::dedup::Dedup;
 use super::error::ErrorCode;
 use super::event::{Event, Provider};
 use super::event_ref::{EventRef, EventView, EventsRef};
+use super::json::{json_write, json_write_names, json_write_tagged, to_json};
 use super::lifecycle::{Lifecycle, LifecycleConfig, Stall, TurnProjector, ViolationKind};
 use super::normalize::{Config, DiagnosticKind, Format, Normalizer};
 use super::snapshot::{Projection, Snapshot};

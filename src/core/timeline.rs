@@ -587,6 +587,16 @@ fn run_entry<'a>(runs: &'a mut FastMap<String, RunState>, key: &str) -> &'a mut 
     runs.get_mut(key).expect("inserted above")
 }
 
+/// A field of `data` as text, when present and not null: a string as it is (borrowed from the
+/// event, not copied into a `Value` first), anything else as compact JSON.
+fn data_text<'e>(e: &'e impl EventView, key: &str) -> Option<Cow<'e, str>> {
+    if let Some(s) = e.data_str(key) {
+        return Some(Cow::Borrowed(s));
+    }
+    let v = e.data_value(key).filter(|v| !v.is_null())?;
+    Some(Cow::Owned(text_of(&v).into_owned()))
+}
+
 /// A value as text: strings as they are, anything else as compact JSON.
 fn text_of(v: &Value) -> Cow<'_, str> {
     match v {
@@ -969,8 +979,7 @@ impl Timeline {
             t.status = status;
             changed = true;
         }
-        if let Some(output) = e.data_value("tool_output").filter(|v| !v.is_null()) {
-            let output = text_of(&output);
+        if let Some(output) = data_text(e, "tool_output") {
             if t.output != output {
                 t.output = output.into_owned();
                 changed = true;
@@ -978,9 +987,8 @@ impl Timeline {
         }
         let error = ["error", "error_message"]
             .iter()
-            .find_map(|k| e.data_value(k).filter(|v| !v.is_null()));
+            .find_map(|k| data_text(e, k));
         if let Some(error) = error {
-            let error = text_of(&error);
             if t.error.as_deref() != Some(&*error) {
                 t.error = Some(error.into_owned());
                 changed = true;
