@@ -20,7 +20,9 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::event_ref::{EventRef, EventView};
-use super::json::{json_names, json_write, json_write_names, FromJson, JsonError, Reader, ToJson};
+use super::json::{
+    json_names, json_write, json_write_names, FromJson, JsonError, JsonObject, Reader, ToJson,
+};
 use super::time::Timestamp;
 
 /// The version of the event schema written into every event.
@@ -411,10 +413,13 @@ pub struct Event {
     sequence: u64,
     timestamp: Timestamp,
     provider: Provider,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    correlation_id: Option<String>,
-    data: Map<String, Value>,
-    metadata: Map<String, Value>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "shared_opt_str"
+    )]
+    correlation_id: Option<Arc<str>>,
+    data: JsonObject,
+    metadata: JsonObject,
     schema_version: u32,
 }
 
@@ -442,9 +447,9 @@ impl Event {
             init.sequence,
             init.timestamp,
             init.provider,
-            init.correlation_id,
-            init.data,
-            init.metadata,
+            init.correlation_id.as_deref(),
+            init.data.into(),
+            init.metadata.into(),
         )
     }
 
@@ -459,9 +464,9 @@ impl Event {
         sequence: u64,
         timestamp: Timestamp,
         provider: Provider,
-        correlation_id: Option<String>,
-        data: Map<String, Value>,
-        metadata: Map<String, Value>,
+        correlation_id: Option<&str>,
+        data: JsonObject,
+        metadata: JsonObject,
     ) -> Result<Event, EventError> {
         if session_id.is_empty() {
             return Err(EventError::EmptySessionId);
@@ -477,7 +482,7 @@ impl Event {
             sequence,
             timestamp,
             provider,
-            correlation_id,
+            correlation_id: correlation_id.map(Arc::from),
             data,
             metadata,
             schema_version: SCHEMA_VERSION,
@@ -522,10 +527,18 @@ impl Event {
     pub fn correlation_id(&self) -> Option<&str> {
         self.correlation_id.as_deref()
     }
+    /// `data`'s fields (read from its text when first asked for, if it was made from text).
     pub fn data(&self) -> &Map<String, Value> {
-        &self.data
+        self.data.map()
     }
     pub fn metadata(&self) -> &Map<String, Value> {
+        self.metadata.map()
+    }
+    /// `data` as both its text and its map (see [`JsonObject`]).
+    pub fn data_object(&self) -> &JsonObject {
+        &self.data
+    }
+    pub fn metadata_object(&self) -> &JsonObject {
         &self.metadata
     }
     pub fn schema_version(&self) -> u32 {
@@ -534,7 +547,7 @@ impl Event {
 
     /// A string field of `data`, if present.
     pub fn data_str(&self, key: &str) -> Option<&str> {
-        self.data.get(key).and_then(Value::as_str)
+        self.data().get(key).and_then(Value::as_str)
     }
 
     /// The event as one line of JSON (no trailing newline): what serde's `Serialize` writes,
@@ -603,7 +616,8 @@ struct RawEvent<'a> {
     #[serde(borrow)]
     timestamp: Cow<'a, str>,
     provider: Provider,
-    correlation_id: Option<String>,
+    #[serde(borrow)]
+    correlation_id: Option<Cow<'a, str>>,
     #[serde(default)]
     data: Option<Value>,
     #[serde(default)]
@@ -668,9 +682,9 @@ impl TryFrom<RawEvent<'_>> for Event {
             raw.sequence,
             timestamp,
             raw.provider,
-            raw.correlation_id,
-            object(raw.data),
-            object(raw.metadata),
+            raw.correlation_id.as_deref(),
+            object(raw.data).into(),
+            object(raw.metadata).into(),
         )
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::event::{Event, EventError, EventId, EventType, Provider, WireParts};
-use super::json::{json_fields, FromJson, JsonError, Reader};
+use super::json::{json_fields, FromJson, JsonError, JsonObject, Reader};
 use super::time::Timestamp;
 
 /// What the projections read of an event: implemented by [`Event`] and [`EventRef`].
@@ -91,7 +91,18 @@ pub struct EventRef<'a> {
     provider: Provider,
     correlation_id: Option<Cow<'a, str>>,
     data: Fields<'a>,
-    metadata: Cow<'a, Map<String, Value>>,
+    /// Where `data` came from: what [`EventView::into_event`] keeps.
+    source: Source<'a>,
+    metadata: Cow<'a, JsonObject>,
+}
+
+/// An [`EventRef`]'s `data` as a whole.
+#[derive(Clone, Debug, PartialEq)]
+enum Source<'a> {
+    /// The object's text in the frame (`""` for `null` or absent).
+    Text(&'a str),
+    /// An owned event's.
+    Object(&'a JsonObject),
 }
 
 impl EventView for EventRef<'_> {
@@ -132,14 +143,21 @@ impl EventView for EventRef<'_> {
         self.data.get(key).is_some()
     }
     fn into_event(self) -> Event {
-        let mut data = Map::new();
-        for (key, field) in self.data.0 {
-            let value = match field {
-                Field::Str(s) => Value::String(s.into_owned()),
-                Field::Value(v) => v.into_owned(),
-            };
-            data.insert(key.into_owned(), value);
-        }
+        let data = match self.source {
+            Source::Object(object) => object.clone(),
+            // Our own writers' text (a server's frames, a stored line) is kept as it is.
+            Source::Text(text) => JsonObject::canonical(text).unwrap_or_else(|| {
+                let mut data = Map::new();
+                for (key, field) in self.data.0 {
+                    let value = match field {
+                        Field::Str(s) => Value::String(s.into_owned()),
+                        Field::Value(v) => v.into_owned(),
+                    };
+                    data.insert(key.into_owned(), value);
+                }
+                JsonObject::from_map(data)
+            }),
+        };
         Event::from_parts(
             self.id,
             self.kind,
@@ -148,7 +166,7 @@ impl EventView for EventRef<'_> {
             self.sequence,
             self.timestamp,
             self.provider,
-            self.correlation_id.map(Cow::into_owned),
+            self.correlation_id.as_deref(),
             data,
             self.metadata.into_owned(),
         )
@@ -179,7 +197,8 @@ impl<'a> EventRef<'a> {
             provider: event.provider(),
             correlation_id: event.correlation_id().map(Cow::Borrowed),
             data: Fields(data),
-            metadata: Cow::Borrowed(event.metadata()),
+            source: Source::Object(event.data_object()),
+            metadata: Cow::Borrowed(event.metadata_object()),
         }
     }
 }
@@ -204,7 +223,8 @@ impl<'a> Fields<'a> {
 /// `data` as read: its fields (none for `null` or absent), or a value that is not an object
 /// (refused in [`EventRef::checked`]'s order of checks, as [`Event::new`] would).
 enum Data<'a> {
-    Fields(Fields<'a>),
+    /// The fields, and the object's text (`""` for `null`).
+    Fields(Fields<'a>, &'a str),
     NotAnObject,
 }
 
@@ -212,24 +232,27 @@ impl<'a> FromJson<'a> for Data<'a> {
     fn read(r: &mut Reader<'a>) -> Result<Self, JsonError> {
         if r.peek() != Some(b'{') {
             return Ok(match r.value()? {
-                Value::Null => Data::Fields(Fields::default()),
+                Value::Null => Data::Fields(Fields::default(), ""),
                 _ => Data::NotAnObject,
             });
         }
-        r.object()?;
-        let mut fields = Vec::new();
-        while let Some(key) = r.key()? {
-            let field = match r.peek() {
-                Some(b'"') => Field::Str(r.string()?),
-                _ => Field::Value(Cow::Owned(r.value()?)),
-            };
-            fields.push((key, field));
-        }
-        Ok(Data::Fields(Fields(fields)))
+        let (fields, text) = r.spanned(|r| {
+            r.object()?;
+            let mut fields = Vec::new();
+            while let Some(key) = r.key()? {
+                let field = match r.peek() {
+                    Some(b'"') => Field::Str(r.string()?),
+                    _ => Field::Value(Cow::Owned(r.value()?)),
+                };
+                fields.push((key, field));
+            }
+            Ok(fields)
+        })?;
+        Ok(Data::Fields(Fields(fields), text))
     }
 
     fn absent() -> Option<Self> {
-        Some(Data::Fields(Fields::default()))
+        Some(Data::Fields(Fields::default(), ""))
     }
 }
 
@@ -277,11 +300,11 @@ impl<'a> EventRef<'a> {
             sequence: raw.sequence,
             timestamp: &raw.timestamp,
             correlation_id: raw.correlation_id.as_deref(),
-            data_is_object: matches!(raw.data, Data::Fields(_)),
+            data_is_object: matches!(raw.data, Data::Fields(..)),
             metadata_is_object: matches!(raw.metadata, None | Some(Value::Null | Value::Object(_))),
         }
         .check()?;
-        let Data::Fields(data) = raw.data else {
+        let Data::Fields(data, text) = raw.data else {
             return Err(EventError::NotAnObject { field: "data" });
         };
         let metadata = match raw.metadata {
@@ -298,7 +321,8 @@ impl<'a> EventRef<'a> {
             provider: raw.provider,
             correlation_id: raw.correlation_id,
             data,
-            metadata: Cow::Owned(metadata),
+            source: Source::Text(text),
+            metadata: Cow::Owned(JsonObject::from_map(metadata)),
         })
     }
 }

@@ -21,7 +21,9 @@ use std::fmt::Display;
 
 use serde_json::{Map, Number, Value};
 
+mod object;
 mod write;
+pub use object::{is_canonical, JsonObject};
 #[doc(hidden)]
 pub use write::field;
 pub(crate) use write::{
@@ -68,6 +70,17 @@ impl<'a> Reader<'a> {
         let value = T::read(&mut r)?;
         r.end()?;
         Ok(value)
+    }
+
+    /// What `read` reads, and the text it read it from (from the value's first byte on).
+    pub fn spanned<T>(
+        &mut self,
+        read: impl FnOnce(&mut Self) -> Result<T, JsonError>,
+    ) -> Result<(T, &'a str), JsonError> {
+        self.peek();
+        let start = self.at;
+        let value = read(self)?;
+        Ok((value, &self.text[start..self.at]))
     }
 
     /// An error at the current position.

@@ -78,6 +78,7 @@ use super::{
     EventQuery, SessionRecord, SessionState, Store, StoreError, StoredProjection,
 };
 use crate::core::event::Event;
+use crate::core::json::ToJson;
 use crate::core::time::Timestamp;
 
 /// The schema, one step per version: step `i` takes `user_version` from `i` to `i + 1`.
@@ -579,7 +580,7 @@ impl Batch {
                     body.push('\n');
                 }
                 let start = body.len();
-                body.push_str(&event.to_json());
+                event.write_json(&mut body);
                 ids.extend_from_slice(&key.to_be_bytes());
                 Row {
                     key,

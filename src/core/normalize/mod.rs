@@ -893,9 +893,9 @@ impl Out<'_> {
             state.sequence,
             self.timestamp,
             state.provider,
-            correlation_id.map(str::to_owned),
-            data,
-            metadata,
+            correlation_id,
+            data.into(),
+            metadata.into(),
         );
         match event {
             Ok(event) => {
