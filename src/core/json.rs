@@ -23,7 +23,7 @@ use serde_json::{Map, Number, Value};
 
 mod object;
 mod write;
-pub use object::{is_canonical, JsonObject};
+pub use object::{is_canonical, JsonObject, ObjectWriter};
 #[doc(hidden)]
 pub use write::field;
 pub(crate) use write::{

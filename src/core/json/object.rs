@@ -67,12 +67,13 @@ impl JsonObject {
     }
 
     /// `text`, known to be canonical and an object.
-    fn from_canonical(text: &str) -> JsonObject {
-        if text == "{}" {
+    fn from_canonical(text: impl Into<Box<str>>) -> JsonObject {
+        let text = text.into();
+        if &*text == "{}" {
             return JsonObject(None);
         }
         JsonObject(Some(Arc::new(Forms {
-            text: OnceLock::from(Box::from(text)),
+            text: OnceLock::from(text),
             map: OnceLock::new(),
         })))
     }
@@ -137,6 +138,70 @@ impl serde::Serialize for JsonObject {
 impl super::ToJson for JsonObject {
     fn write_json(&self, out: &mut String) {
         out.push_str(self.text());
+    }
+}
+
+/// Writes a [`JsonObject`] as its text, field after field, with no map: for the events a
+/// normalizer makes most of. Fields given in the order of their keys are written as they come;
+/// given in another order (or a key twice), the text is read back into a map and written again
+/// in order when finished, so the object is right either way, only slower.
+pub struct ObjectWriter {
+    text: String,
+    previous: &'static str,
+    in_order: bool,
+}
+
+impl ObjectWriter {
+    pub fn new() -> ObjectWriter {
+        ObjectWriter::with_capacity(64)
+    }
+
+    /// A writer whose text starts with room for `bytes`.
+    pub fn with_capacity(bytes: usize) -> ObjectWriter {
+        let mut text = String::with_capacity(bytes);
+        text.push('{');
+        ObjectWriter {
+            text,
+            previous: "",
+            in_order: true,
+        }
+    }
+
+    /// Adds the field `key`: `value`.
+    pub fn field<T: super::ToJson + ?Sized>(mut self, key: &'static str, value: &T) -> Self {
+        let first = self.text.len() == 1;
+        self.in_order &= first || self.previous < key;
+        self.previous = key;
+        if !first {
+            self.text.push(',');
+        }
+        super::write_str(&mut self.text, key);
+        self.text.push(':');
+        value.write_json(&mut self.text);
+        self
+    }
+
+    /// Adds the field `key` when `value` is `Some`.
+    pub fn field_if<T: super::ToJson + ?Sized>(self, key: &'static str, value: Option<&T>) -> Self {
+        match value {
+            Some(value) => self.field(key, value),
+            None => self,
+        }
+    }
+
+    pub fn finish(mut self) -> JsonObject {
+        self.text.push('}');
+        if self.in_order {
+            return JsonObject::from_canonical(self.text);
+        }
+        let map = Reader::read_all(&self.text).expect("the writer writes JSON");
+        JsonObject::from_map(map)
+    }
+}
+
+impl Default for ObjectWriter {
+    fn default() -> ObjectWriter {
+        ObjectWriter::new()
     }
 }
 
@@ -430,6 +495,24 @@ mod tests {
             JsonObject::from_text(r#"{"a":1}"#).unwrap(),
             JsonObject::from_text(r#"{"a":1.0}"#).unwrap()
         );
+        let written = ObjectWriter::new()
+            .field("delta", "a \"quoted\"\n")
+            .field("message_id", "m1")
+            .field_if("role", None::<&str>)
+            .field("n", &1.5)
+            .finish();
+        let expected = r#"{"delta":"a \"quoted\"\n","message_id":"m1","n":1.5}"#;
+        assert_eq!(written.text(), expected);
+        assert_eq!(written, JsonObject::from_text(expected).unwrap());
+        // Out of order, or a key twice: still the object's text, by way of its map.
+        let shuffled = ObjectWriter::new()
+            .field("n", &1.5)
+            .field("message_id", "m0")
+            .field("delta", "a \"quoted\"\n")
+            .field("message_id", "m1")
+            .finish();
+        assert_eq!(shuffled.text(), expected);
+        assert!(ObjectWriter::new().finish().is_empty());
         let err = JsonObject::from_text(r#"{"a":}"#).unwrap_err();
         assert!(err.what.contains("expected value"), "{err}");
         assert!(JsonObject::from_text("[1]").is_err());

@@ -47,6 +47,7 @@ use super::fast::{present, Stamp, Str, Valid};
 use super::turn::OpenTools;
 use super::{Decoder, Out};
 use crate::core::event::EventType;
+use crate::core::json::{JsonObject, ObjectWriter};
 use crate::core::provider_error::{add_details, ProviderError};
 
 /// Decoder state for `codex exec --json`.
@@ -888,6 +889,16 @@ impl Stream {
         }
         data
     }
+
+    /// [`Stream::base`] with `text` as `key` (`content` or `delta`), written with no map.
+    fn write(self, id: &str, key: &'static str, text: &str) -> JsonObject {
+        ObjectWriter::with_capacity(48 + id.len() + text.len())
+            .field(key, text)
+            .field_if("kind", (self == Stream::Plan).then_some("plan"))
+            .field("message_id", id)
+            .field_if("role", (self != Stream::Reasoning).then_some("assistant"))
+            .finish()
+    }
 }
 
 /// The open turn, its open tool calls and its half-streamed texts. Small, keyed by id,
@@ -962,10 +973,15 @@ impl TurnState {
         if !self.streams.iter().any(|(s, i)| *s == stream && i == id) {
             self.streams.push((stream, id.to_owned()));
         }
+        let kind = stream.events().0;
+        if extra.is_empty() {
+            let data = stream.write(id, "delta", delta);
+            return out.emit_object(kind, Some(run), data, None, JsonObject::new());
+        }
         let mut data = stream.base(id);
         data.insert("delta".into(), json!(delta));
         data.extend(extra);
-        out.emit(stream.events().0, Some(run), Value::Object(data));
+        out.emit(kind, Some(run), Value::Object(data));
     }
 
     /// True when `id` streamed chunks that are not yet closed.
@@ -984,10 +1000,15 @@ impl TurnState {
         extra: Map<String, Value>,
     ) {
         self.streams.retain(|(s, i)| !(*s == stream && i == id));
+        let kind = stream.events().1;
+        if extra.is_empty() {
+            let data = stream.write(id, "content", text);
+            return out.emit_object(kind, Some(run), data, None, JsonObject::new());
+        }
         let mut data = stream.base(id);
         data.insert("content".into(), json!(text));
         data.extend(extra);
-        out.emit(stream.events().1, Some(run), Value::Object(data));
+        out.emit(kind, Some(run), Value::Object(data));
     }
 
     fn emit_started(out: &mut Out<'_>, run: &str, id: &str, name: &str, input: &Value) {

@@ -38,6 +38,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::event::{hex32, Event, EventId, EventType, Fnv128, Provider};
+use super::json::JsonObject;
 use super::time::Timestamp;
 
 pub use alias::{canonical_type, filter_by_run, filter_by_type, normalize_batch, sort_events};
@@ -877,6 +878,19 @@ impl Out<'_> {
             Value::Null => Map::new(),
             other => Map::from_iter([("value".to_owned(), other)]),
         };
+        self.emit_object(kind, run_id, data.into(), correlation_id, metadata.into());
+    }
+
+    /// Emits one event whose `data` is made already (by an
+    /// [`ObjectWriter`](super::json::ObjectWriter): no map).
+    pub(crate) fn emit_object(
+        &mut self,
+        kind: EventType,
+        run_id: Option<&str>,
+        data: JsonObject,
+        correlation_id: Option<&str>,
+        metadata: JsonObject,
+    ) {
         let state = &mut *self.state;
         let mut hash = self.line_hash;
         hash.part_u64(u64::from(self.index));
@@ -894,8 +908,8 @@ impl Out<'_> {
             self.timestamp,
             state.provider,
             correlation_id,
-            data.into(),
-            metadata.into(),
+            data,
+            metadata,
         );
         match event {
             Ok(event) => {
