@@ -11,7 +11,9 @@
 //!   anything, and one that fails after writing (an I/O error) fails its whole group, which
 //!   its callers retry (appends are idempotent by id).
 //! * An append costs two rows, whatever its size (schema 7): one row of the events table,
-//!   keyed by (session, last sequence) with no rowid, holding the run of consecutive events
+//!   found by (session, last sequence) (a unique index beside the rowid since schema 8: a
+//!   row's bodies overflow its page, and a b-tree whose cells overflow is compared by copying
+//!   each record out whole), holding the run of consecutive events
 //!   it stored (`first_seq..=last_seq`, their bodies as JSON lines) and a summary for the
 //!   filters (earliest and latest timestamp, distinct types, distinct run ids); and one row
 //!   of `ids_hot`, the ids of those events, 16 bytes each. Per event the writer only looks
@@ -206,6 +208,28 @@ const MIGRATIONS: &[&str] = &[
      ) STRICT;
      INSERT INTO meta (key, value) SELECT 'ids_cold', CAST(count(*) AS TEXT) FROM ids_cold
          WHERE true ON CONFLICT (key) DO UPDATE SET value = excluded.value;",
+    // 8: the events table has a rowid again, and (session, last sequence) is a unique index
+    // beside it. A row's bodies (~32 KiB for an append of 100 events) overflow its page, and
+    // SQLite compares a key with an overflowing cell of a `WITHOUT ROWID` table (or of an
+    // index) by reading the whole record out of its overflow pages first: every insert's seek
+    // copied a few such rows. Now the table's b-tree is keyed by the rowid (appends go to its
+    // right edge, compared as integers) and the index's cells are small.
+    "CREATE TABLE events_v8 (
+         session_id TEXT NOT NULL REFERENCES sessions(id),
+         last_seq   INTEGER NOT NULL,
+         first_seq  INTEGER NOT NULL CHECK (first_seq >= 1 AND first_seq <= last_seq),
+         min_ms     INTEGER NOT NULL,
+         max_ms     INTEGER NOT NULL,
+         types      TEXT NOT NULL,
+         runs       TEXT NOT NULL,
+         body       TEXT NOT NULL
+     ) STRICT;
+     INSERT INTO events_v8 (session_id, last_seq, first_seq, min_ms, max_ms, types, runs, body)
+         SELECT session_id, last_seq, first_seq, min_ms, max_ms, types, runs, body
+         FROM events ORDER BY session_id, last_seq;
+     DROP TABLE events;
+     ALTER TABLE events_v8 RENAME TO events;
+     CREATE UNIQUE INDEX events_by_seq ON events (session_id, last_seq);",
 ];
 
 /// Requests waiting for the writer before `append` callers wait for room.

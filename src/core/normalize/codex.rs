@@ -44,10 +44,11 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::fast::{present, Stamp, Str, Valid};
+use super::text_data;
 use super::turn::OpenTools;
 use super::{Decoder, Out};
 use crate::core::event::EventType;
-use crate::core::json::{JsonObject, ObjectWriter};
+use crate::core::json::JsonObject;
 use crate::core::provider_error::{add_details, ProviderError};
 
 /// Decoder state for `codex exec --json`.
@@ -892,12 +893,14 @@ impl Stream {
 
     /// [`Stream::base`] with `text` as `key` (`content` or `delta`), written with no map.
     fn write(self, id: &str, key: &'static str, text: &str) -> JsonObject {
-        ObjectWriter::with_capacity(48 + id.len() + text.len())
-            .field(key, text)
-            .field_if("kind", (self == Stream::Plan).then_some("plan"))
-            .field("message_id", id)
-            .field_if("role", (self != Stream::Reasoning).then_some("assistant"))
-            .finish()
+        let kind = (self == Stream::Plan).then_some("plan");
+        text_data(
+            key,
+            text,
+            id,
+            kind,
+            (self != Stream::Reasoning).then_some("assistant"),
+        )
     }
 }
 

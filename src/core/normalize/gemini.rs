@@ -40,8 +40,9 @@ use serde_json::{json, Map, Value};
 
 use super::fast::{self, present, Stamp, Str};
 use super::turn::OpenTools;
-use super::{Decoder, Out};
+use super::{text_data, Decoder, Out};
 use crate::core::event::EventType;
+use crate::core::json::JsonObject;
 use crate::core::provider_error::{add_details, ProviderError};
 
 /// State of one Gemini CLI process's output: the open run, the assistant message being
@@ -277,15 +278,27 @@ impl Gemini {
                     return;
                 };
                 open.text.push_str(content);
-                let data = json!({"delta": content, "message_id": open.id, "role": "assistant"});
-                out.emit(EventType::MessageStreamed, Some(&run), data);
+                let data = text_data("delta", content, &open.id, None, Some("assistant"));
+                out.emit_object(
+                    EventType::MessageStreamed,
+                    Some(&run),
+                    data,
+                    None,
+                    JsonObject::new(),
+                );
             }
             "assistant" => {
                 self.flush(out);
                 let run = self.ensure_run(out);
                 let id = self.next_message_id(&run);
-                let data = json!({"content": content, "message_id": id, "role": "assistant"});
-                out.emit(EventType::MessageReceived, Some(&run), data);
+                let data = text_data("content", content, &id, None, Some("assistant"));
+                out.emit_object(
+                    EventType::MessageReceived,
+                    Some(&run),
+                    data,
+                    None,
+                    JsonObject::new(),
+                );
             }
             other => out.unknown(format_args!("message role {other:?}")),
         }
@@ -493,8 +506,15 @@ impl Gemini {
         let Some(open) = self.text.take() else {
             return;
         };
-        let data = json!({"content": open.text, "message_id": open.id, "role": "assistant"});
-        out.emit(EventType::MessageReceived, self.run.as_deref(), data);
+        let data = text_data("content", &open.text, &open.id, None, Some("assistant"));
+        let run = self.run.as_deref();
+        out.emit_object(
+            EventType::MessageReceived,
+            run,
+            data,
+            None,
+            JsonObject::new(),
+        );
     }
 
     fn start_run(&mut self, out: &mut Out<'_>) -> Arc<str> {

@@ -38,7 +38,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::event::{hex32, Event, EventId, EventType, Fnv128, Provider};
-use super::json::JsonObject;
+use super::json::{JsonObject, ObjectWriter};
 use super::time::Timestamp;
 
 pub use alias::{canonical_type, filter_by_run, filter_by_type, normalize_batch, sort_events};
@@ -966,6 +966,23 @@ pub(crate) trait Decoder: Send {
     /// stays open for the lifecycle projection; a partial message that never closed is
     /// discarded or emitted whole, never left dangling).
     fn finish(&mut self, out: &mut Out<'_>);
+}
+
+/// The `data` of a streamed or whole text: `text` as `key` (`delta` or `content`), its
+/// message id, and the optional `kind` and `role`; written with no map (keys in order).
+pub(crate) fn text_data(
+    key: &'static str,
+    text: &str,
+    message_id: &str,
+    kind: Option<&str>,
+    role: Option<&str>,
+) -> JsonObject {
+    ObjectWriter::with_capacity(48 + text.len() + message_id.len())
+        .field(key, text)
+        .field_if("kind", kind)
+        .field("message_id", message_id)
+        .field_if("role", role)
+        .finish()
 }
 
 #[cfg(test)]
