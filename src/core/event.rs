@@ -550,6 +550,13 @@ impl Event {
         self.data().get(key).and_then(Value::as_str)
     }
 
+    /// Reads one event as its [`FromJson`] reader does, keeping `data`'s text as it is when it
+    /// is canonical ([`EventRef::into_event_keeping_text`]): for lines our writer wrote (the
+    /// store's), whose `data` then builds no map unless it is read.
+    pub fn from_written_json(text: &str) -> Result<Event, JsonError> {
+        Reader::read_all::<EventRef<'_>>(text).map(EventRef::into_event_keeping_text)
+    }
+
     /// The event as one line of JSON (no trailing newline): what serde's `Serialize` writes,
     /// by `core::json`'s writer.
     pub fn to_json(&self) -> String {

@@ -143,20 +143,26 @@ impl EventView for EventRef<'_> {
         self.data.get(key).is_some()
     }
     fn into_event(self) -> Event {
+        self.owned(|_, fields| fields.into_object())
+    }
+}
+
+impl<'a> EventRef<'a> {
+    /// The owned event, its `data` kept as the text it was read from when that text is
+    /// [canonical](crate::core::json::is_canonical) (what our writer wrote: a stored line), so
+    /// no map is built for it. The client's module never calls this, so the check is not in
+    /// it: what a page keeps, it reads.
+    pub fn into_event_keeping_text(self) -> Event {
+        self.owned(|text, fields| {
+            JsonObject::canonical(text).unwrap_or_else(|| fields.into_object())
+        })
+    }
+
+    /// The owned event, `data` made by `data` from its text and fields when it was read.
+    fn owned(self, data: impl FnOnce(&'a str, Fields<'a>) -> JsonObject) -> Event {
         let data = match self.source {
             Source::Object(object) => object.clone(),
-            // Our own writers' text (a server's frames, a stored line) is kept as it is.
-            Source::Text(text) => JsonObject::canonical(text).unwrap_or_else(|| {
-                let mut data = Map::new();
-                for (key, field) in self.data.0 {
-                    let value = match field {
-                        Field::Str(s) => Value::String(s.into_owned()),
-                        Field::Value(v) => v.into_owned(),
-                    };
-                    data.insert(key.into_owned(), value);
-                }
-                JsonObject::from_map(data)
-            }),
+            Source::Text(text) => data(text, self.data),
         };
         Event::from_parts(
             self.id,
@@ -217,6 +223,19 @@ enum Field<'a> {
 impl<'a> Fields<'a> {
     fn get(&self, key: &str) -> Option<&Field<'a>> {
         self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// The object, as a map (a repeated key's last value, as serde_json's reader keeps it).
+    fn into_object(self) -> JsonObject {
+        let mut data = Map::new();
+        for (key, field) in self.0 {
+            let value = match field {
+                Field::Str(s) => Value::String(s.into_owned()),
+                Field::Value(v) => v.into_owned(),
+            };
+            data.insert(key.into_owned(), value);
+        }
+        JsonObject::from_map(data)
     }
 }
 
@@ -402,6 +421,17 @@ mod tests {
                     assert_eq!(EventView::correlation_id(view), event.correlation_id());
                     assert_eq!(&view.clone().into_event(), event, "{text}");
                 }
+                // Read as a stored line: the same event; its `data` text kept as it is, with
+                // no map, exactly when it is canonical; the client's reading builds the map.
+                let stored = Event::from_written_json(text).unwrap();
+                let data = crate::core::json::JsonObject::from_map(event.data().clone());
+                let canonical = text.contains(data.text()) && !data.is_empty();
+                assert_eq!(stored.data_object().forms().1, !canonical, "{text}");
+                assert_eq!(&stored, event, "{text}");
+                assert_eq!(stored.data(), event.data(), "{text}");
+                assert_eq!(stored.data_object().forms(), (true, true), "{text}");
+                let client = Reader::read_all::<Event>(text).unwrap();
+                assert_eq!(client.data_object().forms().1, true, "{text}");
             }
             (Err(serde), Err(ours)) => {
                 let ours = ours.to_string();

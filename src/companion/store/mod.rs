@@ -46,7 +46,6 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
 use crate::core::event::{Event, EventType};
-use crate::core::json::Reader;
 use crate::core::time::Timestamp;
 
 pub use postgres::PostgresStore;
@@ -310,8 +309,8 @@ pub trait Store: Send + Sync + 'static {
 fn decode(session_id: &str, seq: i64, body: &str) -> Result<Event, StoreError> {
     let corrupt =
         |why: String| StoreError::Corrupt(format!("session {session_id:?} seq {seq}: {why}"));
-    // Read by `core::json`, which keeps the stored `data` text as it is (no map is built).
-    let event: Event = Reader::read_all(body).map_err(|e| corrupt(e.to_string()))?;
+    // Read by `core::json`, keeping the stored `data` text as it is (no map is built).
+    let event = Event::from_written_json(body).map_err(|e| corrupt(e.to_string()))?;
     if event.session_id() != session_id {
         return Err(corrupt(format!(
             "body names session {:?}",

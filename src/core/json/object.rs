@@ -105,6 +105,14 @@ impl JsonObject {
     pub fn is_empty(&self) -> bool {
         self.0.is_none()
     }
+
+    /// Which forms it holds now: (text, map). `{}` holds both.
+    #[cfg(test)]
+    pub(crate) fn forms(&self) -> (bool, bool) {
+        self.0.as_ref().map_or((true, true), |f| {
+            (f.text.get().is_some(), f.map.get().is_some())
+        })
+    }
 }
 
 impl From<Map<String, Value>> for JsonObject {
