@@ -2464,7 +2464,10 @@ async fn appends_split_over_postgres_rows_read_back_by_every_range_and_filter() 
     // A batch of stored and new ids, in one group: the new ones only, numbered on.
     let mixed = vec![log[3].clone(), ev("r", "new"), log[14].clone()];
     let appended = store.append("r", mixed).await.unwrap();
-    assert_eq!(appended_seqs(&appended), [(4, true), (16, false), (15, true)]);
+    assert_eq!(
+        appended_seqs(&appended),
+        [(4, true), (16, false), (15, true)]
+    );
     assert_eq!(store.latest_sequence("r").await.unwrap(), 16);
     let tail = EventQuery {
         after: Some(14),
