@@ -999,6 +999,7 @@ async fn run_group(conn: &WriteConn, ops: &[Op], find: bool) -> Result<Outcome, 
         .map(|(id, &seq)| (id.clone(), seq))
         .collect();
     if !moved.is_empty() {
+        plan.rows.sort_ids();
         let rows = &plan.rows;
         let (sessions, seqs): (Vec<&str>, Vec<i64>) = moved
             .iter()
@@ -1205,6 +1206,17 @@ struct Rows<'a> {
     ids: Vec<&'a [u8]>,
     id_sessions: Vec<&'a str>,
     id_seqs: Vec<i64>,
+}
+
+impl Rows<'_> {
+    /// Puts the id rows in key order, so the unique index takes them leaf after leaf.
+    fn sort_ids(&mut self) {
+        let mut order: Vec<usize> = (0..self.ids.len()).collect();
+        order.sort_unstable_by_key(|&i| self.ids[i]);
+        self.ids = order.iter().map(|&i| self.ids[i]).collect();
+        self.id_sessions = order.iter().map(|&i| self.id_sessions[i]).collect();
+        self.id_seqs = order.iter().map(|&i| self.id_seqs[i]).collect();
+    }
 }
 
 /// A group's writes, planned in memory in request order over what the transaction read.
