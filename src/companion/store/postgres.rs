@@ -1652,9 +1652,10 @@ async fn latest_of(reader: &mut Reader, session_id: &str) -> Result<u64, StoreEr
 /// The session's rows from the first that can hold `after + 1`, in sequence order until
 /// `before` or `limit`; see the module docs of `store` for the semantics. The filters skip a
 /// row whose summary rules them out on the server (its body is not sent); in the rows sent,
-/// each line in range is decoded and filtered. Without a limit, one query; with one, pages of
-/// `limit` rows (each row sent holds at least one event in range, so without a filter the
-/// first page is enough).
+/// each line in range is decoded and filtered. One query, unless a filter and a limit are
+/// both given: then pages of rows (a few first, twice as many each time), until the limit.
+/// A limit without a filter reads only the rows that can hold `after + 1 ..= after + limit`
+/// (sequences are contiguous).
 async fn read_events(
     reader: &mut Reader,
     session_id: &str,
@@ -1668,7 +1669,15 @@ async fn read_events(
     let since = query.since.map(Timestamp::unix_millis);
     let kind = query.kind.map(|k| k.as_str());
     let run_id = query.run_id.as_deref().map(column_text);
-    let page = query.limit.map(|n| clamp(n as u64).max(1));
+    let filtered = since.is_some() || kind.is_some() || run_id.is_some();
+    // Rows past the limit's last sequence hold nothing for an unfiltered read.
+    let cap = (query.limit)
+        .filter(|_| !filtered)
+        .map(|n| clamp(after.saturating_add(n as u64)));
+    // With a filter and a limit, rows are read by pages of this many, doubling.
+    let mut page = (query.limit)
+        .filter(|_| filtered)
+        .map(|n| clamp(n as u64).clamp(1, 8));
     let before_bound = query.before.map(clamp);
     let mut sql = String::from(
         "SELECT first_seq, last_seq, body FROM agentwire.events
@@ -1679,6 +1688,9 @@ async fn read_events(
     let mut clauses: Vec<(&str, &(dyn ToSql + Sync))> = Vec::new();
     if let Some(before) = &before_bound {
         clauses.push(("first_seq < $", before));
+    }
+    if let Some(cap) = &cap {
+        clauses.push(("first_seq <= $", cap));
     }
     if let Some(since) = &since {
         clauses.push(("max_ms >= $", since));
@@ -1694,18 +1706,20 @@ async fn read_events(
         sql.push_str(&format!(" AND {clause}{}", params.len() + 2));
     }
     sql.push_str(" ORDER BY last_seq");
-    if let Some(page) = &page {
-        params.push(page);
-        sql.push_str(&format!(" LIMIT ${}", params.len() + 2));
+    if page.is_some() {
+        sql.push_str(&format!(" LIMIT ${}", params.len() + 3));
     }
     let corrupt = |seq: i64, why: &str| {
         StoreError::Corrupt(format!("session {session_id:?} seq {seq}: {why}"))
     };
     let mut events = Vec::new();
     loop {
-        let at = cursor;
+        let (at, rows_at_most) = (cursor, page);
         let mut all: Vec<&(dyn ToSql + Sync)> = vec![&session_id, &at];
         all.extend_from_slice(&params);
+        if let Some(n) = &rows_at_most {
+            all.push(n);
+        }
         let rows = reader.query(&sql, &all).await?;
         for row in &rows {
             if events.len() >= limit {
@@ -1746,6 +1760,7 @@ async fn read_events(
                     break;
                 }
                 cursor = last;
+                page = page.map(|n| (n * 2).min(1024));
             }
             _ => break,
         }
