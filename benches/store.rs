@@ -11,7 +11,8 @@
 //! PostgreSQL only). The sustained figure of issue 14 (100 sessions appending for
 //! `STORE_BENCH_SECS`, default 5, with the commit latency of a single append meanwhile) and
 //! its `BENCH` lines: `cargo bench --bench store -- sustained` (`-- store_sustained`: SQLite
-//! alone). It also reports the CPU per event (the process's, and the writer thread's), and
+//! alone). It also reports the CPU per event (the process's, and the writer thread's; with
+//! PostgreSQL also the throwaway server's processes', from `/proc`), and
 //! `STORE_BENCH_PREFILL=N` fills the log with N events (in 100 other sessions) first, so the
 //! id index is as large as after a while (and SQLite's hot id table has been merged into the
 //! cold one a few times).

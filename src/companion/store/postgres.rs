@@ -7,20 +7,33 @@
 //!   (`SELECT … FOR NO KEY UPDATE`, sorted by id, so two companions never deadlock on each
 //!   other) and numbers new events from the locked value. Nothing is cached across
 //!   transactions: another companion may have appended since.
-//! * **Idempotence is the unique index on `events.id`.** A group reads the stored events with
-//!   its ids before numbering, then inserts them. If the insert collides with a stored id
-//!   (a unique violation), another companion committed that id in between (in another
-//!   session, whose row this transaction does not hold): nothing commits and the group runs again,
-//!   now seeing the stored event. Deadlocks and serialization failures are retried the same way.
+//! * **An append is one row, an event one key** (schema 5). `events` holds a row per append,
+//!   keyed by (session, last sequence): the run of consecutive events it stored
+//!   (`first_seq..=last_seq`), their bodies as JSON lines, and a summary for the filters
+//!   (earliest and latest timestamp, distinct types, distinct run ids, as JSON arrays).
+//!   `event_ids` holds a row per event, keyed by the id's 128 bits (16 bytes), naming the
+//!   (session, sequence) that stored it. No other index, no foreign key: per event the server
+//!   writes one heap tuple and one b-tree entry (a group's ids go in key order); the bodies are
+//!   one value per append (lz4 where the server has it). The appending task encodes the bodies,
+//!   joins them and packs the ids; the writer sends them as they are unless an id was stored.
+//! * **Idempotence is the primary key of `event_ids`.** A group inserts its ids without
+//!   looking them up first (the insert's unique check is the lookup). If the insert collides
+//!   with a stored id (a unique violation: an id stored before, or one another companion
+//!   committed meanwhile, in another session whose row this transaction does not hold),
+//!   nothing commits and the group runs again, now reading the stored events of its ids
+//!   before numbering. After a group that found ids stored, the next one reads them first
+//!   too (a guess about the next group, never about the data). Deadlocks and serialization
+//!   failures are retried the same way.
 //! * **One writer per store, group commit.** Each store has one writer task and connection;
 //!   it commits everything pending in ONE transaction. A refused request (unknown session,
 //!   duplicate session, corrupt stored row) is refused before it writes anything, so it never
 //!   needs a savepoint and never spoils its group.
-//! * **Two round trips per group of appends, whatever it holds.** BEGIN, the session locks
-//!   and the stored ids, pipelined; then one statement that inserts every new row of the group
-//!   (`unnest` arrays), advances its sessions and notifies, pipelined with COMMIT (if the
-//!   insert fails, that COMMIT only ends the failed transaction). Other requests in the group
-//!   add one round trip each. Statements are prepared once per connection.
+//! * **Two round trips per group of appends, whatever it holds.** BEGIN and the session locks
+//!   (and the stored ids, when looked up), pipelined; then one statement that inserts the
+//!   group's rows and ids (`unnest` arrays), advances its sessions and notifies, pipelined
+//!   with COMMIT (if the insert fails, that COMMIT only ends the failed transaction). A group
+//!   that collided runs again: two more. Other requests in the group add one round trip each.
+//!   Statements are prepared once per connection.
 //! * **LISTEN/NOTIFY is only a wake-up.** A group that moved a session sends
 //!   `pg_notify('agentwire_commits')` inside its transaction (delivered only if it commits). Each
 //!   store's listener connection, woken by any notification (the payload is ignored), re-reads
@@ -31,7 +44,10 @@
 //!   makes them. While the listener is reconnecting, other companions' commits are heard late
 //!   (on reconnect it re-reads everything), never lost.
 //! * Reads go to a small pool of read-only connections; `READ COMMITTED` statements see every
-//!   commit that finished before they started, so whoever hears of a commit can read it.
+//!   commit that finished before they started, so whoever hears of a commit can read it. A
+//!   read finds the session's first row whose last sequence is past the cursor and decodes
+//!   only the lines in range; a filter by run, type or time skips rows by their summary on the
+//!   server (`max_ms`, jsonb `?`), and the lines of the rows sent are filtered exactly.
 //! * Migrations run on connect, under a transaction-scoped advisory lock, so two companions
 //!   starting at once migrate once. The schema version is the `schema_version` table and the
 //!   epoch a row of `meta`, all in the `agentwire` schema of the database.
