@@ -11,7 +11,8 @@
 //! PostgreSQL only). The sustained figure of issue 14 (100 sessions appending for
 //! `STORE_BENCH_SECS`, default 5, with the commit latency of a single append meanwhile) and
 //! its `BENCH` lines: `cargo bench --bench store -- sustained` (`-- store_sustained`: SQLite
-//! alone). It also reports the CPU per event (the process's, and the writer thread's), and
+//! alone). It also reports the CPU per event (the process's, and the writer thread's; with
+//! PostgreSQL also the throwaway server's processes', from `/proc`), and
 //! `STORE_BENCH_PREFILL=N` fills the log with N events (in 100 other sessions) first, so the
 //! id index is as large as after a while (and SQLite's hot id table has been merged into the
 //! cold one a few times).
@@ -337,6 +338,7 @@ fn sustained(_c: &mut Criterion, name: &str, open: Open) {
     };
     let commits_before = (bench.commits)();
     let cpu_before = thread_cpu();
+    let server_before = descendants_cpu();
     let (events, latencies, elapsed) = rt.block_on(async {
         let start = std::time::Instant::now();
         let deadline = start + std::time::Duration::from_secs_f64(secs);
@@ -378,6 +380,7 @@ fn sustained(_c: &mut Criterion, name: &str, open: Open) {
     });
     let rate = events as f64 / elapsed;
     let (all, writer) = cpu_since(&cpu_before);
+    let (server, backend_cpu) = descendants_since(&server_before);
     eprintln!(
         "{name}_sustained: CPU per event {:.2} us (the process), {:.2} us (its busiest store \
          thread: the writer), of which building the events (the bench's load) {:.2} us",
@@ -416,6 +419,14 @@ fn sustained(_c: &mut Criterion, name: &str, open: Open) {
             String::new()
         }
     );
+    if server > 0.0 {
+        println!(
+            "BENCH\tstore.{backend}.server_cpu_per_event\t{:.2}\tus\t-\t-\tthe throwaway \
+             server's processes; its busiest (the writer's backend) {:.2} us",
+            server * 1e6 / events as f64,
+            backend_cpu * 1e6 / events as f64,
+        );
+    }
     for (p, label) in [(0.5, "p50"), (0.99, "p99")] {
         println!(
             "BENCH\tstore.{backend}.commit_latency_under_load.{label}\t{:.2}\tms\t-\t-\t\
@@ -464,6 +475,63 @@ fn thread_cpu() -> std::collections::HashMap<u64, (String, f64)> {
         }
     }
     threads
+}
+
+/// CPU seconds of every process descended from this one (Linux: `/proc/*/stat`), by pid:
+/// the throwaway PostgreSQL server's postmaster and backends (a server named by
+/// `AGENTWIRE_TEST_POSTGRES` is not counted). Each figure includes the reaped children's.
+fn descendants_cpu() -> std::collections::HashMap<u64, f64> {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut procs: Vec<(u64, u64, f64)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u64>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        // After the name: ppid is field 4; utime, stime, cutime, cstime 14 to 17.
+        let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+        let field = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<f64>().ok());
+        if let (Some(ppid), Some(a), Some(b), Some(c), Some(d)) =
+            (field(4), field(14), field(15), field(16), field(17))
+        {
+            procs.push((pid, ppid as u64, (a + b + c + d) / hz));
+        }
+    }
+    let mut mine = std::collections::HashSet::from([std::process::id() as u64]);
+    loop {
+        let before = mine.len();
+        for (pid, ppid, _) in &procs {
+            if mine.contains(ppid) {
+                mine.insert(*pid);
+            }
+        }
+        if mine.len() == before {
+            break;
+        }
+    }
+    mine.remove(&(std::process::id() as u64));
+    (procs.into_iter())
+        .filter(|(pid, _, _)| mine.contains(pid))
+        .map(|(pid, _, cpu)| (pid, cpu))
+        .collect()
+}
+
+/// Descendants' CPU seconds since `before`: all of them, and the busiest process (with
+/// PostgreSQL, the writer's backend).
+fn descendants_since(before: &std::collections::HashMap<u64, f64>) -> (f64, f64) {
+    let (mut all, mut busiest) = (0.0, 0.0f64);
+    for (pid, cpu) in descendants_cpu() {
+        let spent = cpu - before.get(&pid).copied().unwrap_or(0.0);
+        all += spent;
+        busiest = busiest.max(spent);
+    }
+    (all, busiest)
 }
 
 /// CPU seconds since `before`: the whole process's, and the busiest store thread's.

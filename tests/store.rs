@@ -2333,7 +2333,7 @@ async fn a_version_3_postgres_log_is_migrated_keeping_its_events_and_epoch() {
     .unwrap();
 
     let store = open_postgres(&url).await;
-    assert_eq!(PostgresStore::SCHEMA_VERSION, 4);
+    assert_eq!(PostgresStore::SCHEMA_VERSION, 5);
     assert_eq!(store.epoch(), "fedcba9876543210fedcba9876543210");
     assert_eq!(
         store.get_events("a", &EventQuery::default()).await.unwrap(),
@@ -2350,7 +2350,7 @@ async fn a_version_3_postgres_log_is_migrated_keeping_its_events_and_epoch() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2396,8 +2396,12 @@ async fn a_corrupt_postgres_row_is_an_error_not_a_panic() {
         .unwrap();
     let raw = postgres::connect(&url).await;
     raw.batch_execute(
-        "UPDATE agentwire.events SET body = '{\"not\": \"an event\"}'
-         WHERE session_id = 's' AND seq = 2;
+        // The second line of the append's row (schema 5: a row per append).
+        "UPDATE agentwire.events SET body = (
+             SELECT string_agg(CASE WHEN n = 2 THEN '{\"not\": \"an event\"}' ELSE line END,
+                               E'\\n' ORDER BY n)
+             FROM unnest(string_to_array(body, E'\\n')) WITH ORDINALITY AS l (line, n))
+         WHERE session_id = 's' AND first_seq <= 2 AND last_seq >= 2;
          UPDATE agentwire.sessions SET state = 'exploded' WHERE id = 's';",
     )
     .await
@@ -2421,6 +2425,175 @@ async fn a_corrupt_postgres_row_is_an_error_not_a_panic() {
         Err(StoreError::Corrupt(_))
     ));
     assert_eq!(store.latest_sequence("s").await.unwrap(), 3);
+}
+
+/// Schema 5 stores an append as one row: whatever range and filter a read asks for, across
+/// rows and inside them (the filters skip rows by their summary on the server, reads with a
+/// limit go by pages), it gets what a row per event would give, from this store and from
+/// another one on the same database. Every id is found stored again, wherever its row is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_split_over_postgres_rows_read_back_by_every_range_and_filter() {
+    let url = postgres::fresh_database().await;
+    let store = open_postgres(&url).await;
+    store.create_session(session("r", 1)).await.unwrap();
+    let mut log: Vec<Event> = Vec::new();
+    for batch in split_batches() {
+        for appended in store.append("r", batch).await.unwrap() {
+            if !appended.duplicate {
+                log.push(appended.event);
+            }
+        }
+    }
+    assert_eq!(seqs(&log), (1..=15).collect::<Vec<_>>());
+    let raw = postgres::connect(&url).await;
+    let rows: i64 = raw
+        .query_one("SELECT count(*) FROM agentwire.events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 5, "one row per append");
+    check_every_range(&*store, &log).await;
+
+    let other = open_postgres(&url).await;
+    check_every_range(&*other, &log).await;
+    let again: Vec<Event> = split_batches().concat();
+    let appended = other.append("r", again).await.unwrap();
+    assert!(appended.iter().all(|a| a.duplicate));
+    let mut found: Vec<Event> = appended.into_iter().map(|a| a.event).collect();
+    found.sort_by_key(Event::sequence);
+    found.dedup();
+    assert_eq!(found, log);
+    // A batch of stored and new ids, in one group: the new ones only, numbered on.
+    let mixed = vec![log[3].clone(), ev("r", "new"), log[14].clone()];
+    let appended = store.append("r", mixed).await.unwrap();
+    assert_eq!(
+        appended_seqs(&appended),
+        [(4, true), (16, false), (15, true)]
+    );
+    assert_eq!(store.latest_sequence("r").await.unwrap(), 16);
+    let tail = EventQuery {
+        after: Some(14),
+        ..EventQuery::default()
+    };
+    assert_eq!(seqs(&other.get_events("r", &tail).await.unwrap()), [15, 16]);
+}
+
+/// A schema-4 database (a row per event, text ids, the secondary indexes) is migrated on
+/// connect: every event reads back under its sequence and filters, every id is found
+/// stored, from any session, and the sessions number on from where they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_4_postgres_log_is_migrated_keeping_its_events_and_ids() {
+    let url = postgres::fresh_database().await;
+    let raw = postgres::connect(&url).await;
+    raw.batch_execute(
+        "CREATE SCHEMA agentwire;
+         CREATE TABLE agentwire.schema_version (
+             only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+             version  integer NOT NULL
+         );
+         INSERT INTO agentwire.schema_version (version) VALUES (4);
+         CREATE TABLE agentwire.meta (key text PRIMARY KEY, value text NOT NULL);
+         INSERT INTO agentwire.meta VALUES ('epoch', '0123456789abcdef0123456789abcdef');
+         CREATE TABLE agentwire.sessions (
+             id text PRIMARY KEY, ord bigint GENERATED ALWAYS AS IDENTITY,
+             provider text NOT NULL, cwd text NOT NULL, state text NOT NULL,
+             provider_session_id text, created_at bigint NOT NULL, updated_at bigint NOT NULL,
+             latest_seq bigint NOT NULL DEFAULT 0 CHECK (latest_seq >= 0),
+             node text NOT NULL DEFAULT ''
+         );
+         CREATE TABLE agentwire.events (
+             session_id text NOT NULL REFERENCES agentwire.sessions (id),
+             seq bigint NOT NULL CHECK (seq >= 1), id text NOT NULL UNIQUE, run_id text,
+             type text NOT NULL, timestamp_ms bigint NOT NULL, body text NOT NULL,
+             PRIMARY KEY (session_id, seq)
+         );
+         CREATE INDEX events_by_run  ON agentwire.events (session_id, run_id, seq);
+         CREATE INDEX events_by_type ON agentwire.events (session_id, type, seq);
+         CREATE INDEX events_by_time ON agentwire.events (session_id, timestamp_ms);
+         CREATE TABLE agentwire.nodes (name text PRIMARY KEY, seen_at bigint NOT NULL);
+         CREATE TABLE agentwire.projections (
+             session_id text PRIMARY KEY REFERENCES agentwire.sessions (id),
+             format bigint NOT NULL, after bigint NOT NULL CHECK (after >= 0),
+             items bigint NOT NULL CHECK (items >= 0), body bytea NOT NULL
+         );
+         CREATE TABLE agentwire.projected_items (
+             session_id text NOT NULL REFERENCES agentwire.sessions (id),
+             idx bigint NOT NULL CHECK (idx >= 0), format bigint NOT NULL,
+             body bytea NOT NULL, PRIMARY KEY (session_id, idx)
+         );
+         INSERT INTO agentwire.sessions (id, provider, cwd, state, created_at, updated_at,
+                                         latest_seq, node)
+             VALUES ('a', 'demo', '/tmp', 'closed', 1, 1, 3, 'local'),
+                    ('b', 'demo', '/tmp', 'closed', 2, 2, 1, 'local');",
+    )
+    .await
+    .unwrap();
+    let old = [
+        event_with_id("a", "a1", EventType::RunStarted, Some("r1"), 30).with_sequence(1),
+        event_with_id("a", "a2", EventType::MessageStreamed, Some("r1"), 10).with_sequence(2),
+        event_with_id("a", "a3", EventType::MessageStreamed, None, 20).with_sequence(3),
+        event_with_id("b", "b1", EventType::ToolCallStarted, Some("r\0x"), 5).with_sequence(1),
+    ];
+    for e in &old {
+        raw.execute(
+            "INSERT INTO agentwire.events VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &e.session_id(),
+                &(e.sequence() as i64),
+                &e.id().as_str(),
+                &e.run_id().map(|r| r.replace('\0', "\u{FFFD}")),
+                &e.kind().as_str(),
+                &e.timestamp().unix_millis(),
+                &e.to_json(),
+            ],
+        )
+        .await
+        .unwrap();
+    }
+
+    let store = open_postgres(&url).await;
+    assert_eq!(store.epoch(), "0123456789abcdef0123456789abcdef");
+    let version: i32 = raw
+        .query_one("SELECT version FROM agentwire.schema_version", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, PostgresStore::SCHEMA_VERSION);
+    let all = EventQuery::default();
+    assert_eq!(store.get_events("a", &all).await.unwrap(), old[..3]);
+    assert_eq!(store.get_events("b", &all).await.unwrap(), old[3..]);
+    let filtered = |run_id: Option<&str>, kind, since: Option<i64>| EventQuery {
+        run_id: run_id.map(str::to_owned),
+        kind,
+        since: since.map(Timestamp::from_unix_millis),
+        ..EventQuery::default()
+    };
+    let runs = filtered(Some("r1"), None, None);
+    assert_eq!(seqs(&store.get_events("a", &runs).await.unwrap()), [1, 2]);
+    let kind = filtered(None, Some(EventType::MessageStreamed), Some(15));
+    assert_eq!(seqs(&store.get_events("a", &kind).await.unwrap()), [3]);
+    let nul = filtered(Some("r\0x"), None, None);
+    assert_eq!(store.get_events("b", &nul).await.unwrap(), old[3..]);
+    // Every old id is stored, appended to its own session or another one.
+    let again = vec![
+        event_with_id("b", "a2", EventType::MessageStreamed, None, 1),
+        event_with_id("b", "b1", EventType::MessageStreamed, None, 1),
+        event_with_id("b", "b2", EventType::MessageStreamed, None, 1),
+    ];
+    let appended = store.append("b", again).await.unwrap();
+    assert_eq!(appended_seqs(&appended), [(2, true), (1, true), (2, false)]);
+    assert_eq!(appended[0].event, old[1]);
+    assert_eq!(appended[1].event, old[3]);
+    let appended = store.append("a", vec![ev("a", "4")]).await.unwrap();
+    assert_eq!(appended_seqs(&appended), [(4, false)]);
+    for (table, want) in [("agentwire.events", 6), ("agentwire.event_ids", 6)] {
+        let n: i64 = raw
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, want, "{table}");
+    }
 }
 
 /// Connections carry no TLS, so only a server on this machine is accepted; nothing is dialed.

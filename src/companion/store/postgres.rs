@@ -7,20 +7,33 @@
 //!   (`SELECT … FOR NO KEY UPDATE`, sorted by id, so two companions never deadlock on each
 //!   other) and numbers new events from the locked value. Nothing is cached across
 //!   transactions: another companion may have appended since.
-//! * **Idempotence is the unique index on `events.id`.** A group reads the stored events with
-//!   its ids before numbering, then inserts them. If the insert collides with a stored id
-//!   (a unique violation), another companion committed that id in between (in another
-//!   session, whose row this transaction does not hold): nothing commits and the group runs again,
-//!   now seeing the stored event. Deadlocks and serialization failures are retried the same way.
+//! * **An append is one row, an event one key** (schema 5). `events` holds a row per append,
+//!   keyed by (session, last sequence): the run of consecutive events it stored
+//!   (`first_seq..=last_seq`), their bodies as JSON lines, and a summary for the filters
+//!   (earliest and latest timestamp, distinct types, distinct run ids, as JSON arrays).
+//!   `event_ids` holds a row per event, keyed by the id's 128 bits (16 bytes), naming the
+//!   (session, sequence) that stored it. No other index, no foreign key: per event the server
+//!   writes one heap tuple and one b-tree entry (a group's ids go in key order); the bodies are
+//!   one value per append (lz4 where the server has it). The appending task encodes the bodies,
+//!   joins them and packs the ids; the writer sends them as they are unless an id was stored.
+//! * **Idempotence is the primary key of `event_ids`.** A group inserts its ids without
+//!   looking them up first (the insert's unique check is the lookup). If the insert collides
+//!   with a stored id (a unique violation: an id stored before, or one another companion
+//!   committed meanwhile, in another session whose row this transaction does not hold),
+//!   nothing commits and the group runs again, now reading the stored events of its ids
+//!   before numbering. After a group that found ids stored, the next one reads them first
+//!   too (a guess about the next group, never about the data). Deadlocks and serialization
+//!   failures are retried the same way.
 //! * **One writer per store, group commit.** Each store has one writer task and connection;
 //!   it commits everything pending in ONE transaction. A refused request (unknown session,
 //!   duplicate session, corrupt stored row) is refused before it writes anything, so it never
 //!   needs a savepoint and never spoils its group.
-//! * **Two round trips per group of appends, whatever it holds.** BEGIN, the session locks
-//!   and the stored ids, pipelined; then one statement that inserts every new row of the group
-//!   (`unnest` arrays), advances its sessions and notifies, pipelined with COMMIT (if the
-//!   insert fails, that COMMIT only ends the failed transaction). Other requests in the group
-//!   add one round trip each. Statements are prepared once per connection.
+//! * **Two round trips per group of appends, whatever it holds.** BEGIN and the session locks
+//!   (and the stored ids, when looked up), pipelined; then one statement that inserts the
+//!   group's rows and ids (`unnest` arrays), advances its sessions and notifies, pipelined
+//!   with COMMIT (if the insert fails, that COMMIT only ends the failed transaction). A group
+//!   that collided runs again: two more. Other requests in the group add one round trip each.
+//!   Statements are prepared once per connection.
 //! * **LISTEN/NOTIFY is only a wake-up.** A group that moved a session sends
 //!   `pg_notify('agentwire_commits')` inside its transaction (delivered only if it commits). Each
 //!   store's listener connection, woken by any notification (the payload is ignored), re-reads
@@ -31,7 +44,10 @@
 //!   makes them. While the listener is reconnecting, other companions' commits are heard late
 //!   (on reconnect it re-reads everything), never lost.
 //! * Reads go to a small pool of read-only connections; `READ COMMITTED` statements see every
-//!   commit that finished before they started, so whoever hears of a commit can read it.
+//!   commit that finished before they started, so whoever hears of a commit can read it. A
+//!   read finds the session's first row whose last sequence is past the cursor and decodes
+//!   only the lines in range; a filter by run, type or time skips rows by their summary on the
+//!   server (`max_ms`, jsonb `?`), and the lines of the rows sent are filtered exactly.
 //! * Migrations run on connect, under a transaction-scoped advisory lock, so two companions
 //!   starting at once migrate once. The schema version is the `schema_version` table and the
 //!   epoch a row of `meta`, all in the `agentwire` schema of the database.
@@ -125,6 +141,46 @@ const MIGRATIONS: &[&str] = &[
          body       bytea NOT NULL,
          PRIMARY KEY (session_id, idx)
      );",
+    // 5: one row per append, not per event, and no secondary index: a row holds a run of one
+    // session's consecutive events, `first_seq..=last_seq`, keyed by (session, last
+    // sequence), its bodies as JSON lines, and what the filters need to skip it whole: its
+    // events' earliest and latest timestamps, their distinct types and run ids (JSON arrays).
+    // The ids move to a table of their own, one row per event keyed by the id's 128 bits (16
+    // bytes, big-endian), naming the (session, sequence) that stored it. No foreign keys:
+    // sessions are never deleted, and the writer holds a session's row while it appends. The
+    // migration keeps each stored event as a row of its own.
+    "CREATE TABLE agentwire.events_v5 (
+         session_id text NOT NULL,
+         last_seq   bigint NOT NULL,
+         first_seq  bigint NOT NULL CHECK (first_seq >= 1 AND first_seq <= last_seq),
+         min_ms     bigint NOT NULL,
+         max_ms     bigint NOT NULL,
+         types      jsonb NOT NULL,
+         runs       jsonb NOT NULL,
+         body       text NOT NULL,
+         PRIMARY KEY (session_id, last_seq)
+     );
+     CREATE TABLE agentwire.event_ids (
+         id         bytea PRIMARY KEY,
+         session_id text NOT NULL,
+         seq        bigint NOT NULL
+     );
+     INSERT INTO agentwire.events_v5
+         (session_id, last_seq, first_seq, min_ms, max_ms, types, runs, body)
+         SELECT session_id, seq, seq, timestamp_ms, timestamp_ms, jsonb_build_array(type),
+                CASE WHEN run_id IS NULL THEN '[]' ELSE jsonb_build_array(run_id) END, body
+         FROM agentwire.events;
+     INSERT INTO agentwire.event_ids (id, session_id, seq)
+         SELECT decode(substr(id, 5), 'hex'), session_id, seq FROM agentwire.events;
+     DROP TABLE agentwire.events;
+     ALTER TABLE agentwire.events_v5 RENAME TO events;
+     ALTER TABLE agentwire.events RENAME CONSTRAINT events_v5_pkey TO events_pkey;
+     DO $$ BEGIN
+         IF EXISTS (SELECT FROM pg_settings WHERE name = 'default_toast_compression'
+                    AND 'lz4' = ANY (enumvals)) THEN
+             ALTER TABLE agentwire.events ALTER COLUMN body SET COMPRESSION lz4;
+         END IF;
+     END $$;",
 ];
 
 /// The advisory lock key that serializes migrations ("agentwir" in ASCII).
@@ -517,7 +573,7 @@ struct Request {
 enum Op {
     Append {
         session_id: String,
-        events: Vec<Event>,
+        batch: Batch,
     },
     CreateSession(SessionRecord),
     SetState {
@@ -594,6 +650,8 @@ impl From<StoreError> for GroupError {
 struct Outcome {
     results: Vec<Result<Done, StoreError>>,
     moved: Vec<(String, u64)>,
+    /// Whether the group looked its ids up and found some stored.
+    found: bool,
 }
 
 /// The writer's connection and its prepared statements (prepared again on reconnect).
@@ -619,29 +677,41 @@ impl WriteConn {
                      ORDER BY id FOR NO KEY UPDATE",
                 )
                 .await?,
+            // Each stored id with the row that holds its event (the first row of its session
+            // whose last sequence reaches it).
             find: client
                 .prepare(
-                    "SELECT id, session_id, seq, body FROM agentwire.events
-                     WHERE id = ANY($1::text[])",
+                    "SELECT i.id, i.session_id, i.seq, e.first_seq, e.body
+                     FROM agentwire.event_ids AS i
+                     LEFT JOIN LATERAL (
+                         SELECT first_seq, body FROM agentwire.events AS e
+                         WHERE e.session_id = i.session_id AND e.last_seq >= i.seq
+                         ORDER BY e.last_seq LIMIT 1
+                     ) AS e ON true
+                     WHERE i.id = ANY($1::bytea[])",
                 )
                 .await?,
-            // The group's new rows, its sessions' new latest sequences and the wake-up, in one
-            // statement (data-modifying CTEs run to completion whether read or not).
+            // The group's rows (one per append), its ids, its sessions' new latest sequences
+            // and the wake-up, in one statement (data-modifying CTEs run to completion whether
+            // read or not).
             write: client
                 .prepare(&format!(
-                    "WITH inserted AS (
+                    "WITH appended AS (
                          INSERT INTO agentwire.events
-                             (session_id, seq, id, run_id, type, timestamp_ms, body)
-                         SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[],
-                                              $5::text[], $6::int8[], $7::text[])
-                         RETURNING 1
+                             (session_id, last_seq, first_seq, min_ms, max_ms, types, runs, body)
+                         SELECT u.s, u.l, u.f, u.lo, u.hi, u.t::jsonb, u.r::jsonb, u.b
+                         FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[],
+                                     $5::int8[], $6::text[], $7::text[], $8::text[])
+                              AS u (s, l, f, lo, hi, t, r, b)
+                     ), ids AS (
+                         INSERT INTO agentwire.event_ids (id, session_id, seq)
+                         SELECT * FROM unnest($9::bytea[], $10::text[], $11::int8[])
                      ), advanced AS (
                          UPDATE agentwire.sessions AS s SET latest_seq = u.seq
-                         FROM unnest($8::text[], $9::int8[]) AS u (id, seq)
+                         FROM unnest($12::text[], $13::int8[]) AS u (id, seq)
                          WHERE s.id = u.id
-                         RETURNING 1
                      )
-                     SELECT (SELECT count(*) FROM inserted), pg_notify('{CHANNEL}', '')"
+                     SELECT pg_notify('{CHANNEL}', '')"
                 ))
                 .await?,
             create: client
@@ -692,6 +762,11 @@ struct Writer {
     /// `None` after the connection failed, until the next group reconnects.
     conn: Option<WriteConn>,
     commits: Arc<AtomicU64>,
+    /// Whether the next group looks its ids up before inserting them: only after a group
+    /// found one stored (or collided with one). Otherwise the insert's own unique check is the
+    /// lookup, and a collision runs the group again with the lookup. Only a guess about the
+    /// next group, never about the data: it can cost a group one try more, nothing else.
+    find_first: bool,
 }
 
 impl Writer {
@@ -700,6 +775,7 @@ impl Writer {
             config,
             conn: Some(WriteConn::prepare(client).await?),
             commits: Arc::new(AtomicU64::new(0)),
+            find_first: false,
         })
     }
 
@@ -723,13 +799,18 @@ impl Writer {
         let mut outcome = Err(StoreError::Database(format!(
             "gave up after {RETRIES} conflicts with other companions"
         )));
-        for _ in 0..=RETRIES {
-            match self.try_group(&ops).await {
+        let mut find = self.find_first;
+        // One try more than RETRIES when the first did not look the ids up.
+        for _ in 0..=RETRIES + usize::from(!find) {
+            match self.try_group(&ops, find).await {
                 Ok(done) => {
                     outcome = Ok(done);
                     break;
                 }
-                Err(GroupError::Retry) => continue,
+                Err(GroupError::Retry) => {
+                    find = true;
+                    continue;
+                }
                 Err(GroupError::Failed(e)) => {
                     outcome = Err(e);
                     break;
@@ -737,7 +818,12 @@ impl Writer {
             }
         }
         match outcome {
-            Ok(Outcome { results, moved }) => {
+            Ok(Outcome {
+                results,
+                moved,
+                found,
+            }) => {
+                self.find_first = found;
                 self.commits.fetch_add(1, Ordering::Relaxed);
                 for (reply, result) in replies.into_iter().zip(results) {
                     // A caller that stopped waiting still had its request committed.
@@ -759,14 +845,14 @@ impl Writer {
         }
     }
 
-    async fn try_group(&mut self, ops: &[Op]) -> Result<Outcome, GroupError> {
+    async fn try_group(&mut self, ops: &[Op], find: bool) -> Result<Outcome, GroupError> {
         if self.conn.as_ref().is_none_or(|c| c.client.is_closed()) {
             self.conn = None;
             let client = connect(&self.config).await?;
             self.conn = Some(WriteConn::prepare(client).await?);
         }
         let conn = self.conn.as_ref().expect("connected above");
-        let outcome = run_group(conn, ops).await;
+        let outcome = run_group(conn, ops, find).await;
         if outcome.is_err() {
             // Whatever failed, the connection is left outside a transaction (a ROLLBACK
             // outside one is only a warning); a broken connection is replaced next group.
@@ -776,11 +862,12 @@ impl Writer {
     }
 }
 
-/// One try of a group: BEGIN, the locks and the stored ids in one round trip; the requests
-/// other than appends one by one; then the group's rows and COMMIT in one more. A row that
-/// collides with an id another companion committed meanwhile fails the insert (a unique
-/// violation): the COMMIT after it then only rolls back, and the group runs again.
-async fn run_group(conn: &WriteConn, ops: &[Op]) -> Result<Outcome, GroupError> {
+/// One try of a group: BEGIN, the locks (and, if `find`, the stored ids) in one round trip;
+/// the requests other than appends one by one; then the group's rows and COMMIT in one more.
+/// A row that collides with a stored id (one this try did not look up, or one another
+/// companion committed meanwhile) fails the insert (a unique violation): the COMMIT after it
+/// then only rolls back, and the group runs again, looking its ids up.
+async fn run_group(conn: &WriteConn, ops: &[Op], find: bool) -> Result<Outcome, GroupError> {
     let tx = &conn.client;
 
     // Lock the sessions this group touches, in one order for every companion.
@@ -788,14 +875,17 @@ async fn run_group(conn: &WriteConn, ops: &[Op]) -> Result<Outcome, GroupError> 
     ids.sort_unstable();
     ids.dedup();
     // The events already stored under this group's ids.
-    let event_ids: Vec<&str> = ops
-        .iter()
-        .filter_map(|op| match op {
-            Op::Append { events, .. } => Some(events.iter().map(|e| e.id().as_str())),
-            _ => None,
-        })
-        .flatten()
-        .collect();
+    let event_ids: Vec<&[u8]> = match find {
+        false => Vec::new(),
+        true => ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Append { batch, .. } => Some(batch.keys.iter().map(|k| &k[..])),
+                _ => None,
+            })
+            .flatten()
+            .collect(),
+    };
     // BEGIN and both reads in one round trip: tokio-postgres sends queries polled
     // together back to back, in the order first polled.
     let begin = tx.batch_execute("BEGIN");
@@ -820,26 +910,35 @@ async fn run_group(conn: &WriteConn, ops: &[Op]) -> Result<Outcome, GroupError> 
         latest.insert(row.try_get(0)?, seq.max(0) as u64);
     }
     let before = latest.clone();
-    let mut stored: HashMap<String, (String, i64, String)> = HashMap::new();
-    for row in found {
+    let mut stored: HashMap<u128, StoredId, BuildIdHasher> = HashMap::default();
+    for row in &found {
+        let key: &[u8] = row.try_get(0)?;
+        let key = <[u8; 16]>::try_from(key)
+            .map_err(|_| StoreError::Corrupt(format!("a stored id of {} bytes", key.len())))?;
+        let first: Option<i64> = row.try_get(3)?;
+        let body: Option<String> = row.try_get(4)?;
         stored.insert(
-            row.try_get(0)?,
-            (row.try_get(1)?, row.try_get(2)?, row.try_get(3)?),
+            u128::from_be_bytes(key),
+            StoredId {
+                session: row.try_get(1)?,
+                seq: row.try_get(2)?,
+                row: first.zip(body),
+            },
         );
     }
 
     let mut plan = Plan {
         latest,
         stored,
-        fresh: HashMap::new(),
+        fresh: HashMap::default(),
         rows: Rows::default(),
     };
     let mut results = Vec::with_capacity(ops.len());
     for op in ops {
         let result = match op {
-            Op::Append { session_id, events } => {
-                plan.append(session_id, events).map(Done::Appended)
-            }
+            Op::Append { session_id, batch } => plan
+                .append(results.len(), session_id, batch, &results)
+                .map(Done::Appended),
             Op::CreateSession(record) => {
                 let n = tx
                     .execute(
@@ -908,6 +1007,7 @@ async fn run_group(conn: &WriteConn, ops: &[Op]) -> Result<Outcome, GroupError> 
         results.push(result);
     }
 
+    let found = !found.is_empty();
     let moved: Vec<(String, u64)> = plan
         .latest
         .iter()
@@ -915,95 +1015,274 @@ async fn run_group(conn: &WriteConn, ops: &[Op]) -> Result<Outcome, GroupError> 
         .map(|(id, &seq)| (id.clone(), seq))
         .collect();
     if !moved.is_empty() {
+        plan.rows.sort_ids();
         let rows = &plan.rows;
         let (sessions, seqs): (Vec<&str>, Vec<i64>) = moved
             .iter()
             .map(|(id, seq)| (id.as_str(), *seq as i64))
             .unzip();
-        let params: [&(dyn ToSql + Sync); 9] = [
-            &rows.session_ids,
-            &rows.seqs,
-            &rows.ids,
-            &rows.run_ids,
+        let params: [&(dyn ToSql + Sync); 13] = [
+            &rows.sessions,
+            &rows.lasts,
+            &rows.firsts,
+            &rows.min_ms,
+            &rows.max_ms,
             &rows.types,
-            &rows.timestamps,
+            &rows.runs,
             &rows.bodies,
+            &rows.ids,
+            &rows.id_sessions,
+            &rows.id_seqs,
             &sessions,
             &seqs,
         ];
-        let write = tx.query_one(&conn.write, &params);
+        let write = tx.execute(&conn.write, &params);
         // If the insert fails, this COMMIT ends the failed transaction: it rolls back.
         let commit = tx.batch_execute("COMMIT");
         let (written, committed) = futures_util::future::join(write, commit).await;
-        let row = match written {
-            // Another companion committed one of these ids after `find` read: its
-            // number would be a gap. Nothing was committed; run again.
+        match written {
+            // An id stored before this try (that it did not look up), or that another
+            // companion committed after `find` read: its number would be a gap. Nothing
+            // was committed; run again.
             Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
                 return Err(GroupError::Retry)
             }
             other => other?,
         };
         committed?;
-        let inserted: i64 = row.try_get(0)?;
-        if inserted != rows.ids.len() as i64 {
-            return Err(GroupError::Failed(StoreError::Database(format!(
-                "inserted {inserted} of {} rows",
-                rows.ids.len()
-            ))));
-        }
-        return Ok(Outcome { results, moved });
+        return Ok(Outcome {
+            results,
+            moved,
+            found,
+        });
     }
     tx.batch_execute("COMMIT").await?;
-    Ok(Outcome { results, moved })
+    Ok(Outcome {
+        results,
+        moved,
+        found,
+    })
 }
 
-/// The new rows of a group, as the columns of one `INSERT … SELECT FROM unnest(…)`.
+/// An append made ready for the writer by the appending task ([`PostgresStore::append`]):
+/// each event's body encoded (with sequence 0: the row's sequences are authoritative) and
+/// joined into the row's body, the ids' bits packed, the summary taken. When the batch holds
+/// no stored or repeated id (nearly always) the writer sends `body` as it is and does no
+/// per-event work but numbering and the id lookups in memory.
+struct Batch {
+    events: Vec<Event>,
+    /// Each event's id, its 128 bits big-endian (the key of `event_ids`).
+    keys: Vec<[u8; 16]>,
+    /// The bodies, one JSON line each, `\n` between them (JSON has no raw newline).
+    body: String,
+    /// Each event's line in `body`.
+    lines: Vec<std::ops::Range<usize>>,
+    /// Of every event of the batch.
+    summary: Summary,
+}
+
+impl Batch {
+    fn new(events: Vec<Event>) -> Batch {
+        let mut body = String::with_capacity(events.len() * 320);
+        let mut keys = Vec::with_capacity(events.len());
+        let mut lines = Vec::with_capacity(events.len());
+        let mut summary = Summary::default();
+        let events: Vec<Event> = (events.into_iter())
+            .map(|event| {
+                let event = event.into_sequenced(0);
+                if !body.is_empty() {
+                    body.push('\n');
+                }
+                let start = body.len();
+                body.push_str(&event.to_json());
+                lines.push(start..body.len());
+                keys.push(event.id().bits().to_be_bytes());
+                summary.add(&event, keys.len() == 1);
+                event
+            })
+            .collect();
+        Batch {
+            events,
+            keys,
+            body,
+            lines,
+            summary,
+        }
+    }
+}
+
+/// What the filters of [`read_events`] need to skip a row of the events table whole.
 #[derive(Default)]
-struct Rows {
-    session_ids: Vec<String>,
-    seqs: Vec<i64>,
-    ids: Vec<String>,
-    run_ids: Vec<Option<String>>,
+struct Summary {
+    min_ms: i64,
+    max_ms: i64,
     types: Vec<&'static str>,
-    timestamps: Vec<i64>,
-    bodies: Vec<String>,
+    /// As the filter compares them ([`column_text`]: jsonb cannot hold NUL either).
+    runs: Vec<String>,
+}
+
+impl Summary {
+    fn add(&mut self, event: &Event, first: bool) {
+        let ms = event.timestamp().unix_millis();
+        if first {
+            (self.min_ms, self.max_ms) = (ms, ms);
+        } else {
+            self.min_ms = self.min_ms.min(ms);
+            self.max_ms = self.max_ms.max(ms);
+        }
+        let kind = event.kind().as_str();
+        if !self.types.contains(&kind) {
+            self.types.push(kind);
+        }
+        if let Some(run) = event.run_id() {
+            let run = column_text(run);
+            if self.runs.last() != Some(&run) && !self.runs.contains(&run) {
+                self.runs.push(run);
+            }
+        }
+    }
+
+    /// The `types` and `runs` columns: JSON arrays of strings.
+    fn columns(&self) -> (String, String) {
+        let json = |v: &[&str]| serde_json::to_string(v).unwrap_or_else(|_| "[]".to_owned());
+        let runs: Vec<&str> = self.runs.iter().map(String::as_str).collect();
+        (json(&self.types), json(&runs))
+    }
+}
+
+/// A hasher for ids' 128 bits, which are already a hash: their low 64 bits.
+#[derive(Clone, Copy, Default)]
+struct BuildIdHasher;
+
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::BuildHasher for BuildIdHasher {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u128(&mut self, n: u128) {
+        self.0 = n as u64 ^ (n >> 64) as u64;
+    }
+}
+
+/// An id the transaction found stored, with the row that holds its event (`None`: no row
+/// reaches its sequence, which is corrupt).
+struct StoredId {
+    session: String,
+    seq: i64,
+    /// `(first_seq, body)` of the row.
+    row: Option<(i64, String)>,
+}
+
+impl StoredId {
+    fn event(&self) -> Result<Event, StoreError> {
+        let corrupt = |why: &str| {
+            StoreError::Corrupt(format!(
+                "session {:?} seq {}: {why}",
+                self.session, self.seq
+            ))
+        };
+        let (first, body) = self
+            .row
+            .as_ref()
+            .ok_or_else(|| corrupt("no row holds it"))?;
+        let line = usize::try_from(self.seq - first)
+            .ok()
+            .and_then(|n| body.split('\n').nth(n))
+            .ok_or_else(|| corrupt("missing from its row"))?;
+        decode(&self.session, self.seq, line)
+    }
+}
+
+/// The new rows of a group, as the columns of the write statement's `unnest` arrays: one
+/// per append (its events' run) and one per new id.
+#[derive(Default)]
+struct Rows<'a> {
+    sessions: Vec<&'a str>,
+    lasts: Vec<i64>,
+    firsts: Vec<i64>,
+    min_ms: Vec<i64>,
+    max_ms: Vec<i64>,
+    types: Vec<String>,
+    runs: Vec<String>,
+    bodies: Vec<std::borrow::Cow<'a, str>>,
+    ids: Vec<&'a [u8]>,
+    id_sessions: Vec<&'a str>,
+    id_seqs: Vec<i64>,
+}
+
+impl Rows<'_> {
+    /// Puts the id rows in key order, so the unique index takes them leaf after leaf.
+    fn sort_ids(&mut self) {
+        let mut order: Vec<usize> = (0..self.ids.len()).collect();
+        order.sort_unstable_by_key(|&i| self.ids[i]);
+        self.ids = order.iter().map(|&i| self.ids[i]).collect();
+        self.id_sessions = order.iter().map(|&i| self.id_sessions[i]).collect();
+        self.id_seqs = order.iter().map(|&i| self.id_seqs[i]).collect();
+    }
 }
 
 /// A group's writes, planned in memory in request order over what the transaction read.
-struct Plan {
+struct Plan<'a> {
     /// Latest sequence per locked (or created) session, as this group leaves it so far.
     latest: HashMap<String, u64>,
-    /// Stored events by id: `(session_id, seq, body)`.
-    stored: HashMap<String, (String, i64, String)>,
-    /// Events this group numbered, by id.
-    fresh: HashMap<String, Event>,
-    rows: Rows,
+    /// The stored events of the group's ids that the transaction looked up.
+    stored: HashMap<u128, StoredId, BuildIdHasher>,
+    /// Events this group numbered, by id: (request, position in its answer).
+    fresh: HashMap<u128, (usize, usize), BuildIdHasher>,
+    rows: Rows<'a>,
 }
 
-impl Plan {
-    /// Numbers one append's new events; adds nothing unless it succeeds.
-    fn append(&mut self, session_id: &str, events: &[Event]) -> Result<Vec<Appended>, StoreError> {
-        let mut seq = *self
+impl<'a> Plan<'a> {
+    /// Numbers one append's new events (request `index` of the group; `answered` holds the
+    /// answers of the requests before it); adds nothing unless it succeeds.
+    fn append(
+        &mut self,
+        index: usize,
+        session_id: &'a str,
+        batch: &'a Batch,
+        answered: &[Result<Done, StoreError>],
+    ) -> Result<Vec<Appended>, StoreError> {
+        let latest = *self
             .latest
             .get(session_id)
             .ok_or_else(|| StoreError::UnknownSession(session_id.to_owned()))?;
-        let mut out: Vec<Appended> = Vec::with_capacity(events.len());
+        let mut seq = latest;
+        let mut out: Vec<Appended> = Vec::with_capacity(batch.events.len());
         // Id -> index in `out` of its first occurrence in this batch.
-        let mut seen: HashMap<&str, usize> = HashMap::new();
-        let mut new: Vec<Event> = Vec::new();
-        for event in events {
-            let id = event.id().as_str();
-            if let Some(&first) = seen.get(id) {
+        let mut seen: HashMap<u128, usize, BuildIdHasher> =
+            HashMap::with_capacity_and_hasher(batch.events.len(), BuildIdHasher);
+        // The positions (in the batch) of the events stored now.
+        let mut kept: Vec<usize> = Vec::with_capacity(batch.events.len());
+        for (i, (event, key)) in batch.events.iter().zip(&batch.keys).enumerate() {
+            let key = u128::from_be_bytes(*key);
+            if let Some(&first) = seen.get(&key) {
                 out.push(Appended {
                     event: out[first].event.clone(),
                     duplicate: true,
                 });
                 continue;
             }
-            seen.insert(id, out.len());
-            let earlier = match (self.fresh.get(id), self.stored.get(id)) {
-                (Some(event), _) => Some(event.clone()),
-                (None, Some((session, seq, body))) => Some(decode(session, *seq, body)?),
+            seen.insert(key, out.len());
+            let earlier = match (self.fresh.get(&key), self.stored.get(&key)) {
+                (Some(&(request, at)), _) => match &answered[request] {
+                    Ok(Done::Appended(appended)) => Some(appended[at].event.clone()),
+                    _ => unreachable!("a fresh id comes from an answered append"),
+                },
+                (None, Some(stored)) => Some(stored.event()?),
                 (None, None) => None,
             };
             if let Some(event) = earlier {
@@ -1014,24 +1293,50 @@ impl Plan {
                 continue;
             }
             seq += 1;
-            let event = event.clone().into_sequenced(seq);
-            new.push(event.clone());
+            kept.push(i);
             out.push(Appended {
-                event,
+                event: event.clone().into_sequenced(seq),
                 duplicate: false,
             });
         }
         self.latest.insert(session_id.to_owned(), seq);
-        for event in new {
-            let rows = &mut self.rows;
-            rows.session_ids.push(session_id.to_owned());
-            rows.seqs.push(event.sequence() as i64);
-            rows.ids.push(event.id().as_str().to_owned());
-            rows.run_ids.push(event.run_id().map(column_text));
-            rows.types.push(event.kind().as_str());
-            rows.timestamps.push(event.timestamp().unix_millis());
-            rows.bodies.push(event.to_json());
-            self.fresh.insert(event.id().as_str().to_owned(), event);
+        if kept.is_empty() {
+            return Ok(out);
+        }
+        let rows = &mut self.rows;
+        let (body, summary) = if kept.len() == batch.events.len() {
+            (std::borrow::Cow::Borrowed(batch.body.as_str()), None)
+        } else {
+            // Rebuilt without the events stored before.
+            let mut body = String::with_capacity(batch.body.len());
+            let mut summary = Summary::default();
+            for (n, &i) in kept.iter().enumerate() {
+                if n > 0 {
+                    body.push('\n');
+                }
+                body.push_str(&batch.body[batch.lines[i].clone()]);
+                summary.add(&batch.events[i], n == 0);
+            }
+            (std::borrow::Cow::Owned(body), Some(summary))
+        };
+        let summary = summary.as_ref().unwrap_or(&batch.summary);
+        let (types, runs) = summary.columns();
+        rows.sessions.push(session_id);
+        rows.lasts.push(seq as i64);
+        rows.firsts.push(latest as i64 + 1);
+        rows.min_ms.push(summary.min_ms);
+        rows.max_ms.push(summary.max_ms);
+        rows.types.push(types);
+        rows.runs.push(runs);
+        rows.bodies.push(body);
+        for (n, &i) in kept.iter().enumerate() {
+            let key = &batch.keys[i];
+            rows.ids.push(&key[..]);
+            rows.id_sessions.push(session_id);
+            rows.id_seqs.push((latest + 1) as i64 + n as i64);
+        }
+        for (at, appended) in out.iter().enumerate().filter(|(_, a)| !a.duplicate) {
+            self.fresh.insert(appended.event.id().bits(), (index, at));
         }
         Ok(out)
     }
@@ -1360,52 +1665,121 @@ async fn latest_of(reader: &mut Reader, session_id: &str) -> Result<u64, StoreEr
     Ok(latest.max(0) as u64)
 }
 
-/// One query for the whole filter; see the module docs of `store` for the semantics.
+/// The session's rows from the first that can hold `after + 1`, in sequence order until
+/// `before` or `limit`; see the module docs of `store` for the semantics. The filters skip a
+/// row whose summary rules them out on the server (its body is not sent); in the rows sent,
+/// each line in range is decoded and filtered. One query, unless a filter and a limit are
+/// both given: then pages of rows (a few first, twice as many each time), until the limit.
+/// A limit without a filter reads only the rows that can hold `after + 1 ..= after + limit`
+/// (sequences are contiguous).
 async fn read_events(
     reader: &mut Reader,
     session_id: &str,
     query: &EventQuery,
 ) -> Result<Vec<Event>, StoreError> {
     let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    let after = query.after.map(clamp);
-    let before = query.before.map(clamp);
+    let mut cursor = clamp(query.after.unwrap_or(0));
+    let after = query.after.unwrap_or(0);
+    let before = query.before.unwrap_or(u64::MAX);
+    let limit = query.limit.unwrap_or(usize::MAX);
     let since = query.since.map(Timestamp::unix_millis);
     let kind = query.kind.map(|k| k.as_str());
     let run_id = query.run_id.as_deref().map(column_text);
-    let limit = query.limit.map(|n| clamp(n as u64));
+    let filtered = since.is_some() || kind.is_some() || run_id.is_some();
+    // Rows past the limit's last sequence hold nothing for an unfiltered read.
+    let cap = (query.limit)
+        .filter(|_| !filtered)
+        .map(|n| clamp(after.saturating_add(n as u64)));
+    // With a filter and a limit, rows are read by pages of this many, doubling.
+    let mut page = (query.limit)
+        .filter(|_| filtered)
+        .map(|n| clamp(n as u64).clamp(1, 8));
+    let before_bound = query.before.map(clamp);
+    let mut sql = String::from(
+        "SELECT first_seq, last_seq, body FROM agentwire.events
+         WHERE session_id = $1 AND last_seq > $2",
+    );
+    // After `$1` (the session) and `$2` (the cursor, which moves from page to page).
+    let mut params: Vec<&(dyn ToSql + Sync)> = Vec::new();
     let mut clauses: Vec<(&str, &(dyn ToSql + Sync))> = Vec::new();
-    if let Some(after) = &after {
-        clauses.push(("seq >", after));
+    if let Some(before) = &before_bound {
+        clauses.push(("first_seq < $", before));
     }
-    if let Some(before) = &before {
-        clauses.push(("seq <", before));
+    if let Some(cap) = &cap {
+        clauses.push(("first_seq <= $", cap));
     }
     if let Some(since) = &since {
-        clauses.push(("timestamp_ms >=", since));
-    }
-    if let Some(run_id) = &run_id {
-        clauses.push(("run_id =", run_id));
+        clauses.push(("max_ms >= $", since));
     }
     if let Some(kind) = &kind {
-        clauses.push(("type =", kind));
+        clauses.push(("types ? $", kind));
     }
-    let mut sql = String::from("SELECT seq, body FROM agentwire.events WHERE session_id = $1");
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&session_id];
+    if let Some(run_id) = &run_id {
+        clauses.push(("runs ? $", run_id));
+    }
     for (clause, value) in clauses {
         params.push(value);
-        sql.push_str(&format!(" AND {clause} ${}", params.len()));
+        sql.push_str(&format!(" AND {clause}{}", params.len() + 2));
     }
-    sql.push_str(" ORDER BY seq");
-    if let Some(limit) = &limit {
-        params.push(limit);
-        sql.push_str(&format!(" LIMIT ${}", params.len()));
+    sql.push_str(" ORDER BY last_seq");
+    if page.is_some() {
+        sql.push_str(&format!(" LIMIT ${}", params.len() + 3));
     }
-    let rows = reader.query(&sql, &params).await?;
-    let mut events = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let seq: i64 = row.try_get(0)?;
-        let body: &str = row.try_get(1)?;
-        events.push(decode(session_id, seq, body)?);
+    let corrupt = |seq: i64, why: &str| {
+        StoreError::Corrupt(format!("session {session_id:?} seq {seq}: {why}"))
+    };
+    let mut events = Vec::new();
+    loop {
+        let (at, rows_at_most) = (cursor, page);
+        let mut all: Vec<&(dyn ToSql + Sync)> = vec![&session_id, &at];
+        all.extend_from_slice(&params);
+        if let Some(n) = &rows_at_most {
+            all.push(n);
+        }
+        let rows = reader.query(&sql, &all).await?;
+        for row in &rows {
+            if events.len() >= limit {
+                break;
+            }
+            let (first, last): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+            let first = u64::try_from(first)
+                .ok()
+                .filter(|&f| f >= 1 && i64::try_from(f).is_ok_and(|f| f <= last))
+                .ok_or_else(|| corrupt(last, "its row starts at a bad sequence"))?;
+            let body: &str = row.try_get(2)?;
+            let mut lines = body.split('\n');
+            for seq in first..=last as u64 {
+                if seq >= before || events.len() >= limit {
+                    break;
+                }
+                let line = lines
+                    .next()
+                    .ok_or_else(|| corrupt(seq as i64, "missing from its row"))?;
+                if seq <= after {
+                    continue;
+                }
+                let event = decode(session_id, seq as i64, line)?;
+                let keep = since.is_none_or(|since| event.timestamp().unix_millis() >= since)
+                    && query.kind.is_none_or(|k| event.kind() == k)
+                    && (query.run_id.as_deref()).is_none_or(|r| event.run_id() == Some(r));
+                if keep {
+                    events.push(event);
+                }
+            }
+        }
+        // Another page only if this one was full and the limit is not reached yet.
+        let full = page.is_some_and(|page| rows.len() as i64 >= page);
+        match rows.last() {
+            Some(row) if full && events.len() < limit => {
+                let last: i64 = row.try_get(1)?;
+                if query.before.is_some_and(|b| last as u64 + 1 >= b) {
+                    break;
+                }
+                cursor = last;
+                page = page.map(|n| (n * 2).min(1024));
+            }
+            _ => break,
+        }
     }
     if events.is_empty() {
         // Distinguishes "no match" from "no such session".
@@ -1527,9 +1901,10 @@ impl Store for PostgresStore {
         events: Vec<Event>,
     ) -> Result<Vec<Appended>, StoreError> {
         super::check_batch(session_id, &events)?;
+        // Encoded here, on the appending task, not on the writer.
         let op = Op::Append {
             session_id: session_id.to_owned(),
-            events,
+            batch: Batch::new(events),
         };
         match self.submit(op).await? {
             Done::Appended(appended) => Ok(appended),
