@@ -44,8 +44,8 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::fast::{present, Stamp, Str, Valid};
-use super::text_data;
 use super::turn::OpenTools;
+use super::{text_data, tool_started_data};
 use super::{Decoder, Out};
 use crate::core::event::EventType;
 use crate::core::json::JsonObject;
@@ -1015,18 +1015,9 @@ impl TurnState {
     }
 
     fn emit_started(out: &mut Out<'_>, run: &str, id: &str, name: &str, input: &Value) {
-        let data = Value::Object(Map::from_iter([
-            ("tool_call_id".to_owned(), Value::from(id)),
-            ("tool_name".to_owned(), Value::from(name)),
-            ("tool_input".to_owned(), input.clone()),
-        ]));
-        out.emit_full(
-            EventType::ToolCallStarted,
-            Some(run),
-            data,
-            Some(id),
-            Map::new(),
-        );
+        let data = tool_started_data(id, name, input);
+        let kind = EventType::ToolCallStarted;
+        out.emit_object(kind, Some(run), data, Some(id), JsonObject::new());
     }
 
     /// The item of a tool call started (again: a repeat only refreshes the input).

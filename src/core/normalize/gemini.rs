@@ -40,7 +40,7 @@ use serde_json::{json, Map, Value};
 
 use super::fast::{self, present, Stamp, Str};
 use super::turn::OpenTools;
-use super::{text_data, Decoder, Out};
+use super::{text_data, tool_started_data, Decoder, Out};
 use crate::core::event::EventType;
 use crate::core::json::JsonObject;
 use crate::core::provider_error::{add_details, ProviderError};
@@ -323,14 +323,9 @@ impl Gemini {
         let run = self.ensure_run(out);
         let name = name.map_or_else(|| name_from_id(id), str::to_owned);
         let input = input.unwrap_or_else(|| json!({}));
-        let data = json!({"tool_call_id": id, "tool_name": name, "tool_input": input});
-        out.emit_full(
-            EventType::ToolCallStarted,
-            Some(&run),
-            data,
-            Some(id),
-            Map::new(),
-        );
+        let data = tool_started_data(id, &name, &input);
+        let kind = EventType::ToolCallStarted;
+        out.emit_object(kind, Some(&run), data, Some(id), JsonObject::new());
         self.tools.close(id);
         self.tools.open(id, json!(name), input, ());
     }
@@ -356,16 +351,11 @@ impl Gemini {
         let (name, input) = match self.tools.close(id) {
             Some(tool) => (tool.name, tool.input),
             None => {
-                let (name, input) = (json!(name_from_id(id)), json!({}));
-                let data = json!({"tool_call_id": id, "tool_name": name, "tool_input": input});
-                out.emit_full(
-                    EventType::ToolCallStarted,
-                    Some(&run),
-                    data,
-                    Some(id),
-                    Map::new(),
-                );
-                (name, input)
+                let (name, input) = (name_from_id(id), json!({}));
+                let data = tool_started_data(id, &name, &input);
+                let kind = EventType::ToolCallStarted;
+                out.emit_object(kind, Some(&run), data, Some(id), JsonObject::new());
+                (json!(name), input)
             }
         };
         let mut data = Map::new();

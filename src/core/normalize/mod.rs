@@ -968,6 +968,15 @@ pub(crate) trait Decoder: Send {
     fn finish(&mut self, out: &mut Out<'_>);
 }
 
+/// The `data` of `tool_call_started`, written with no map (and no copy of the input).
+pub(crate) fn tool_started_data(id: &str, name: &str, input: &Value) -> JsonObject {
+    ObjectWriter::with_capacity(64 + id.len() + name.len())
+        .field("tool_call_id", id)
+        .field("tool_input", input)
+        .field("tool_name", name)
+        .finish()
+}
+
 /// The `data` of a streamed or whole text: `text` as `key` (`delta` or `content`), its
 /// message id, and the optional `kind` and `role`; written with no map (keys in order).
 pub(crate) fn text_data(
