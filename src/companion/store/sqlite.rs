@@ -373,16 +373,20 @@ impl SqliteStore {
         }
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        // A group of thousands of events must not spill pages to the WAL before COMMIT, nor
-        // re-read index pages from the file; savepoint journals stay in memory.
-        conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
+        // Savepoint journals stay in memory.
         conn.pragma_update(None, "temp_store", "MEMORY")?;
         // Checkpoints run on the checkpointer's own thread and connection.
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.set_prepared_statement_cache_capacity(32);
+        // Opening reads the whole cold id table (the Bloom filters) and a migration copies
+        // whole tables: with SQLite's default cache, so that pages read once are not kept
+        // (a full 64 MiB cache of them was most of an idle companion's memory).
         let epoch = migrate(&mut conn)?;
         let ids = IdIndex::read(&mut conn, options.merge_ids_at.max(1), options.merge_slices)?;
+        // A group of thousands of events must not spill pages to the WAL before COMMIT, nor
+        // re-read index pages from the file.
+        conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
 
         let (trash, bins) = std::sync::mpsc::channel::<Trash>();
         let dropper = std::thread::Builder::new()
