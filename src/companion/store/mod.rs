@@ -305,6 +305,34 @@ pub trait Store: Send + Sync + 'static {
     }
 }
 
+/// Ids are hashes already: their 128 bits folded to 64 are the hash (both stores' id maps).
+#[derive(Clone, Copy, Default)]
+pub(super) struct BuildIdHasher;
+
+#[derive(Default)]
+pub(super) struct IdHasher(u64);
+
+impl std::hash::BuildHasher for BuildIdHasher {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u128(&mut self, n: u128) {
+        self.0 = (n as u64) ^ ((n >> 64) as u64).rotate_left(29);
+    }
+}
+
 /// Decodes a stored body; the row's sequence is authoritative. Never panics.
 fn decode(session_id: &str, seq: i64, body: &str) -> Result<Event, StoreError> {
     let corrupt =

@@ -80,8 +80,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Statement};
 
 use super::{
-    checkpoint_row, contiguous_items, decode, missing_item, new_epoch, Appended, Committed,
-    EventQuery, SessionRecord, SessionState, Store, StoreError, StoredProjection,
+    checkpoint_row, contiguous_items, decode, missing_item, new_epoch, Appended, BuildIdHasher,
+    Committed, EventQuery, SessionRecord, SessionState, Store, StoreError, StoredProjection,
 };
 use crate::core::event::Event;
 use crate::core::time::Timestamp;
@@ -1147,34 +1147,6 @@ impl Summary {
         let json = |v: &[&str]| serde_json::to_string(v).unwrap_or_else(|_| "[]".to_owned());
         let runs: Vec<&str> = self.runs.iter().map(String::as_str).collect();
         (json(&self.types), json(&runs))
-    }
-}
-
-/// A hasher for ids' 128 bits, which are already a hash: their low 64 bits.
-#[derive(Clone, Copy, Default)]
-struct BuildIdHasher;
-
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl std::hash::BuildHasher for BuildIdHasher {
-    type Hasher = IdHasher;
-    fn build_hasher(&self) -> IdHasher {
-        IdHasher(0)
-    }
-}
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-    fn write_u128(&mut self, n: u128) {
-        self.0 = n as u64 ^ (n >> 64) as u64;
     }
 }
 

@@ -76,8 +76,8 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use super::{
-    checkpoint_row, contiguous_items, decode, missing_item, new_epoch, Appended, Committed,
-    EventQuery, SessionRecord, SessionState, Store, StoreError, StoredProjection,
+    checkpoint_row, contiguous_items, decode, missing_item, new_epoch, Appended, BuildIdHasher,
+    Committed, EventQuery, SessionRecord, SessionState, Store, StoreError, StoredProjection,
 };
 use crate::core::event::Event;
 use crate::core::json::ToJson;
@@ -748,34 +748,6 @@ impl HotIds {
         self.sessions.clear();
         self.names.clear();
         self.added.clear();
-    }
-}
-
-/// Ids are hashes already: their low 64 bits are the hash.
-#[derive(Clone, Copy, Default)]
-struct BuildIdHasher;
-
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl std::hash::BuildHasher for BuildIdHasher {
-    type Hasher = IdHasher;
-    fn build_hasher(&self) -> IdHasher {
-        IdHasher(0)
-    }
-}
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    fn write_u128(&mut self, n: u128) {
-        self.0 = (n as u64) ^ ((n >> 64) as u64).rotate_left(29);
     }
 }
 
