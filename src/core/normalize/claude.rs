@@ -93,6 +93,7 @@ use super::fast::{self, present, Obj, Stamp, Str};
 use super::turn::cancelled_data;
 use super::{Decoder, Out};
 use crate::core::event::{fnv1a128, CancelReason, EventType, Provider};
+use crate::core::json::{JsonObject, ObjectWriter};
 use crate::core::provider_error::{add_details, ProviderError};
 
 /// The text Claude Code writes as a user message when the user interrupts a turn.
@@ -1190,8 +1191,14 @@ impl Claude {
                 let Some(msg) = self.turn.messages.get_mut(at) else {
                     return;
                 };
-                let mut data = msg_data(msg);
-                data.remove("role");
+                // `{delta, message_id?, parent_tool_use_id?}`, written with no map.
+                let data = |delta: &str, msg: &Msg| {
+                    ObjectWriter::with_capacity(64 + delta.len())
+                        .field("delta", delta)
+                        .field_if("message_id", msg.id.as_deref())
+                        .field_if("parent_tool_use_id", lane.as_deref())
+                        .finish()
+                };
                 if is_text {
                     let index = event.index;
                     let mut chunk = String::new();
@@ -1201,26 +1208,14 @@ impl Claude {
                     chunk.push_str(text);
                     msg.delta_block = index;
                     msg.deltas.push_str(&chunk);
-                    data.insert("delta".into(), chunk.into());
-                    emit(
-                        out,
-                        run,
-                        EventType::MessageStreamed,
-                        data,
-                        lane.as_deref(),
-                        None,
-                    );
+                    let data = data(&chunk, msg);
+                    let kind = EventType::MessageStreamed;
+                    out.emit_object(kind, run, data, None, JsonObject::new());
                 } else {
                     msg.reasoning.push_str(text);
-                    data.insert("delta".into(), text.into());
-                    emit(
-                        out,
-                        run,
-                        EventType::ReasoningStreamed,
-                        data,
-                        lane.as_deref(),
-                        None,
-                    );
+                    let data = data(text, msg);
+                    let kind = EventType::ReasoningStreamed;
+                    out.emit_object(kind, run, data, None, JsonObject::new());
                 }
             }
             "message_stop" => match streamed_in_lane(&self.turn.messages) {
