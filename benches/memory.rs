@@ -3,9 +3,11 @@
 //! `agentwire-testkit seed` writes it; the seeded file is kept in target/bench/ and copied for
 //! each run), then 100 demo sessions created and left idle (their agents run, no turn), then
 //! one WebSocket subscriber replaying the big session from 0 to its `caught_up`, then nothing.
-//! Reads the server's VmRSS and VmHWM (/proc/PID/status) after start, with the idle sessions,
-//! right after the replay, and once idle again; prints them and `BENCH` lines (see
-//! scripts/bench). Target: RSS ≤ 100 MB with 1M stored events and 100 idle sessions.
+//! Reads the server's VmRSS and VmHWM (/proc/PID/status) after start, with the idle sessions
+//! (once the server's CPU went quiet: opening a log with no stored projection builds the
+//! long session's first), right after the replay, and once idle again; prints them, what the
+//! RSS is made of (/proc/PID/smaps_rollup), and `BENCH` lines (see scripts/bench).
+//! `MEMORY_BENCH_HOLD=SECS` holds the server that long before the replay, to look at it. Target: RSS ≤ 100 MB with 1M stored events and 100 idle sessions.
 //!
 //! Run: `cargo bench --bench memory` (`-- --quick`: 200k events; `-- --events N`, `-- --sessions
 //! N`).
@@ -30,18 +32,65 @@ fn arg(name: &str) -> Option<String> {
     args.get(i + 1).cloned()
 }
 
+/// `name`'s value in a /proc file of `kB` lines, in MiB.
+fn kib_field(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
 /// VmRSS and VmHWM of `pid`, in MiB.
 fn memory(pid: u32) -> (f64, f64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| -> f64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 1024.0
+    (kib_field(&status, "VmRSS:"), kib_field(&status, "VmHWM:"))
+}
+
+/// `pid`'s CPU time so far (user and system), in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command's name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
     };
-    (field("VmRSS:"), field("VmHWM:"))
+    field(11) + field(12)
+}
+
+/// Waits until `pid` is idle: under 20 ms of CPU in each of two half seconds in a row (at
+/// most a minute), then 2 s more, for the store's idle release (`IDLE_RELEASE`, 1 s).
+/// Returns how long that took, in seconds.
+async fn settle(pid: u32) -> f64 {
+    let started = Instant::now();
+    let (mut last, mut quiet) = (cpu_ticks(pid), 0);
+    while quiet < 2 && started.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = cpu_ticks(pid);
+        quiet = if now - last < 2 { quiet + 1 } else { 0 };
+        last = now;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    started.elapsed().as_secs_f64()
+}
+
+/// What `pid`'s RSS is made of, for the log: anonymous (the heap, stacks) and file-backed or
+/// shared (the binary's pages, SQLite's shared-memory index of the WAL).
+fn breakdown(pid: u32) -> String {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    let rss = kib_field(&rollup, "Rss:");
+    let anon = kib_field(&rollup, "Anonymous:");
+    format!(
+        "anonymous {anon:.1} MiB, file-backed or shared {:.1} MiB",
+        rss - anon
+    )
 }
 
 fn bench_line(id: &str, value: f64, unit: &str, target: Option<f64>, note: &str) {
@@ -132,20 +181,30 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let start = memory(pid);
     eprintln!(
-        "memory: serving on {addr}, RSS {:.1} MiB; creating {sessions} sessions",
-        start.0
+        "memory: serving on {addr}, RSS {:.1} MiB ({}); creating {sessions} sessions",
+        start.0,
+        breakdown(pid)
     );
 
     for _ in 0..sessions {
         let (status, body) = http(&addr, "POST", "/api/sessions", r#"{"provider":"demo"}"#).await;
         assert_eq!(status, 201, "{body}");
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Opening a log with no stored projection builds the long session's in the background
+    // (`snapshot::Projections::keep_checkpoints`): idle means after it.
+    let settled = settle(pid).await;
     let idle_sessions = memory(pid);
     eprintln!(
-        "memory: {sessions} sessions, RSS {:.1} MiB; replaying",
-        idle_sessions.0
+        "memory: {sessions} sessions, idle after {settled:.1} s, RSS {:.1} MiB ({}); replaying",
+        idle_sessions.0,
+        breakdown(pid)
     );
+    if let Some(secs) = std::env::var_os("MEMORY_BENCH_HOLD") {
+        // Time to look at the server from outside (gdb, /proc/PID/smaps) before the replay.
+        let secs: u64 = secs.to_str().and_then(|s| s.parse().ok()).unwrap_or(60);
+        eprintln!("memory: holding {secs} s, server pid {pid}");
+        tokio::time::sleep(Duration::from_secs(secs)).await;
+    }
 
     // One subscriber replays the big session from 0 to its caught_up.
     let url = format!("ws://{addr}/ws?token={TOKEN}");
@@ -194,8 +253,12 @@ async fn main() {
     let after_replay = memory(pid);
     peak_during = peak_during.max(after_replay.0);
     drop(ws);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let settled = settle(pid).await;
     let idle_again = memory(pid);
+    eprintln!(
+        "memory: idle again after {settled:.1} s ({})",
+        breakdown(pid)
+    );
     let _ = server.start_kill();
 
     println!(

@@ -1794,6 +1794,61 @@ const SCHEMA_6: &str = concat!(
 /// A schema-6 log (a row per event; some ids merged into the cold table, the newest still
 /// in the hot one) is migrated: every event reads back with every filter, every id is found
 /// stored where it was, and appends number on.
+/// What the writer's page cache holds once `cached_bytes` stops changing: polled, since the
+/// release has no answer to wait on.
+async fn cache_settled_below(store: &SqliteStore, bytes: u64) -> u64 {
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let cached = store.cached_bytes();
+        if cached < bytes || std::time::Instant::now() > deadline {
+            return cached;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_store_frees_its_page_cache_and_a_write_fills_it_again() {
+    let dir = temp_dir();
+    let store = open_sqlite(&dir);
+    store.create_session(session("ses_a", 1_000)).await.unwrap();
+    // About 8 MB of bodies: their pages stay in the writer's cache after each commit.
+    let pad = "x".repeat(2_000);
+    for batch in 0..40 {
+        let events = (0..100)
+            .map(|i| ev("ses_a", &format!("{batch}/{i}/{pad}")))
+            .collect();
+        store.append("ses_a", events).await.unwrap();
+    }
+    let busy = store.cached_bytes();
+    assert!(
+        busy > 4 << 20,
+        "after 8 MB written the cache held {busy} bytes"
+    );
+
+    let idle = cache_settled_below(&store, 1 << 20).await;
+    assert!(
+        idle < 1 << 20,
+        "idle, the cache still held {idle} of {busy} bytes"
+    );
+    // Nothing was lost with the pages: the log reads back whole, and the next append is
+    // stored after it.
+    let all = store
+        .get_events("ses_a", &EventQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(seqs(&all), (1..=4_000).collect::<Vec<_>>());
+    let more = store
+        .append("ses_a", vec![ev("ses_a", "after the release")])
+        .await
+        .unwrap();
+    assert_eq!(appended_seqs(&more), [(4_001, false)]);
+    assert!(
+        store.cached_bytes() > 0,
+        "a commit reads pages into the cache again"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_6_log_is_migrated_keeping_its_events_and_every_id_stored() {
     let dir = temp_dir();

@@ -251,6 +251,10 @@ const WAL_HARD_PAGES: i64 = 65_536;
 const PAGE_SIZE: i64 = 16_384;
 /// The writer's page cache, in KiB (a negative `cache_size`).
 const WRITER_CACHE_KIB: i64 = -65_536;
+/// Once the store has neither written nor read for this long, the writer frees the page
+/// caches (its own and the idle readers') and the allocator gives the freed memory back: an
+/// idle companion holds what its sessions need, not the pages its last burst went through.
+const IDLE_RELEASE: Duration = Duration::from_secs(1);
 /// Ids the hot id table holds, at least, before the writer merges it into the cold one.
 const MERGE_IDS_AT: u64 = 65_536;
 /// Slices of the id space merged one at a time ([`SqliteOptions::merge_slices`]).
@@ -299,6 +303,9 @@ pub struct SqliteStore {
     recent: Arc<RecentTail>,
     committed: broadcast::Sender<Committed>,
     commits: Arc<AtomicU64>,
+    /// The writer's page cache in bytes, as it last measured it (after each group, and after
+    /// an idle release).
+    cached: Arc<AtomicU64>,
 }
 
 /// Events kept in memory per session, newest last.
@@ -413,8 +420,12 @@ impl SqliteStore {
         let (committed, _) = broadcast::channel(BROADCAST);
         let commits = Arc::new(AtomicU64::new(0));
         let recent = Arc::new(RecentTail::default());
+        let readers = Arc::new(Readers::new(path.to_owned()));
+        let cached = Arc::new(AtomicU64::new(0));
         let writer = Writer {
             conn,
+            readers: readers.clone(),
+            cached: cached.clone(),
             latest: HashMap::new(),
             recent: recent.clone(),
             committed: committed.clone(),
@@ -435,10 +446,11 @@ impl SqliteStore {
             writer: Some(writer),
             checkpointer: Some(checkpointer),
             dropper: Some(dropper),
-            readers: Arc::new(Readers::new(path.to_owned())),
+            readers,
             recent,
             committed,
             commits,
+            cached,
         })
     }
 
@@ -446,6 +458,12 @@ impl SqliteStore {
     /// stays below the number of appends: that is group commit.
     pub fn commits(&self) -> u64 {
         self.commits.load(Ordering::Relaxed)
+    }
+
+    /// The writer's page cache, in bytes, as of its last group, or of its last release once
+    /// the store was idle for [`IDLE_RELEASE`] (then nearly nothing).
+    pub fn cached_bytes(&self) -> u64 {
+        self.cached.load(Ordering::Relaxed)
     }
 
     /// Hands `op` to the writer and waits for its answer, which comes after the commit.
@@ -664,6 +682,10 @@ enum Done {
 
 struct Writer {
     conn: Connection,
+    /// Their idle connections' caches are freed with the writer's (`IDLE_RELEASE`).
+    readers: Arc<Readers>,
+    /// [`SqliteStore::cached_bytes`].
+    cached: Arc<AtomicU64>,
     /// Committed latest sequence per known session. Sessions are never deleted, so an entry
     /// also means "this session exists".
     latest: HashMap<String, u64>,
@@ -971,12 +993,83 @@ fn merge_slice(
     Ok(cold)
 }
 
+/// When the writer frees the caches: once a whole [`IDLE_RELEASE`] passed with the store's
+/// activity (groups committed, reads run) unchanged, and once per quiet spell.
+#[derive(Debug, Default)]
+struct Idle {
+    /// The activity at the last tick.
+    seen: u64,
+    /// Freed since the activity last changed.
+    released: bool,
+}
+
+impl Idle {
+    /// One tick per [`IDLE_RELEASE`] the writer waited in vain; true: free them now.
+    fn tick(&mut self, activity: u64) -> bool {
+        if activity != self.seen {
+            self.seen = activity;
+            self.released = false;
+            return false;
+        }
+        !std::mem::replace(&mut self.released, true)
+    }
+}
+
+/// The bytes `conn`'s page cache holds (`SQLITE_DBSTATUS_CACHE_USED`).
+fn cache_used(conn: &Connection) -> u64 {
+    let (mut current, mut highest) = (0, 0);
+    // SAFETY: the handle lives as long as `conn`, and the call only reads the connection's
+    // counters under its own mutex.
+    let rc = unsafe {
+        rusqlite::ffi::sqlite3_db_status(
+            conn.handle(),
+            rusqlite::ffi::SQLITE_DBSTATUS_CACHE_USED,
+            &mut current,
+            &mut highest,
+            0,
+        )
+    };
+    if rc == rusqlite::ffi::SQLITE_OK {
+        current.max(0) as u64
+    } else {
+        0
+    }
+}
+
 /// Freed on the dropper thread.
 type Trash = (Vec<Event>, Vec<String>);
 
 impl Writer {
     fn run(mut self, mut rx: mpsc::Receiver<Request>) {
-        while let Some(first) = rx.blocking_recv() {
+        // A clock for the idle release's timeout, nothing else: the writer blocks on its
+        // queue on this thread. Without one (the OS refused a timer), caches are only ever
+        // bounded by their size.
+        let clock = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .ok();
+        let mut idle = Idle::default();
+        loop {
+            let first = match &clock {
+                Some(clock) => {
+                    let next = clock
+                        .block_on(async { tokio::time::timeout(IDLE_RELEASE, rx.recv()).await });
+                    match next {
+                        Ok(Some(request)) => request,
+                        Ok(None) => return,
+                        Err(_elapsed) => {
+                            if idle.tick(self.activity()) {
+                                self.release_memory();
+                            }
+                            continue;
+                        }
+                    }
+                }
+                None => match rx.blocking_recv() {
+                    Some(request) => request,
+                    None => return,
+                },
+            };
             let mut group = vec![first];
             while group.len() < MAX_GROUP {
                 match rx.try_recv() {
@@ -985,7 +1078,36 @@ impl Writer {
                 }
             }
             self.commit_group(group);
+            self.cached.store(cache_used(&self.conn), Ordering::Relaxed);
         }
+    }
+
+    /// Groups committed and reads run, so far: the store is idle while it stays the same.
+    fn activity(&self) -> u64 {
+        (self.commits.load(Ordering::Relaxed))
+            .wrapping_add(self.readers.reads.load(Ordering::Relaxed))
+    }
+
+    /// Frees every page the writer's and the idle readers' caches hold (none is pinned
+    /// between transactions: they are only copies of the file), then has the allocator give
+    /// the freed memory back to the system.
+    fn release_memory(&mut self) {
+        let _ = self.conn.release_memory();
+        for reader in self
+            .readers
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = reader.release_memory();
+        }
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim(3) only returns free memory of glibc's arenas to the system.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+        self.cached.store(cache_used(&self.conn), Ordering::Relaxed);
     }
 
     /// Runs a group in one transaction, then answers each request, then tells subscribers.
@@ -1567,6 +1689,8 @@ struct Readers {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
     permits: Arc<Semaphore>,
+    /// Reads run so far (the writer's idle release waits for them to stop too).
+    reads: AtomicU64,
 }
 
 impl Readers {
@@ -1575,6 +1699,7 @@ impl Readers {
             path,
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(READERS)),
+            reads: AtomicU64::new(0),
         }
     }
 
@@ -1599,6 +1724,7 @@ impl Readers {
                 None => this.open()?,
             };
             let result = f(&conn);
+            this.reads.fetch_add(1, Ordering::Relaxed);
             this.idle
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -2083,5 +2209,27 @@ impl Store for SqliteStore {
         self.readers
             .run(move |conn| read_projected_items(conn, &session_id, format, from, to))
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Idle;
+
+    #[test]
+    fn the_caches_are_freed_once_per_quiet_spell_after_a_whole_quiet_tick() {
+        let mut idle = Idle::default();
+        // A store opened and never used: freed at the first tick (the open's pages).
+        assert!(idle.tick(0));
+        assert!(!idle.tick(0), "freed once, not at every tick");
+        // Activity since the last tick: not yet, and the next quiet tick frees.
+        assert!(!idle.tick(3));
+        assert!(idle.tick(3));
+        assert!(!idle.tick(3));
+        // Busy at every tick: never freed.
+        for activity in 4..10 {
+            assert!(!idle.tick(activity));
+        }
+        assert!(idle.tick(9));
     }
 }
