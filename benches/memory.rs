@@ -7,7 +7,8 @@
 //! (once the server's CPU went quiet: opening a log with no stored projection builds the
 //! long session's first), right after the replay, and once idle again; prints them, what the
 //! RSS is made of (/proc/PID/smaps_rollup), and `BENCH` lines (see scripts/bench).
-//! `MEMORY_BENCH_HOLD=SECS` holds the server that long before the replay, to look at it. Target: RSS ≤ 100 MB with 1M stored events and 100 idle sessions.
+//! `MEMORY_BENCH_HOLD=SECS` holds the server that long before the replay, to look at it;
+//! `MEMORY_BENCH_SERVER=PATH` measures another build's `agentwire`. Target: RSS ≤ 100 MB with 1M stored events and 100 idle sessions.
 //!
 //! Run: `cargo bench --bench memory` (`-- --quick`: 200k events; `-- --events N`, `-- --sessions
 //! N`).
@@ -156,7 +157,11 @@ async fn main() {
     let db = dir.path().join("log.db");
     std::fs::copy(&source, &db).unwrap();
 
-    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentwire"))
+    // Another build's server (its schema must read this one's seeded file), for a before
+    // and after in one sitting.
+    let bin = std::env::var_os("MEMORY_BENCH_SERVER")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_agentwire").into());
+    let mut server = tokio::process::Command::new(bin)
         .args(["serve", "--addr", "127.0.0.1:0", "--db"])
         .arg(&db)
         .env("AGENTWIRE_TOKEN", TOKEN)

@@ -249,8 +249,13 @@ const CHECKPOINT_BYTES: usize = 16 << 20;
 const WAL_HARD_PAGES: i64 = 65_536;
 /// Bytes per page of a new file (SQLite's default is 4096).
 const PAGE_SIZE: i64 = 16_384;
-/// The writer's page cache, in KiB (a negative `cache_size`).
-const WRITER_CACHE_KIB: i64 = -65_536;
+/// The writer's page cache between transactions, in KiB (a negative `cache_size`): the
+/// pages every append walks (the tables' rightmost leaves, the indexes' upper levels).
+const WRITER_CACHE_KIB: i64 = -8_192;
+/// Bytes of dirty pages a transaction may hold before SQLite spills them to the WAL ahead of
+/// its COMMIT (`cache_spill`, in pages): the cache grows to hold a whole group, and shrinks
+/// back to [`WRITER_CACHE_KIB`] as the commit makes its pages clean.
+const WRITER_SPILL_BYTES: i64 = 64 << 20;
 /// Once the store has neither written nor read for this long, the writer frees the page
 /// caches (its own and the idle readers') and the allocator gives the freed memory back: an
 /// idle companion holds what its sessions need, not the pages its last burst went through.
@@ -392,8 +397,11 @@ impl SqliteStore {
         let epoch = migrate(&mut conn)?;
         let ids = IdIndex::read(&mut conn, options.merge_ids_at.max(1), options.merge_slices)?;
         // A group of thousands of events must not spill pages to the WAL before COMMIT, nor
-        // re-read index pages from the file.
+        // re-read the upper index pages from the file; the pages a group wrote once (its
+        // bodies) need not stay.
         conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
+        let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        conn.pragma_update(None, "cache_spill", WRITER_SPILL_BYTES / page_size.max(512))?;
 
         let (trash, bins) = std::sync::mpsc::channel::<Trash>();
         let dropper = std::thread::Builder::new()
