@@ -305,6 +305,40 @@ pub trait Store: Send + Sync + 'static {
     }
 }
 
+/// What the filters of a stored row (one append's events) need to skip it whole: the range
+/// of its timestamps, and its event types and runs, each once, in the order first seen.
+#[derive(Default)]
+pub(super) struct Summary {
+    pub(super) min_ms: i64,
+    pub(super) max_ms: i64,
+    pub(super) types: Vec<&'static str>,
+    pub(super) runs: Vec<String>,
+}
+
+impl Summary {
+    /// Counts `event` in; `first`: the row's first event.
+    pub(super) fn add(&mut self, event: &Event, first: bool) {
+        let ms = event.timestamp().unix_millis();
+        if first {
+            (self.min_ms, self.max_ms) = (ms, ms);
+        } else {
+            self.min_ms = self.min_ms.min(ms);
+            self.max_ms = self.max_ms.max(ms);
+        }
+        let kind = event.kind().as_str();
+        if !self.types.contains(&kind) {
+            self.types.push(kind);
+        }
+        if let Some(run) = event.run_id() {
+            if self.runs.last().map(String::as_str) != Some(run)
+                && !self.runs.iter().any(|r| r == run)
+            {
+                self.runs.push(run.to_owned());
+            }
+        }
+    }
+}
+
 /// Ids are hashes already: their 128 bits folded to 64 are the hash (both stores' id maps).
 #[derive(Clone, Copy, Default)]
 pub(super) struct BuildIdHasher;

@@ -82,8 +82,10 @@ use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Statement};
 use super::{
     checkpoint_row, contiguous_items, decode, missing_item, new_epoch, Appended, BuildIdHasher,
     Committed, EventQuery, SessionRecord, SessionState, Store, StoreError, StoredProjection,
+    Summary,
 };
 use crate::core::event::Event;
+use crate::core::json::ToJson;
 use crate::core::time::Timestamp;
 
 /// The schema, one step per version: step `i` takes `schema_version` from `i` to `i + 1`.
@@ -1094,7 +1096,7 @@ impl Batch {
                     body.push('\n');
                 }
                 let start = body.len();
-                body.push_str(&event.to_json());
+                event.write_json(&mut body);
                 lines.push(start..body.len());
                 keys.push(event.id().bits().to_be_bytes());
                 summary.add(&event, keys.len() == 1);
@@ -1111,42 +1113,21 @@ impl Batch {
     }
 }
 
-/// What the filters of [`read_events`] need to skip a row of the events table whole.
-#[derive(Default)]
-struct Summary {
-    min_ms: i64,
-    max_ms: i64,
-    types: Vec<&'static str>,
-    /// As the filter compares them ([`column_text`]: jsonb cannot hold NUL either).
-    runs: Vec<String>,
-}
-
 impl Summary {
-    fn add(&mut self, event: &Event, first: bool) {
-        let ms = event.timestamp().unix_millis();
-        if first {
-            (self.min_ms, self.max_ms) = (ms, ms);
-        } else {
-            self.min_ms = self.min_ms.min(ms);
-            self.max_ms = self.max_ms.max(ms);
-        }
-        let kind = event.kind().as_str();
-        if !self.types.contains(&kind) {
-            self.types.push(kind);
-        }
-        if let Some(run) = event.run_id() {
-            let run = column_text(run);
-            if self.runs.last() != Some(&run) && !self.runs.contains(&run) {
-                self.runs.push(run);
+    /// The `types` and `runs` columns: JSON arrays of strings, the runs as the filter
+    /// compares them ([`column_text`]: jsonb cannot hold NUL either).
+    fn columns(&self) -> (String, String) {
+        let json = |v: &[String]| serde_json::to_string(v).unwrap_or_else(|_| "[]".to_owned());
+        let mut runs: Vec<String> = Vec::with_capacity(self.runs.len());
+        for run in self.runs.iter().map(|run| column_text(run)) {
+            if !runs.contains(&run) {
+                runs.push(run);
             }
         }
-    }
-
-    /// The `types` and `runs` columns: JSON arrays of strings.
-    fn columns(&self) -> (String, String) {
-        let json = |v: &[&str]| serde_json::to_string(v).unwrap_or_else(|_| "[]".to_owned());
-        let runs: Vec<&str> = self.runs.iter().map(String::as_str).collect();
-        (json(&self.types), json(&runs))
+        (
+            serde_json::to_string(&self.types).unwrap_or_else(|_| "[]".to_owned()),
+            json(&runs),
+        )
     }
 }
 

@@ -78,6 +78,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use super::{
     checkpoint_row, contiguous_items, decode, missing_item, new_epoch, Appended, BuildIdHasher,
     Committed, EventQuery, SessionRecord, SessionState, Store, StoreError, StoredProjection,
+    Summary,
 };
 use crate::core::event::Event;
 use crate::core::json::ToJson;
@@ -645,38 +646,6 @@ impl Batch {
             })
             .collect();
         Batch { rows, body, ids }
-    }
-}
-
-/// What the filters of [`read_events`] need to skip a row of the events table whole.
-#[derive(Default)]
-struct Summary {
-    min_ms: i64,
-    max_ms: i64,
-    types: Vec<&'static str>,
-    runs: Vec<String>,
-}
-
-impl Summary {
-    fn add(&mut self, event: &Event, first: bool) {
-        let ms = event.timestamp().unix_millis();
-        if first {
-            (self.min_ms, self.max_ms) = (ms, ms);
-        } else {
-            self.min_ms = self.min_ms.min(ms);
-            self.max_ms = self.max_ms.max(ms);
-        }
-        let kind = event.kind().as_str();
-        if !self.types.contains(&kind) {
-            self.types.push(kind);
-        }
-        if let Some(run) = event.run_id() {
-            if self.runs.last().map(String::as_str) != Some(run)
-                && !self.runs.iter().any(|r| r == run)
-            {
-                self.runs.push(run.to_owned());
-            }
-        }
     }
 }
 
