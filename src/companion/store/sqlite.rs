@@ -470,7 +470,7 @@ impl SqliteStore {
     }
 
     /// The writer's page cache, in bytes, as of its last group, or of its last release once
-    /// the store was idle for [`IDLE_RELEASE`] (then nearly nothing).
+    /// the store was idle for a second (then nearly nothing).
     pub fn cached_bytes(&self) -> u64 {
         self.cached.load(Ordering::Relaxed)
     }
