@@ -153,19 +153,19 @@ impl super::ToJson for JsonObject {
 /// normalizer makes most of. Fields given in the order of their keys are written as they come;
 /// given in another order (or a key twice), the text is read back into a map and written again
 /// in order when finished, so the object is right either way, only slower.
-pub struct ObjectWriter {
+pub struct ObjectWriter<'k> {
     text: String,
-    previous: &'static str,
+    previous: &'k str,
     in_order: bool,
 }
 
-impl ObjectWriter {
-    pub fn new() -> ObjectWriter {
+impl<'k> ObjectWriter<'k> {
+    pub fn new() -> ObjectWriter<'k> {
         ObjectWriter::with_capacity(64)
     }
 
     /// A writer whose text starts with room for `bytes`.
-    pub fn with_capacity(bytes: usize) -> ObjectWriter {
+    pub fn with_capacity(bytes: usize) -> ObjectWriter<'k> {
         let mut text = String::with_capacity(bytes);
         text.push('{');
         ObjectWriter {
@@ -176,7 +176,7 @@ impl ObjectWriter {
     }
 
     /// Adds the field `key`: `value`.
-    pub fn field<T: super::ToJson + ?Sized>(mut self, key: &'static str, value: &T) -> Self {
+    pub fn field<T: super::ToJson + ?Sized>(mut self, key: &'k str, value: &T) -> Self {
         let first = self.text.len() == 1;
         self.in_order &= first || self.previous < key;
         self.previous = key;
@@ -190,7 +190,7 @@ impl ObjectWriter {
     }
 
     /// Adds the field `key` when `value` is `Some`.
-    pub fn field_if<T: super::ToJson + ?Sized>(self, key: &'static str, value: Option<&T>) -> Self {
+    pub fn field_if<T: super::ToJson + ?Sized>(self, key: &'k str, value: Option<&T>) -> Self {
         match value {
             Some(value) => self.field(key, value),
             None => self,
@@ -207,8 +207,8 @@ impl ObjectWriter {
     }
 }
 
-impl Default for ObjectWriter {
-    fn default() -> ObjectWriter {
+impl Default for ObjectWriter<'_> {
+    fn default() -> Self {
         ObjectWriter::new()
     }
 }

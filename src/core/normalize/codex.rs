@@ -45,10 +45,10 @@ use serde_json::{json, Map, Value};
 
 use super::fast::{present, Stamp, Str, Valid};
 use super::turn::OpenTools;
-use super::{text_data, tool_started_data};
+use super::{merged_data, text_data, tool_started_data};
 use super::{Decoder, Out};
 use crate::core::event::EventType;
-use crate::core::json::JsonObject;
+use crate::core::json::{JsonObject, ObjectWriter, ToJson};
 use crate::core::provider_error::{add_details, ProviderError};
 
 /// Decoder state for `codex exec --json`.
@@ -1054,24 +1054,25 @@ impl TurnState {
         let Some(open) = self.tools.get_mut(id) else {
             return;
         };
-        let mut data = Map::new();
-        data.insert("tool_call_id".into(), json!(id));
-        put(&mut data, "status", item.get("status"));
+        let mut delta = None;
         if let Some(output) = item
             .either("aggregated_output", "aggregatedOutput")
             .and_then(Value::as_str)
         {
-            if let Some(delta) = output.get(open.extra..).filter(|d| !d.is_empty()) {
-                data.insert("output_delta".into(), json!(delta));
-            }
+            delta = output.get(open.extra..).filter(|d| !d.is_empty());
             open.extra = output.len();
         }
-        out.emit_full(
+        let data = ObjectWriter::with_capacity(64 + id.len() + delta.map_or(0, str::len))
+            .field_if("output_delta", delta)
+            .field_if("status", item.get("status").filter(|v| !v.is_null()))
+            .field("tool_call_id", id)
+            .finish();
+        out.emit_object(
             EventType::ToolCallUpdated,
             Some(run),
-            Value::Object(data),
+            data,
             Some(id),
-            Map::new(),
+            JsonObject::new(),
         );
     }
 
@@ -1127,24 +1128,20 @@ impl TurnState {
             Self::emit_started(out, run, id, &name, &input);
         }
         let (result, extra) = tool_result(kind, item);
-        let mut data = Map::new();
-        data.insert("tool_call_id".into(), json!(id));
-        data.insert("tool_name".into(), json!(name));
-        data.insert("tool_input".into(), input);
-        let kind = match result {
-            Ok(output) => {
-                if let Some(o) = output {
-                    data.insert("tool_output".into(), o);
-                }
-                EventType::ToolCallCompleted
-            }
-            Err(error) => {
-                data.insert("error".into(), json!(error));
-                EventType::ToolCallFailed
-            }
+        let (kind, output, error) = match &result {
+            Ok(output) => (EventType::ToolCallCompleted, output.as_ref(), None),
+            Err(error) => (EventType::ToolCallFailed, None, Some(error)),
         };
-        data.extend(extra);
-        out.emit_full(kind, Some(run), Value::Object(data), Some(id), Map::new());
+        let fields: [(&str, Option<&dyn ToJson>); 5] = [
+            ("error", error.map(|e| e as &dyn ToJson)),
+            ("tool_call_id", Some(&id)),
+            ("tool_input", Some(&input)),
+            ("tool_name", Some(&name)),
+            ("tool_output", output.map(|o| o as &dyn ToJson)),
+        ];
+        let fields = fields.into_iter().filter_map(|(k, v)| Some((k, v?)));
+        let data = merged_data(fields, &extra);
+        out.emit_object(kind, Some(run), data, Some(id), JsonObject::new());
     }
 }
 
