@@ -886,7 +886,7 @@ impl IdIndex {
         if stored_bits != bits {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             // Every slice past every row: all of them merged, the table emptied.
-            cold = merge_slice(&tx, &hot, cold, None, &vec![i64::MAX; 1 << bits])?;
+            cold = merge_slice(&tx, &hot, cold, None, &vec![i64::MAX; 1 << bits])?.0;
             tx.commit()?;
             hot.clear();
             marks = vec![0; 1 << bits];
@@ -938,14 +938,14 @@ fn slice_range(s: usize, bits: u32) -> (u128, Option<u128>) {
 /// Inside `tx`: moves the hot ids of slice `only` (every slice if `None`) into `ids_cold` in
 /// id order, records `marks` (the slices' new marks) and deletes the rows of `ids_hot` that
 /// every slice is past (all of them, marks reset to 0, once each slice is past its last
-/// row). Returns the cold count.
+/// row). Returns the cold count and the ids moved, in id order.
 fn merge_slice(
     tx: &Connection,
     hot: &HotIds,
     cold: u64,
     only: Option<(usize, u32)>,
     marks: &[i64],
-) -> Result<u64, StoreError> {
+) -> Result<(u64, Vec<u128>), StoreError> {
     let mut moving: Vec<(u128, u32, u64)> = (hot.ids.iter())
         .filter(|(&key, _)| only.is_none_or(|(s, bits)| slice_of(key, bits) == s))
         .map(|(&key, &(session, seq))| (key, session, seq))
@@ -982,7 +982,7 @@ fn merge_slice(
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         params![cold.to_string(), text.join(" ")],
     )?;
-    Ok(cold)
+    Ok((cold, moving.into_iter().map(|m| m.0).collect()))
 }
 
 /// Freed on the dropper thread.
@@ -1171,7 +1171,7 @@ impl Writer {
     fn merge_ids(&mut self) {
         let ids = &self.ids;
         let (slice, bits) = (ids.next, ids.bits);
-        let merged = (|| -> Result<(u64, Vec<i64>), StoreError> {
+        let merged = (|| -> Result<(u64, Vec<i64>, Vec<u128>), StoreError> {
             let tx = self
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -1181,21 +1181,17 @@ impl Writer {
                 })?;
             let mut marks: Vec<i64> = ids.slices.iter().map(|s| s.merged).collect();
             marks[slice] = last;
-            let cold = merge_slice(&tx, &ids.hot, ids.cold, Some((slice, bits)), &marks)?;
+            let (cold, moved) = merge_slice(&tx, &ids.hot, ids.cold, Some((slice, bits)), &marks)?;
             let marks =
                 tx.query_row("SELECT value FROM meta WHERE key = 'ids_merged'", [], |r| {
                     r.get::<_, String>(0)
                 })?;
             tx.commit()?;
             let marks = marks.split(' ').map(|m| m.parse().unwrap_or(0)).collect();
-            Ok((cold, marks))
+            Ok((cold, marks, moved))
         })();
         match merged {
-            Ok((cold, marks)) => {
-                let moved: Vec<u128> = (self.ids.hot.ids.keys())
-                    .copied()
-                    .filter(|&key| slice_of(key, bits) == slice)
-                    .collect();
+            Ok((cold, marks, moved)) => {
                 for key in &moved {
                     self.ids.hot.ids.remove(key);
                 }
