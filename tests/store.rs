@@ -1277,6 +1277,16 @@ fn id_tables(path: &std::path::Path) -> (i64, i64) {
     )
 }
 
+/// [`id_tables`] once `store`'s writer is done with what it was given: a merge of the id
+/// tables runs after the answer to the group that made it due, and the writer takes the
+/// next request (here a beat) only after that merge.
+async fn settled_id_tables(store: &dyn Store, path: &std::path::Path) -> (i64, i64) {
+    within(store.beat("settle", Timestamp::EPOCH))
+        .await
+        .unwrap();
+    id_tables(path)
+}
+
 /// Appends to `session` one event per row of `want`, its id derived from the row's key, and
 /// checks each answer: `(key, the session that stores it, its sequence there, duplicate)`.
 async fn check_appends(store: &dyn Store, session: &str, want: &[(&str, &str, u64, bool)]) {
@@ -1335,7 +1345,7 @@ async fn ids_are_found_stored_across_merges_of_the_id_index_and_restarts() {
     store.create_session(session("b", 2)).await.unwrap();
     // Five batches of 3: merged after the 2nd and the 4th (6 ids each time).
     append_new(&*store, "a", 0, 1, 5).await;
-    assert_eq!(id_tables(&path), (12, 3));
+    assert_eq!(settled_id_tables(&*store, &path).await, (12, 3));
 
     let cold_hot_new = [
         ("a0", "a", 1, true),
@@ -1346,14 +1356,14 @@ async fn ids_are_found_stored_across_merges_of_the_id_index_and_restarts() {
     ];
     check_appends(&*store, "b", &cold_hot_new).await;
     // 3 + 1 new ids: merged.
-    assert_eq!(id_tables(&path), (16, 0));
+    assert_eq!(settled_id_tables(&*store, &path).await, (16, 0));
     let own = [
         ("a5", "a", 6, true),
         ("a14", "a", 15, true),
         ("a-new", "a", 16, false),
     ];
     check_appends(&*store, "a", &own).await;
-    assert_eq!(id_tables(&path), (16, 1));
+    assert_eq!(settled_id_tables(&*store, &path).await, (16, 1));
     drop(store);
 
     let every = [
@@ -1395,7 +1405,11 @@ async fn a_merge_of_the_id_index_that_fails_halfway_leaves_every_id_found() {
 
     let store = open_merging_at(&path, 4);
     append_new(&*store, "a", 0, 1, 3).await;
-    assert_eq!(id_tables(&path), (0, 9), "no merge went through");
+    assert_eq!(
+        settled_id_tables(&*store, &path).await,
+        (0, 9),
+        "no merge went through"
+    );
     let stored = [
         ("a0", "a", 1, true),
         ("a8", "a", 9, true),
@@ -1412,7 +1426,7 @@ async fn a_merge_of_the_id_index_that_fails_halfway_leaves_every_id_found() {
         ("a10", "a", 11, false),
     ];
     check_appends(&*store, "a", &after).await;
-    assert_eq!(id_tables(&path), (11, 0), "merged");
+    assert_eq!(settled_id_tables(&*store, &path).await, (11, 0), "merged");
     check_appends(&*store, "a", &after[..2]).await;
     drop(store);
 }
@@ -1436,7 +1450,7 @@ async fn ids_are_found_stored_across_merges_of_one_slice_and_a_change_of_slices(
     store.create_session(session("b", 2)).await.unwrap();
     // Ten batches of 3 new ids: a merge of one slice of four after each from the second on.
     append_new(&*store, "a", 0, 1, 10).await;
-    let (cold, _) = id_tables(&path);
+    let (cold, _) = settled_id_tables(&*store, &path).await;
     assert!(
         cold > 0 && cold < 30,
         "some slices merged, not all: {cold} cold"

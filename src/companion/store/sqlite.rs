@@ -25,11 +25,11 @@
 //! * The id index is two levels (schemas 6 and 7), keyed by the id's 128 bits: the hot ids
 //!   (a row per append, and in memory) and `ids_cold` (a row per id, in id order). The id
 //!   space is cut into [`SqliteOptions::merge_slices`] slices by the ids' leading bits. Once
-//!   the hot ids number [`SqliteOptions::merge_ids_at`] (more with a large log:
-//!   `merge_threshold`) the writer merges the hot ids of one slice (round robin) into the
-//!   cold table in id order (each cold leaf of that slice written once, the others not at
-//!   all), in a transaction of its own, right after the group that filled it committed
-//!   (that group is answered after the merge). `meta`'s `ids_merged` holds, per slice, the
+//!   the hot ids number [`SqliteOptions::merge_ids_at`] (more with a large log, an eighth
+//!   of the cold ids up to a cap: `merge_threshold`) the writer merges the hot ids of one
+//!   slice (round robin) into the cold table in id order (each cold leaf of that slice
+//!   written once, the others not at all), in a transaction of its own, right after the
+//!   group that filled it committed and was answered (the next group waits for it). `meta`'s `ids_merged` holds, per slice, the
 //!   rowid of `ids_hot` its ids are merged up to; the rows every slice is past are deleted.
 //!   An id is always in exactly one of the two, so idempotence holds across a merge, a
 //!   restart, or a crash halfway through one; a group that fails takes its ids out of the
@@ -287,14 +287,28 @@ impl Default for SqliteOptions {
     }
 }
 
-/// The number of hot ids at which a merge is due, with `cold` ids in the cold table:
-/// `max(at, sqrt(cold * at) / 4)`, at the default `at` `sqrt(cold * 4096)`. (Chosen for
-/// schema 6, whose hot table cost every commit its leaves; since schema 7 the hot ids cost a
-/// commit nothing but their row, and memory, about 40 bytes each, and a merge rewrites the
-/// slice's cold leaves, so per event the merges cost about `cold / hot` page writes.) The
-/// hot ids grow with the square root of the log, never below `at`.
+/// A large log's merges move at least one hot id per this many cold ids
+/// ([`merge_threshold`]).
+const COLD_PER_HOT: u64 = 8;
+/// ... until the hot ids number this many: 3/4 of 2^18, so that with a group's ids on top
+/// (the merge runs after the group) they stay within the 7/8 of 2^18 that a map of 2^18
+/// buckets holds (about 8.6 MiB: 33 bytes a bucket).
+const HOT_IDS_CAP: u64 = 196_608;
+
+/// The number of hot ids at which a merge is due, with `cold` ids in the cold table: at
+/// least `at`, at least `cold / COLD_PER_HOT` up to `HOT_IDS_CAP` hot ids, and at least
+/// `sqrt(cold * at) / 4` (which passes the cap at about 13 M cold ids with the default `at`).
+///
+/// A merge of a slice rewrites that slice's cold leaves to move its hot ids, so per id moved
+/// it writes about `cold / hot` rows of the cold table (and the checkpointer copies them
+/// again): with 2 M ids stored and the square root alone (90 k hot ids), 22 rows, most of
+/// the writer's time and of the WAL (BENCHMARKS.md, the store section). The hot ids cost a
+/// commit nothing but their row of `ids_hot`, and memory, 33 bytes a bucket of their map
+/// (38–75 bytes an id), so the log's size buys them up to the cap: 8 rows per id moved up
+/// to 1.6 M stored ids, then growing with the log again.
 fn merge_threshold(at: u64, cold: u64) -> u64 {
-    at.max(cold.saturating_mul(at).isqrt() / 4)
+    let linear = (cold / COLD_PER_HOT).min(HOT_IDS_CAP);
+    at.max(linear).max(cold.saturating_mul(at).isqrt() / 4)
 }
 
 /// The embedded SQLite store. See the module docs for its shape; share it as `Arc<dyn Store>`.
@@ -871,7 +885,7 @@ impl IdIndex {
         if stored_bits != bits {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             // Every slice past every row: all of them merged, the table emptied.
-            cold = merge_slice(&tx, &hot, cold, None, &vec![i64::MAX; 1 << bits])?;
+            cold = merge_slice(&tx, &hot, cold, None, &vec![i64::MAX; 1 << bits])?.0;
             tx.commit()?;
             hot.clear();
             marks = vec![0; 1 << bits];
@@ -923,14 +937,14 @@ fn slice_range(s: usize, bits: u32) -> (u128, Option<u128>) {
 /// Inside `tx`: moves the hot ids of slice `only` (every slice if `None`) into `ids_cold` in
 /// id order, records `marks` (the slices' new marks) and deletes the rows of `ids_hot` that
 /// every slice is past (all of them, marks reset to 0, once each slice is past its last
-/// row). Returns the cold count.
+/// row). Returns the cold count and the ids moved, in id order.
 fn merge_slice(
     tx: &Connection,
     hot: &HotIds,
     cold: u64,
     only: Option<(usize, u32)>,
     marks: &[i64],
-) -> Result<u64, StoreError> {
+) -> Result<(u64, Vec<u128>), StoreError> {
     let mut moving: Vec<(u128, u32, u64)> = (hot.ids.iter())
         .filter(|(&key, _)| only.is_none_or(|(s, bits)| slice_of(key, bits) == s))
         .map(|(&key, &(session, seq))| (key, session, seq))
@@ -967,7 +981,7 @@ fn merge_slice(
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         params![cold.to_string(), text.join(" ")],
     )?;
-    Ok(cold)
+    Ok((cold, moving.into_iter().map(|m| m.0).collect()))
 }
 
 /// When the writer frees the caches: once a whole [`IDLE_RELEASE`] passed with the store's
@@ -1177,11 +1191,7 @@ impl Writer {
                 }
                 // Freeing ten thousand events is the dropper's work, not the writer's.
                 let _ = self.trash.send((evicted, spent));
-                // The group that filled the hot id table is answered after its merge.
                 self.ids.hot.added.clear();
-                if self.ids.due() {
-                    self.merge_ids();
-                }
                 for (reply, result) in replies.into_iter().zip(results) {
                     // A caller that stopped waiting still had its request committed.
                     let _ = reply.send(result);
@@ -1192,6 +1202,11 @@ impl Writer {
                         session_id,
                         latest_sequence,
                     });
+                }
+                // The group that filled the hot ids is answered before their merge, so its
+                // callers make their next appends while it runs; the next group waits for it.
+                if self.ids.due() {
+                    self.merge_ids();
                 }
                 self.after_commit(bytes);
             }
@@ -1255,7 +1270,7 @@ impl Writer {
     fn merge_ids(&mut self) {
         let ids = &self.ids;
         let (slice, bits) = (ids.next, ids.bits);
-        let merged = (|| -> Result<(u64, Vec<i64>), StoreError> {
+        let merged = (|| -> Result<(u64, Vec<i64>, Vec<u128>), StoreError> {
             let tx = self
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -1265,21 +1280,17 @@ impl Writer {
                 })?;
             let mut marks: Vec<i64> = ids.slices.iter().map(|s| s.merged).collect();
             marks[slice] = last;
-            let cold = merge_slice(&tx, &ids.hot, ids.cold, Some((slice, bits)), &marks)?;
+            let (cold, moved) = merge_slice(&tx, &ids.hot, ids.cold, Some((slice, bits)), &marks)?;
             let marks =
                 tx.query_row("SELECT value FROM meta WHERE key = 'ids_merged'", [], |r| {
                     r.get::<_, String>(0)
                 })?;
             tx.commit()?;
             let marks = marks.split(' ').map(|m| m.parse().unwrap_or(0)).collect();
-            Ok((cold, marks))
+            Ok((cold, marks, moved))
         })();
         match merged {
-            Ok((cold, marks)) => {
-                let moved: Vec<u128> = (self.ids.hot.ids.keys())
-                    .copied()
-                    .filter(|&key| slice_of(key, bits) == slice)
-                    .collect();
+            Ok((cold, marks, moved)) => {
                 for key in &moved {
                     self.ids.hot.ids.remove(key);
                 }
@@ -2191,7 +2202,32 @@ impl Store for SqliteStore {
 
 #[cfg(test)]
 mod tests {
-    use super::Idle;
+    use super::*;
+
+    /// The hot ids grow with the log: at least `at`, an eighth of the cold ids up to the cap,
+    /// and the square root past it.
+    #[test]
+    fn merges_wait_for_more_hot_ids_as_the_log_grows_up_to_a_cap() {
+        let at = MERGE_IDS_AT;
+        let due: Vec<(u64, u64)> = [0, 100_000, 524_288, 1_000_000, 2_000_000, 20_000_000]
+            .into_iter()
+            .map(|cold| (cold, merge_threshold(at, cold)))
+            .collect();
+        assert_eq!(
+            due,
+            [
+                (0, 65_536),
+                (100_000, 65_536),
+                (524_288, 65_536),
+                (1_000_000, 125_000),
+                (2_000_000, HOT_IDS_CAP),
+                (20_000_000, 286_216),
+            ]
+        );
+        // Tests merge at a handful of ids while the log is small.
+        assert_eq!(merge_threshold(4, 39), 4);
+        assert_eq!(merge_threshold(4, 40), 5);
+    }
 
     #[test]
     fn the_caches_are_freed_once_per_quiet_spell_after_a_whole_quiet_tick() {
