@@ -8,7 +8,8 @@
 //! long session's first), right after the replay, and once idle again; prints them, what the
 //! RSS is made of (/proc/PID/smaps_rollup), and `BENCH` lines (see scripts/bench).
 //! `MEMORY_BENCH_HOLD=SECS` holds the server that long before the replay, to look at it;
-//! `MEMORY_BENCH_SERVER=PATH` measures another build's `agentwire`. Target: RSS ≤ 100 MB with 1M stored events and 100 idle sessions.
+//! `MEMORY_BENCH_SERVER=PATH` measures another build's `agentwire`. Target: RSS ≤ 100 MB
+//! with 1M stored events and 100 idle sessions.
 //!
 //! Run: `cargo bench --bench memory` (`-- --quick`: 200k events; `-- --events N`, `-- --sessions
 //! N`).
