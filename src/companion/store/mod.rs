@@ -368,6 +368,44 @@ impl std::hash::Hasher for IdHasher {
 }
 
 /// Decodes a stored body; the row's sequence is authoritative. Never panics.
+/// Adds to `events` the events of one stored row (sequences `first..=last`, a line of `body`
+/// each) that `query` keeps: in its range, at or after its time, of its type and run, up to
+/// its limit. Both stores' reads end here for each row its summary did not rule out.
+fn push_row_events(
+    events: &mut Vec<Event>,
+    session_id: &str,
+    query: &EventQuery,
+    (first, last): (u64, u64),
+    body: &str,
+) -> Result<(), StoreError> {
+    let after = query.after.unwrap_or(0);
+    let before = query.before.unwrap_or(u64::MAX);
+    let limit = query.limit.unwrap_or(usize::MAX);
+    let since = query.since.map(Timestamp::unix_millis);
+    let mut lines = body.split('\n');
+    for seq in first..=last {
+        if seq >= before || events.len() >= limit {
+            break;
+        }
+        let line = lines.next().ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "session {session_id:?} seq {seq}: missing from its row"
+            ))
+        })?;
+        if seq <= after {
+            continue;
+        }
+        let event = decode(session_id, seq as i64, line)?;
+        let keep = since.is_none_or(|since| event.timestamp().unix_millis() >= since)
+            && query.kind.is_none_or(|k| event.kind() == k)
+            && (query.run_id.as_deref()).is_none_or(|r| event.run_id() == Some(r));
+        if keep {
+            events.push(event);
+        }
+    }
+    Ok(())
+}
+
 fn decode(session_id: &str, seq: i64, body: &str) -> Result<Event, StoreError> {
     let corrupt =
         |why: String| StoreError::Corrupt(format!("session {session_id:?} seq {seq}: {why}"));

@@ -80,9 +80,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Statement};
 
 use super::{
-    checkpoint_row, contiguous_items, decode, missing_item, new_epoch, Appended, BuildIdHasher,
-    Committed, EventQuery, SessionRecord, SessionState, Store, StoreError, StoredProjection,
-    Summary,
+    checkpoint_row, contiguous_items, decode, missing_item, new_epoch, push_row_events, Appended,
+    BuildIdHasher, Committed, EventQuery, SessionRecord, SessionState, Store, StoreError,
+    StoredProjection, Summary,
 };
 use crate::core::event::Event;
 use crate::core::json::ToJson;
@@ -1633,7 +1633,6 @@ async fn read_events(
     let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let mut cursor = clamp(query.after.unwrap_or(0));
     let after = query.after.unwrap_or(0);
-    let before = query.before.unwrap_or(u64::MAX);
     let limit = query.limit.unwrap_or(usize::MAX);
     let since = query.since.map(Timestamp::unix_millis);
     let kind = query.kind.map(|k| k.as_str());
@@ -1700,25 +1699,7 @@ async fn read_events(
                 .filter(|&f| f >= 1 && i64::try_from(f).is_ok_and(|f| f <= last))
                 .ok_or_else(|| corrupt(last, "its row starts at a bad sequence"))?;
             let body: &str = row.try_get(2)?;
-            let mut lines = body.split('\n');
-            for seq in first..=last as u64 {
-                if seq >= before || events.len() >= limit {
-                    break;
-                }
-                let line = lines
-                    .next()
-                    .ok_or_else(|| corrupt(seq as i64, "missing from its row"))?;
-                if seq <= after {
-                    continue;
-                }
-                let event = decode(session_id, seq as i64, line)?;
-                let keep = since.is_none_or(|since| event.timestamp().unix_millis() >= since)
-                    && query.kind.is_none_or(|k| event.kind() == k)
-                    && (query.run_id.as_deref()).is_none_or(|r| event.run_id() == Some(r));
-                if keep {
-                    events.push(event);
-                }
-            }
+            push_row_events(&mut events, session_id, query, (first, last as u64), body)?;
         }
         // Another page only if this one was full and the limit is not reached yet.
         let full = page.is_some_and(|page| rows.len() as i64 >= page);

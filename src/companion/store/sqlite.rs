@@ -76,9 +76,9 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use super::{
-    checkpoint_row, contiguous_items, decode, missing_item, new_epoch, Appended, BuildIdHasher,
-    Committed, EventQuery, SessionRecord, SessionState, Store, StoreError, StoredProjection,
-    Summary,
+    checkpoint_row, contiguous_items, decode, missing_item, new_epoch, push_row_events, Appended,
+    BuildIdHasher, Committed, EventQuery, SessionRecord, SessionState, Store, StoreError,
+    StoredProjection, Summary,
 };
 use crate::core::event::Event;
 use crate::core::json::ToJson;
@@ -1937,25 +1937,7 @@ fn read_events(
             .get_ref(5)?
             .as_str()
             .map_err(|_| corrupt(last, "body is not text"))?;
-        let mut lines = body.split('\n');
-        for seq in first..=last as u64 {
-            if seq >= before || events.len() >= limit {
-                break;
-            }
-            let line = lines
-                .next()
-                .ok_or_else(|| corrupt(seq as i64, "missing from its row"))?;
-            if seq <= after {
-                continue;
-            }
-            let event = decode(session_id, seq as i64, line)?;
-            let keep = since.is_none_or(|since| event.timestamp().unix_millis() >= since)
-                && query.kind.is_none_or(|k| event.kind() == k)
-                && (query.run_id.as_deref()).is_none_or(|r| event.run_id() == Some(r));
-            if keep {
-                events.push(event);
-            }
-        }
+        push_row_events(&mut events, session_id, query, (first, last as u64), body)?;
     }
     drop(rows);
     if events.is_empty() && !session_exists(conn, session_id)? {
