@@ -2355,19 +2355,18 @@ async fn concurrent_saves_of_one_session_leave_one_of_them_whole() {
     eprintln!("winners: {winners:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_3_postgres_log_is_migrated_keeping_its_events_and_epoch() {
-    let url = postgres::fresh_database().await;
-    let raw = postgres::connect(&url).await;
-    raw.batch_execute(
+/// The tables a PostgreSQL log had from schema 3 on (a row per event, text ids), as `version`
+/// with `epoch`: each old-schema test adds what its version had beside them.
+fn postgres_schema_3_tables(version: i32, epoch: &str) -> String {
+    format!(
         "CREATE SCHEMA agentwire;
          CREATE TABLE agentwire.schema_version (
              only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
              version  integer NOT NULL
          );
-         INSERT INTO agentwire.schema_version (version) VALUES (3);
+         INSERT INTO agentwire.schema_version (version) VALUES ({version});
          CREATE TABLE agentwire.meta (key text PRIMARY KEY, value text NOT NULL);
-         INSERT INTO agentwire.meta VALUES ('epoch', 'fedcba9876543210fedcba9876543210');
+         INSERT INTO agentwire.meta VALUES ('epoch', '{epoch}');
          CREATE TABLE agentwire.sessions (
              id text PRIMARY KEY, ord bigint GENERATED ALWAYS AS IDENTITY,
              provider text NOT NULL, cwd text NOT NULL, state text NOT NULL,
@@ -2380,12 +2379,22 @@ async fn a_version_3_postgres_log_is_migrated_keeping_its_events_and_epoch() {
              seq bigint NOT NULL CHECK (seq >= 1), id text NOT NULL UNIQUE, run_id text,
              type text NOT NULL, timestamp_ms bigint NOT NULL, body text NOT NULL,
              PRIMARY KEY (session_id, seq)
-         );
+         );"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_3_postgres_log_is_migrated_keeping_its_events_and_epoch() {
+    let url = postgres::fresh_database().await;
+    let raw = postgres::connect(&url).await;
+    raw.batch_execute(&format!(
+        "{}
          CREATE TABLE agentwire.nodes (name text PRIMARY KEY, seen_at bigint NOT NULL);
          INSERT INTO agentwire.sessions (id, provider, cwd, state, created_at, updated_at,
                                          latest_seq, node)
              VALUES ('a', 'demo', '/tmp', 'closed', 1, 1, 1, 'local');",
-    )
+        postgres_schema_3_tables(3, "fedcba9876543210fedcba9876543210"),
+    ))
     .await
     .unwrap();
     let old = ev("a", "1").with_sequence(1);
@@ -2554,28 +2563,8 @@ async fn appends_split_over_postgres_rows_read_back_by_every_range_and_filter() 
 async fn a_version_4_postgres_log_is_migrated_keeping_its_events_and_ids() {
     let url = postgres::fresh_database().await;
     let raw = postgres::connect(&url).await;
-    raw.batch_execute(
-        "CREATE SCHEMA agentwire;
-         CREATE TABLE agentwire.schema_version (
-             only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
-             version  integer NOT NULL
-         );
-         INSERT INTO agentwire.schema_version (version) VALUES (4);
-         CREATE TABLE agentwire.meta (key text PRIMARY KEY, value text NOT NULL);
-         INSERT INTO agentwire.meta VALUES ('epoch', '0123456789abcdef0123456789abcdef');
-         CREATE TABLE agentwire.sessions (
-             id text PRIMARY KEY, ord bigint GENERATED ALWAYS AS IDENTITY,
-             provider text NOT NULL, cwd text NOT NULL, state text NOT NULL,
-             provider_session_id text, created_at bigint NOT NULL, updated_at bigint NOT NULL,
-             latest_seq bigint NOT NULL DEFAULT 0 CHECK (latest_seq >= 0),
-             node text NOT NULL DEFAULT ''
-         );
-         CREATE TABLE agentwire.events (
-             session_id text NOT NULL REFERENCES agentwire.sessions (id),
-             seq bigint NOT NULL CHECK (seq >= 1), id text NOT NULL UNIQUE, run_id text,
-             type text NOT NULL, timestamp_ms bigint NOT NULL, body text NOT NULL,
-             PRIMARY KEY (session_id, seq)
-         );
+    raw.batch_execute(&format!(
+        "{}
          CREATE INDEX events_by_run  ON agentwire.events (session_id, run_id, seq);
          CREATE INDEX events_by_type ON agentwire.events (session_id, type, seq);
          CREATE INDEX events_by_time ON agentwire.events (session_id, timestamp_ms);
@@ -2594,7 +2583,8 @@ async fn a_version_4_postgres_log_is_migrated_keeping_its_events_and_ids() {
                                          latest_seq, node)
              VALUES ('a', 'demo', '/tmp', 'closed', 1, 1, 3, 'local'),
                     ('b', 'demo', '/tmp', 'closed', 2, 2, 1, 'local');",
-    )
+        postgres_schema_3_tables(4, "0123456789abcdef0123456789abcdef"),
+    ))
     .await
     .unwrap();
     let old = [
