@@ -1599,6 +1599,31 @@ fn split_batches() -> Vec<Vec<Event>> {
     vec![a, b, c, d, e]
 }
 
+/// Appends [`split_batches`] to `session`, one append per batch; the events stored, in order.
+async fn append_split_batches(store: &dyn Store, session: &str) -> Vec<Event> {
+    let mut log: Vec<Event> = Vec::new();
+    for batch in split_batches() {
+        for appended in store.append(session, batch).await.unwrap() {
+            if !appended.duplicate {
+                log.push(appended.event);
+            }
+        }
+    }
+    log
+}
+
+/// Every id of [`split_batches`] appended again to `session` is found stored, as the event
+/// `log` holds, wherever its row is.
+async fn assert_every_id_found_stored(store: &dyn Store, session: &str, log: &[Event]) {
+    let again: Vec<Event> = split_batches().concat();
+    let appended = store.append(session, again).await.unwrap();
+    assert!(appended.iter().all(|a| a.duplicate));
+    let mut found: Vec<Event> = appended.into_iter().map(|a| a.event).collect();
+    found.sort_by_key(Event::sequence);
+    found.dedup();
+    assert_eq!(found, log);
+}
+
 /// Every range and filter of `get_events` over the rows `split_batches` made, against the
 /// same filter applied to the whole log in memory, on the store given.
 async fn check_every_range(store: &dyn Store, log: &[Event]) {
@@ -1691,14 +1716,7 @@ async fn appends_split_over_rows_read_back_by_every_range_and_filter() {
     let path = dir.path().join("log.db");
     let store = open_merging_at(&path, 4);
     store.create_session(session("r", 1)).await.unwrap();
-    let mut log: Vec<Event> = Vec::new();
-    for batch in split_batches() {
-        for appended in store.append("r", batch).await.unwrap() {
-            if !appended.duplicate {
-                log.push(appended.event);
-            }
-        }
-    }
+    let log = append_split_batches(&*store, "r").await;
     assert_eq!(seqs(&log), (1..=15).collect::<Vec<_>>());
     let rows: i64 = rusqlite::Connection::open(&path)
         .unwrap()
@@ -1711,14 +1729,7 @@ async fn appends_split_over_rows_read_back_by_every_range_and_filter() {
 
     let store = open_merging_at(&path, 65_536);
     check_every_range(&*store, &log).await;
-    // Every id is found stored, wherever its row is.
-    let again: Vec<Event> = split_batches().concat();
-    let appended = store.append("r", again).await.unwrap();
-    assert!(appended.iter().all(|a| a.duplicate));
-    let mut found: Vec<Event> = appended.into_iter().map(|a| a.event).collect();
-    found.sort_by_key(Event::sequence);
-    found.dedup();
-    assert_eq!(found, log);
+    assert_every_id_found_stored(&*store, "r", &log).await;
     assert!(matches!(
         store.get_events("nope", &EventQuery::default()).await,
         Err(StoreError::UnknownSession(_))
@@ -2514,14 +2525,7 @@ async fn appends_split_over_postgres_rows_read_back_by_every_range_and_filter() 
     let url = postgres::fresh_database().await;
     let store = open_postgres(&url).await;
     store.create_session(session("r", 1)).await.unwrap();
-    let mut log: Vec<Event> = Vec::new();
-    for batch in split_batches() {
-        for appended in store.append("r", batch).await.unwrap() {
-            if !appended.duplicate {
-                log.push(appended.event);
-            }
-        }
-    }
+    let log = append_split_batches(&*store, "r").await;
     assert_eq!(seqs(&log), (1..=15).collect::<Vec<_>>());
     let raw = postgres::connect(&url).await;
     let rows: i64 = raw
@@ -2534,13 +2538,7 @@ async fn appends_split_over_postgres_rows_read_back_by_every_range_and_filter() 
 
     let other = open_postgres(&url).await;
     check_every_range(&*other, &log).await;
-    let again: Vec<Event> = split_batches().concat();
-    let appended = other.append("r", again).await.unwrap();
-    assert!(appended.iter().all(|a| a.duplicate));
-    let mut found: Vec<Event> = appended.into_iter().map(|a| a.event).collect();
-    found.sort_by_key(Event::sequence);
-    found.dedup();
-    assert_eq!(found, log);
+    assert_every_id_found_stored(&*other, "r", &log).await;
     // A batch of stored and new ids, in one group: the new ones only, numbered on.
     let mixed = vec![log[3].clone(), ev("r", "new"), log[14].clone()];
     let appended = store.append("r", mixed).await.unwrap();
