@@ -2394,6 +2394,33 @@ fn postgres_schema_3_tables(version: i32, epoch: &str) -> String {
     )
 }
 
+/// Writes `event` into the events table of [`postgres_schema_3_tables`], as schemas 3 and 4
+/// stored it (a run id with a NUL as the text column holds it).
+async fn insert_postgres_schema_3_event(raw: &tokio_postgres::Client, event: &Event) {
+    raw.execute(
+        "INSERT INTO agentwire.events VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            &event.session_id(),
+            &(event.sequence() as i64),
+            &event.id().as_str(),
+            &event.run_id().map(|r| r.replace('\0', "\u{FFFD}")),
+            &event.kind().as_str(),
+            &event.timestamp().unix_millis(),
+            &event.to_json(),
+        ],
+    )
+    .await
+    .unwrap();
+}
+
+/// The schema version a PostgreSQL log records.
+async fn postgres_schema_version(raw: &tokio_postgres::Client) -> i32 {
+    raw.query_one("SELECT version FROM agentwire.schema_version", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_3_postgres_log_is_migrated_keeping_its_events_and_epoch() {
     let url = postgres::fresh_database().await;
@@ -2409,17 +2436,7 @@ async fn a_version_3_postgres_log_is_migrated_keeping_its_events_and_epoch() {
     .await
     .unwrap();
     let old = ev("a", "1").with_sequence(1);
-    raw.execute(
-        "INSERT INTO agentwire.events VALUES ('a', 1, $1, NULL, $2, $3, $4)",
-        &[
-            &old.id().as_str(),
-            &old.kind().as_str(),
-            &old.timestamp().unix_millis(),
-            &old.to_json(),
-        ],
-    )
-    .await
-    .unwrap();
+    insert_postgres_schema_3_event(&raw, &old).await;
 
     let store = open_postgres(&url).await;
     assert_eq!(PostgresStore::SCHEMA_VERSION, 5);
@@ -2434,11 +2451,7 @@ async fn a_version_3_postgres_log_is_migrated_keeping_its_events_and_epoch() {
         .await
         .unwrap();
     assert_eq!(store.load_projection("a", 1).await.unwrap(), Some(saved));
-    let version: i32 = raw
-        .query_one("SELECT version FROM agentwire.schema_version", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let version = postgres_schema_version(&raw).await;
     assert_eq!(version, 5);
 }
 
@@ -2456,11 +2469,7 @@ async fn companions_starting_together_migrate_once_and_a_newer_schema_is_refused
     drop((a, b));
 
     let raw = postgres::connect(&url).await;
-    let version: i32 = raw
-        .query_one("SELECT version FROM agentwire.schema_version", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let version = postgres_schema_version(&raw).await;
     assert_eq!(version, PostgresStore::SCHEMA_VERSION);
     raw.execute(
         "UPDATE agentwire.schema_version SET version = $1",
@@ -2592,29 +2601,12 @@ async fn a_version_4_postgres_log_is_migrated_keeping_its_events_and_ids() {
         event_with_id("b", "b1", EventType::ToolCallStarted, Some("r\0x"), 5).with_sequence(1),
     ];
     for e in &old {
-        raw.execute(
-            "INSERT INTO agentwire.events VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            &[
-                &e.session_id(),
-                &(e.sequence() as i64),
-                &e.id().as_str(),
-                &e.run_id().map(|r| r.replace('\0', "\u{FFFD}")),
-                &e.kind().as_str(),
-                &e.timestamp().unix_millis(),
-                &e.to_json(),
-            ],
-        )
-        .await
-        .unwrap();
+        insert_postgres_schema_3_event(&raw, e).await;
     }
 
     let store = open_postgres(&url).await;
     assert_eq!(store.epoch(), "0123456789abcdef0123456789abcdef");
-    let version: i32 = raw
-        .query_one("SELECT version FROM agentwire.schema_version", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let version = postgres_schema_version(&raw).await;
     assert_eq!(version, PostgresStore::SCHEMA_VERSION);
     let all = EventQuery::default();
     assert_eq!(store.get_events("a", &all).await.unwrap(), old[..3]);
