@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::event::Provider;
+use super::json::{write_str, JsonObject, ObjectWriter, ToJson};
 
 vocabulary! {
     /// What caused a failure: the closed vocabulary of `provider_error.kind`.
@@ -376,6 +377,63 @@ impl ProviderError {
         }
         data
     }
+
+    /// The same `data` as [`ProviderError::to_data`] with `fields` inserted (none of its own
+    /// keys) and then `details` added by [`add_details`], written as its text with no map: for
+    /// the failure events a normalizer makes.
+    pub fn data_object(
+        &self,
+        fields: &[(&str, &dyn ToJson)],
+        details: Option<Value>,
+    ) -> JsonObject {
+        let details = match (&self.provider_kind, details) {
+            (None, details) => details,
+            (Some(own), details) => {
+                let mut merged = Map::from_iter([("kind".to_owned(), Value::from(own.as_str()))]);
+                if let Some(Value::Object(more)) = details {
+                    merged.extend(more);
+                }
+                Some(Value::Object(merged))
+            }
+        };
+        let mapped = AsMapped(self);
+        let mut all: Vec<(&str, &dyn ToJson)> = Vec::with_capacity(fields.len() + 3);
+        if let Some(details) = &details {
+            all.push(("details", details));
+        }
+        all.push(("error_message", &self.message));
+        all.push(("provider_error", &mapped));
+        all.extend_from_slice(fields);
+        all.sort_by_key(|&(key, _)| key);
+        let capacity = 160 + 2 * self.message.len() + self.stderr.as_ref().map_or(0, String::len);
+        all.into_iter()
+            .fold(ObjectWriter::with_capacity(capacity), |w, (key, value)| {
+                w.field(key, value)
+            })
+            .finish()
+    }
+}
+
+/// A [`ProviderError`] written as the `Value` of it is (`json!`): its fields in key order.
+struct AsMapped<'a>(&'a ProviderError);
+
+impl ToJson for AsMapped<'_> {
+    fn write_json(&self, out: &mut String) {
+        let e = self.0;
+        out.push_str("{\"exit_code\":");
+        e.exit_code.map(i64::from).write_json(out);
+        out.push_str(",\"kind\":");
+        write_str(out, e.kind.as_str());
+        out.push_str(",\"message\":");
+        write_str(out, &e.message);
+        out.push_str(",\"provider\":");
+        write_str(out, e.provider.as_str());
+        out.push_str(",\"stderr\":");
+        e.stderr.write_json(out);
+        out.push_str(",\"truncated\":");
+        e.truncated.write_json(out);
+        out.push('}');
+    }
 }
 
 /// Merges the fields of `details` (an object) into `data.details`, creating it; anything
@@ -623,6 +681,44 @@ pub(crate) mod tests {
             data["details"],
             json!({"kind": "turn_failed", "codex_error_info": null})
         );
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn data_object_writes_what_to_data_and_add_details_make() {
+        let stderr = "boom \"quoted\"\n\u{1}".repeat(3);
+        let errors = [
+            ProviderError::from_provider(Provider::Codex, "turn_failed", None, "x"),
+            ProviderError::from_provider(Provider::Gemini, "", Some(429), "slow \u{e9}"),
+            ProviderError::new(Provider::Claude, ErrorKind::ProcessExit, "exit").with_process(
+                Some(-9),
+                &stderr,
+                StderrLimits::default(),
+            ),
+        ];
+        let details = [
+            None,
+            Some(json!({"codex_error_info": null, "kind": "mine"})),
+            Some(json!("not an object")),
+        ];
+        let mut checked = 0;
+        for error in &errors {
+            for details in &details {
+                let mut want = error.to_data();
+                want.insert("severity".into(), json!("warning"));
+                want.insert("duration_ms".into(), json!(12));
+                if let Some(d) = details.clone() {
+                    add_details(&mut want, d);
+                }
+                let got = error.data_object(
+                    &[("duration_ms", &12u64), ("severity", &"warning")],
+                    details.clone(),
+                );
+                assert_eq!(got.forms(), (true, false), "written as text");
+                assert_eq!(got.text(), crate::core::json::to_json(&want), "{error:?}");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 9);
     }
 
     #[wasm_bindgen_test(unsupported = test)]

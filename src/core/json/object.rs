@@ -25,7 +25,8 @@ pub struct JsonObject(Option<Arc<Forms>>);
 
 /// At least one of the two is set, and both say the same.
 struct Forms {
-    text: OnceLock<Box<str>>,
+    /// A writer's text keeps its buffer when little of it is spare ([`kept_text`]).
+    text: OnceLock<String>,
     map: OnceLock<Map<String, Value>>,
 }
 
@@ -67,9 +68,9 @@ impl JsonObject {
     }
 
     /// `text`, known to be canonical and an object.
-    fn from_canonical(text: impl Into<Box<str>>) -> JsonObject {
-        let text = text.into();
-        if &*text == "{}" {
+    fn from_canonical(text: impl Into<String>) -> JsonObject {
+        let text = kept_text(text.into());
+        if text == "{}" {
             return JsonObject(None);
         }
         JsonObject(Some(Arc::new(Forms {
@@ -87,7 +88,7 @@ impl JsonObject {
             let map = forms.map.get().expect("an object holds one of its forms");
             let mut text = String::with_capacity(64);
             write_map(&mut text, map);
-            text.into_boxed_str()
+            kept_text(text)
         })
     }
 
@@ -147,6 +148,15 @@ impl super::ToJson for JsonObject {
     fn write_json(&self, out: &mut String) {
         out.push_str(self.text());
     }
+}
+
+/// `text` as an object keeps it: its buffer as it is unless more than a quarter of it (and
+/// 16 bytes) is spare, which a shrink would only move to another allocation.
+fn kept_text(mut text: String) -> String {
+    if text.capacity() - text.len() > text.len() / 4 + 16 {
+        text.shrink_to_fit();
+    }
+    text
 }
 
 /// Writes a [`JsonObject`] as its text, field after field, with no map: for the events a

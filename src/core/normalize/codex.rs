@@ -38,6 +38,8 @@
 //! `message_received`, both before the run terminal; at end of input only the streamed text
 //! is closed (the run stays open for the lifecycle projection).
 
+use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -49,7 +51,7 @@ use super::{merged_data, text_data, tool_started_data};
 use super::{Decoder, Out};
 use crate::core::event::EventType;
 use crate::core::json::{JsonObject, ObjectWriter, ToJson};
-use crate::core::provider_error::{add_details, ProviderError};
+use crate::core::provider_error::ProviderError;
 
 /// Decoder state for `codex exec --json`.
 #[derive(Default)]
@@ -79,7 +81,7 @@ impl Decoder for Codex {
                     .unwrap_or("turn failed");
                 let data =
                     ProviderError::from_provider(out.provider(), "turn_failed", None, message)
-                        .to_data();
+                        .data_object(&[], None);
                 self.turn.ensure_run(out);
                 self.turn.end_run(out, EventType::RunFailed, data);
             }
@@ -153,7 +155,7 @@ impl Decoder for Codex {
             }
             "turn.completed" => {
                 out.set_timestamp(line.timestamp);
-                self.turn_completed(line.usage.as_ref(), out);
+                self.turn_completed(line.usage.as_deref(), out);
                 return true;
             }
             "item.started" => Phase::Started,
@@ -194,8 +196,9 @@ struct Line<'a> {
     timestamp: Stamp,
     #[serde(default, borrow)]
     thread_id: Option<Str<'a>>,
+    /// Boxed: it is large, and the line is moved a few times as it is read.
     #[serde(default, deserialize_with = "present")]
-    usage: Option<Value>,
+    usage: Option<Box<UsageRead>>,
     #[serde(default, borrow)]
     item: Option<ItemRead<'a>>,
 }
@@ -211,7 +214,7 @@ enum ItemRead<'a> {
         text: Option<Str<'a>>,
         phase: Option<Value>,
     },
-    Other(ItemFields),
+    Other(ItemFields<'a>),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -294,7 +297,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for ItemRead<'a> {
             let mut fields = ItemFields::new();
             for (slot, v) in [(0, id), (1, ty)] {
                 if let Some(v) = v {
-                    fields.set(slot, Value::String(v.0.into_owned()));
+                    fields.set(slot, Field::Str(v, OnceCell::new()));
                 }
             }
             while let Some(k) = key {
@@ -321,10 +324,15 @@ enum Phase {
 
 impl Codex {
     fn thread_started(&mut self, id: &str, out: &mut Out<'_>) {
-        out.emit(
+        let data = ObjectWriter::with_capacity(26 + id.len())
+            .field("provider_session_id", id)
+            .finish();
+        out.emit_object(
             EventType::SessionStarted,
             None,
-            json!({ "provider_session_id": id }),
+            data,
+            None,
+            JsonObject::new(),
         );
     }
 
@@ -333,12 +341,14 @@ impl Codex {
         self.turn.open_run(out, Map::new());
     }
 
-    fn turn_completed(&mut self, usage: Option<&Value>, out: &mut Out<'_>) {
+    fn turn_completed<F: Fields + ?Sized>(&mut self, usage: Option<&F>, out: &mut Out<'_>) {
         let run = self.turn.ensure_run(out);
-        if let Some(usage) = usage.and_then(usage_data) {
-            out.emit(EventType::TokenUsageUpdated, Some(&run), usage);
+        if let Some(usage) = usage.and_then(usage_object) {
+            let kind = EventType::TokenUsageUpdated;
+            out.emit_object(kind, Some(&run), usage, None, JsonObject::new());
         }
-        self.turn.end_run(out, EventType::RunCompleted, Map::new());
+        self.turn
+            .end_run(out, EventType::RunCompleted, JsonObject::new());
     }
 
     fn item(&mut self, phase: Phase, item: Option<&Value>, out: &mut Out<'_>) {
@@ -371,25 +381,17 @@ impl Codex {
         match (ty, phase) {
             ("todo_list", _) => {
                 let run = self.turn.ensure_run(out);
-                let items: Vec<Value> = item
-                    .get("items")
-                    .and_then(Value::as_array)
-                    .map(|list| {
-                        list.iter()
-                            .map(|t| {
-                                let done = t.get("completed").and_then(Value::as_bool);
-                                json!({
-                                    "text": str_field(t, "text").unwrap_or(""),
-                                    "status": if done == Some(true) { "completed" } else { "pending" },
-                                })
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                out.emit(
+                let list = item.get("items").and_then(Value::as_array);
+                let items = TodoItems(list.map_or(&[], Vec::as_slice));
+                let data = ObjectWriter::with_capacity(256)
+                    .field("items", &items)
+                    .finish();
+                out.emit_object(
                     EventType::TodoUpdated,
                     Some(&run),
-                    json!({ "items": items }),
+                    data,
+                    None,
+                    JsonObject::new(),
                 );
             }
             ("error", _) => {
@@ -406,6 +408,30 @@ impl Codex {
             }
             (other, _) => out.unknown(format_args!("item type {other:?}")),
         }
+    }
+}
+
+/// The `items` of `todo_updated`, from a `todo_list` item's: each `{status, text}`, the status
+/// `completed` when the item says so, else `pending`.
+struct TodoItems<'a>(&'a [Value]);
+
+impl ToJson for TodoItems<'_> {
+    fn write_json(&self, out: &mut String) {
+        out.push('[');
+        for (i, todo) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let done = todo.get("completed").and_then(Value::as_bool) == Some(true);
+            out.push_str(if done {
+                "{\"status\":\"completed\",\"text\":"
+            } else {
+                "{\"status\":\"pending\",\"text\":"
+            });
+            str_field(todo, "text").unwrap_or("").write_json(out);
+            out.push('}');
+        }
+        out.push(']');
     }
 }
 
@@ -472,6 +498,16 @@ pub(super) trait Fields {
             .filter(|x| !x.is_null())
             .or_else(|| self.get(camel).filter(|x| !x.is_null()))
     }
+
+    /// [`Fields::either`], when it is a string.
+    fn either_str(&self, snake: &str, camel: &str) -> Option<&str> {
+        self.either(snake, camel).and_then(Value::as_str)
+    }
+
+    /// A copy of a field, if present.
+    fn owned(&self, key: &str) -> Option<Value> {
+        self.get(key).cloned()
+    }
 }
 
 impl Fields for Value {
@@ -480,24 +516,101 @@ impl Fields for Value {
     }
 }
 
-/// A non-text item read typed: the fields [`ItemFields::slot`] lists, each the `Value` serde_json
-/// builds for it (a repeated field keeps the last, as a `Value` map does), the others
+/// A non-text item read typed: the fields [`ItemFields::slot`] lists, each what serde_json
+/// reads for it (a repeated field keeps the last, as a `Value` map does), the others
 /// checked as `Value` would check them ([`Valid`]) and dropped unbuilt. A few fields, looked
 /// up by slot number.
-struct ItemFields {
+struct ItemFields<'a> {
     /// (slot, value), a slot at most once.
-    fields: Vec<(u8, Value)>,
+    fields: Vec<(u8, Field<'a>)>,
 }
 
-impl ItemFields {
-    fn new() -> ItemFields {
+/// One field of [`ItemFields`]: a string, kept borrowed from the line (its `Value` made only
+/// if something asks for one), or the `Value` serde_json builds for anything else.
+enum Field<'a> {
+    Str(Str<'a>, OnceCell<Value>),
+    Value(Value),
+}
+
+impl Field<'_> {
+    fn value(&self) -> &Value {
+        match self {
+            Field::Str(s, value) => value.get_or_init(|| Value::String(s.0.to_string())),
+            Field::Value(value) => value,
+        }
+    }
+
+    /// The field unless it is null (what [`Fields::either`] skips).
+    fn non_null(&self) -> Option<&Self> {
+        (!matches!(self, Field::Value(Value::Null))).then_some(self)
+    }
+
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            Field::Str(s, _) => Some(s),
+            Field::Value(value) => value.as_str(),
+        }
+    }
+}
+
+/// Reads any JSON value as `Value` reads it (the same `deserialize_any`), keeping a string
+/// borrowed.
+impl<'de: 'a, 'a> Deserialize<'de> for Field<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+        use serde::de::{self, MapAccess, SeqAccess, Visitor};
+
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Field<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any valid JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Field<'de>, E> {
+                Ok(Field::Str(Str(Cow::Borrowed(s)), OnceCell::new()))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Field<'de>, E> {
+                Ok(Field::Str(Str(Cow::Owned(s.to_owned())), OnceCell::new()))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Field<'de>, E> {
+                Ok(Field::Str(Str(Cow::Owned(s)), OnceCell::new()))
+            }
+            fn visit_bool<E: de::Error>(self, b: bool) -> Result<Field<'de>, E> {
+                Ok(Field::Value(Value::Bool(b)))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Field<'de>, E> {
+                Ok(Field::Value(Value::from(n)))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Field<'de>, E> {
+                Ok(Field::Value(Value::from(n)))
+            }
+            fn visit_f64<E: de::Error>(self, n: f64) -> Result<Field<'de>, E> {
+                let number = serde_json::Number::from_f64(n);
+                Ok(Field::Value(number.map_or(Value::Null, Value::Number)))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Field<'de>, E> {
+                Ok(Field::Value(Value::Null))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Field<'de>, A::Error> {
+                Value::deserialize(SeqAccessDeserializer::new(seq)).map(Field::Value)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Field<'de>, A::Error> {
+                Value::deserialize(MapAccessDeserializer::new(map)).map(Field::Value)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'a> ItemFields<'a> {
+    fn new() -> ItemFields<'a> {
         ItemFields {
             fields: Vec::with_capacity(8),
         }
     }
 
     /// Sets the field of `slot` (a repeated field keeps the last).
-    fn set(&mut self, slot: u8, value: Value) {
+    fn set(&mut self, slot: u8, value: Field<'a>) {
         match self.fields.iter_mut().find(|(s, _)| *s == slot) {
             Some((_, v)) => *v = value,
             None => self.fields.push((slot, value)),
@@ -551,12 +664,34 @@ impl ItemFields {
     }
 }
 
-impl Fields for ItemFields {
-    fn get(&self, key: &str) -> Option<&Value> {
+impl ItemFields<'_> {
+    fn field(&self, key: &str) -> Option<&Field<'_>> {
         let slot = ItemFields::slot(key);
         debug_assert!(slot.is_some(), "{key:?} is not a slot of ItemFields");
         let slot = slot?;
         self.fields.iter().find(|(s, _)| *s == slot).map(|(_, v)| v)
+    }
+}
+
+impl Fields for ItemFields<'_> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.field(key).map(Field::value)
+    }
+
+    fn str(&self, key: &str) -> Option<&str> {
+        self.field(key)?.as_str()
+    }
+
+    fn either_str(&self, snake: &str, camel: &str) -> Option<&str> {
+        let field = |key| self.field(key).and_then(Field::non_null);
+        field(snake).or_else(|| field(camel))?.as_str()
+    }
+
+    fn owned(&self, key: &str) -> Option<Value> {
+        match self.field(key)? {
+            Field::Str(s, _) => Some(Value::String(s.0.to_string())),
+            Field::Value(value) => Some(value.clone()),
+        }
     }
 }
 
@@ -570,44 +705,134 @@ pub(super) fn emit_error(
     severity: &str,
     details: Option<Value>,
 ) {
-    let mut data = ProviderError::from_provider(out.provider(), kind, status, message).to_data();
-    data.insert("severity".into(), json!(severity));
-    if let Some(d) = details {
-        add_details(&mut data, d);
-    }
-    out.emit(EventType::ErrorOccurred, run, Value::Object(data));
+    let data = ProviderError::from_provider(out.provider(), kind, status, message)
+        .data_object(&[("severity", &severity)], details);
+    out.emit_object(EventType::ErrorOccurred, run, data, None, JsonObject::new());
 }
 
-/// `token_usage_updated` data from a `{input_tokens, cached_input_tokens, …}` object in
-/// either spelling; `None` when it carries no counts.
+/// The counts of `token_usage_updated`: the key each is written as, and the two spellings it
+/// is read from (`exec`'s snake_case, the app-server's camelCase), in the order of the keys
+/// written.
+const USAGE_KEYS: [(&str, &str, &str); 6] = [
+    (
+        "cache_creation_input_tokens",
+        "cache_write_input_tokens",
+        "cacheWriteInputTokens",
+    ),
+    (
+        "cache_read_input_tokens",
+        "cached_input_tokens",
+        "cachedInputTokens",
+    ),
+    ("input_tokens", "input_tokens", "inputTokens"),
+    ("output_tokens", "output_tokens", "outputTokens"),
+    (
+        "reasoning_output_tokens",
+        "reasoning_output_tokens",
+        "reasoningOutputTokens",
+    ),
+    ("total_tokens", "total_tokens", "totalTokens"),
+];
+
+/// The counts of a `{input_tokens, cached_input_tokens, …}` object in either spelling, each
+/// as the key it is written as, in key order.
+fn usage_counts<F: Fields + ?Sized>(u: &F) -> impl Iterator<Item = (&'static str, &Value)> {
+    USAGE_KEYS.iter().filter_map(move |&(to, snake, camel)| {
+        Some((to, u.either(snake, camel).filter(|n| n.is_number())?))
+    })
+}
+
+/// `token_usage_updated` data from a usage object; `None` when it carries no counts.
 pub(super) fn usage_data(u: &Value) -> Option<Value> {
-    const KEYS: &[(&str, &str, &str)] = &[
-        ("input_tokens", "inputTokens", "input_tokens"),
-        ("output_tokens", "outputTokens", "output_tokens"),
-        (
-            "cached_input_tokens",
-            "cachedInputTokens",
-            "cache_read_input_tokens",
-        ),
-        (
-            "cache_write_input_tokens",
-            "cacheWriteInputTokens",
-            "cache_creation_input_tokens",
-        ),
-        (
-            "reasoning_output_tokens",
-            "reasoningOutputTokens",
-            "reasoning_output_tokens",
-        ),
-        ("total_tokens", "totalTokens", "total_tokens"),
-    ];
-    let mut data = Map::new();
-    for (snake, camel, to) in KEYS {
-        if let Some(n) = field(u, snake, camel).filter(|n| n.is_number()) {
-            data.insert((*to).into(), n.clone());
-        }
-    }
+    let data: Map<String, Value> = usage_counts(u)
+        .map(|(key, n)| (key.to_owned(), n.clone()))
+        .collect();
     (!data.is_empty()).then_some(Value::Object(data))
+}
+
+/// [`usage_data`] written as its text, with no map.
+fn usage_object<F: Fields + ?Sized>(u: &F) -> Option<JsonObject> {
+    let mut counts = usage_counts(u).peekable();
+    counts.peek()?;
+    let writer = ObjectWriter::with_capacity(192);
+    Some(counts.fold(writer, |w, (key, n)| w.field(key, n)).finish())
+}
+
+/// The `usage` of a `turn.completed` line read typed: the fields [`USAGE_KEYS`] reads, each
+/// the `Value` serde_json builds for it (a repeated one keeps the last, as a `Value` map
+/// does), the others checked as `Value` would check them ([`Valid`]) and dropped unbuilt.
+/// Anything but an object has no counts, as `Value::get` finds none in it.
+#[derive(Default)]
+struct UsageRead([Option<Value>; 2 * USAGE_KEYS.len()]);
+
+impl UsageRead {
+    /// Where `key` is kept: `2 * i` for the snake_case spelling of `USAGE_KEYS[i]`, `2 * i + 1`
+    /// for its camelCase one.
+    fn slot(key: &str) -> Option<usize> {
+        USAGE_KEYS
+            .iter()
+            .enumerate()
+            .find_map(|(i, &(_, snake, camel))| match key {
+                _ if key == snake => Some(2 * i),
+                _ if key == camel => Some(2 * i + 1),
+                _ => None,
+            })
+    }
+}
+
+impl Fields for UsageRead {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0[UsageRead::slot(key)?].as_ref()
+    }
+}
+
+impl<'de> Deserialize<'de> for UsageRead {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{self, MapAccess, SeqAccess, Visitor};
+
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = UsageRead;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any valid JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<UsageRead, A::Error> {
+                let mut usage = UsageRead::default();
+                while let Some(key) = map.next_key::<Str<'de>>()? {
+                    match UsageRead::slot(&key) {
+                        Some(slot) => usage.0[slot] = Some(map.next_value()?),
+                        None => {
+                            map.next_value::<Valid>()?;
+                        }
+                    }
+                }
+                Ok(usage)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<UsageRead, A::Error> {
+                while seq.next_element::<Valid>()?.is_some() {}
+                Ok(UsageRead::default())
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<UsageRead, E> {
+                Ok(UsageRead::default())
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<UsageRead, E> {
+                Ok(UsageRead::default())
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<UsageRead, E> {
+                Ok(UsageRead::default())
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<UsageRead, E> {
+                Ok(UsageRead::default())
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<UsageRead, E> {
+                Ok(UsageRead::default())
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<UsageRead, E> {
+                Ok(UsageRead::default())
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// The tool-like item types of both formats.
@@ -645,13 +870,20 @@ fn put(map: &mut Map<String, Value>, key: &str, value: Option<&Value>) {
     }
 }
 
+/// [`put`] of the field `key` of `item`, copied once (not read into a `Value` first).
+fn put_field<F: Fields + ?Sized>(map: &mut Map<String, Value>, key: &str, item: &F) {
+    if let Some(v) = item.owned(key).filter(|v| !v.is_null()) {
+        map.insert(key.into(), v);
+    }
+}
+
 /// The tool name and input of a tool item.
 pub(super) fn tool_call<F: Fields + ?Sized>(kind: ToolKind, item: &F) -> (String, Value) {
     let mut input = Map::new();
     let name = match kind {
         ToolKind::Command => {
-            put(&mut input, "command", item.get("command"));
-            put(&mut input, "cwd", item.get("cwd"));
+            put_field(&mut input, "command", item);
+            put_field(&mut input, "cwd", item);
             "shell".to_owned()
         }
         ToolKind::FileChange => {
@@ -668,18 +900,18 @@ pub(super) fn tool_call<F: Fields + ?Sized>(kind: ToolKind, item: &F) -> (String
             };
         }
         ToolKind::WebSearch => {
-            put(&mut input, "query", item.get("query"));
-            put(&mut input, "action", item.get("action"));
+            put_field(&mut input, "query", item);
+            put_field(&mut input, "action", item);
             "web_search".to_owned()
         }
         ToolKind::Collab => {
-            put(&mut input, "prompt", item.get("prompt"));
+            put_field(&mut input, "prompt", item);
             put(
                 &mut input,
                 "receiver_thread_ids",
                 item.either("receiver_thread_ids", "receiverThreadIds"),
             );
-            put(&mut input, "model", item.get("model"));
+            put_field(&mut input, "model", item);
             item.str("tool").unwrap_or("collab").to_owned()
         }
         ToolKind::Dynamic => {
@@ -696,7 +928,7 @@ pub(super) fn tool_call<F: Fields + ?Sized>(kind: ToolKind, item: &F) -> (String
             return (name, args);
         }
         ToolKind::ImageView => {
-            put(&mut input, "path", item.get("path"));
+            put_field(&mut input, "path", item);
             "view_image".to_owned()
         }
         ToolKind::ImageGeneration => {
@@ -711,11 +943,26 @@ pub(super) fn tool_call<F: Fields + ?Sized>(kind: ToolKind, item: &F) -> (String
     (name, Value::Object(input))
 }
 
+/// A tool call's `tool_output`: a string of the item (not copied), or a value.
+pub(super) enum Output<'a> {
+    Str(&'a str),
+    Value(Value),
+}
+
+impl ToJson for Output<'_> {
+    fn write_json(&self, out: &mut String) {
+        match self {
+            Output::Str(s) => s.write_json(out),
+            Output::Value(v) => v.write_json(out),
+        }
+    }
+}
+
 /// How a tool call ended: `Ok(tool_output)` or `Err(error)`, plus extra data fields.
 pub(super) fn tool_result<F: Fields + ?Sized>(
     kind: ToolKind,
     item: &F,
-) -> (Result<Option<Value>, String>, Map<String, Value>) {
+) -> (Result<Option<Output<'_>>, String>, Map<String, Value>) {
     let status = item.str("status").unwrap_or("completed");
     let failed = matches!(status, "failed" | "declined");
     let mut extra = Map::new();
@@ -725,8 +972,7 @@ pub(super) fn tool_result<F: Fields + ?Sized>(
     let result = match kind {
         ToolKind::Command => {
             let output = item
-                .either("aggregated_output", "aggregatedOutput")
-                .and_then(Value::as_str)
+                .either_str("aggregated_output", "aggregatedOutput")
                 .unwrap_or("");
             let code = item.either("exit_code", "exitCode").and_then(Value::as_i64);
             put(
@@ -750,7 +996,7 @@ pub(super) fn tool_result<F: Fields + ?Sized>(
                     "command failed".to_owned()
                 })
             } else {
-                Ok(Some(json!(output)))
+                Ok(Some(Output::Str(output)))
             }
         }
         ToolKind::FileChange => {
@@ -773,7 +1019,7 @@ pub(super) fn tool_result<F: Fields + ?Sized>(
                             .collect()
                     })
                     .unwrap_or_default();
-                Ok(Some(json!(summary.join("\n"))))
+                Ok(Some(Output::Value(json!(summary.join("\n")))))
             }
         }
         ToolKind::Mcp => {
@@ -797,7 +1043,9 @@ pub(super) fn tool_result<F: Fields + ?Sized>(
                         field(r, "structured_content", "structuredContent"),
                     );
                 }
-                Ok(result.map(|r| text_of_blocks(r.get("content"), "text").unwrap_or(r.clone())))
+                let output =
+                    result.map(|r| text_of_blocks(r.get("content"), "text").unwrap_or(r.clone()));
+                Ok(output.map(Output::Value))
             }
         }
         ToolKind::WebSearch | ToolKind::ImageView => {
@@ -820,7 +1068,7 @@ pub(super) fn tool_result<F: Fields + ?Sized>(
                     messages.join("\n")
                 })
             } else {
-                Ok(states.cloned())
+                Ok(states.cloned().map(Output::Value))
             }
         }
         ToolKind::Dynamic => {
@@ -835,14 +1083,17 @@ pub(super) fn tool_result<F: Fields + ?Sized>(
                     .and_then(|t| t.as_str().map(str::to_owned))
                     .unwrap_or_else(|| "dynamic tool call failed".to_owned()))
             } else {
-                Ok(text)
+                Ok(text.map(Output::Value))
             }
         }
         ToolKind::ImageGeneration => {
             if failed {
                 Err("image generation failed".to_owned())
             } else {
-                Ok(item.either("saved_path", "savedPath").cloned())
+                Ok(item
+                    .either("saved_path", "savedPath")
+                    .cloned()
+                    .map(Output::Value))
             }
         }
     };
@@ -942,13 +1193,13 @@ impl TurnState {
 
     /// Ends the open run with `kind` (a run terminal) after closing what is still open:
     /// streamed texts as discarded, tool calls as cancelled ([`OpenTools::cancel_all`]).
-    pub(super) fn end_run(&mut self, out: &mut Out<'_>, kind: EventType, data: Map<String, Value>) {
+    pub(super) fn end_run(&mut self, out: &mut Out<'_>, kind: EventType, data: JsonObject) {
         let Some(run) = self.run.clone() else {
             return;
         };
         self.close_streams(out);
         self.tools.cancel_all(out, &run, kind);
-        out.emit(kind, Some(&run), Value::Object(data));
+        out.emit_object(kind, Some(&run), data, None, JsonObject::new());
         self.run = None;
     }
 

@@ -287,7 +287,7 @@ impl CodexAppServer {
         if let Some(t) = &self.turn_id {
             data.insert("provider_turn_id".into(), json!(t));
         }
-        self.turn.end_run(out, kind, data);
+        self.turn.end_run(out, kind, data.into());
         self.ended_turn = self.turn_id.take();
         self.approvals.clear();
     }

@@ -42,8 +42,8 @@ use super::fast::{self, present, Stamp, Str};
 use super::turn::OpenTools;
 use super::{text_data, tool_started_data, Decoder, Out};
 use crate::core::event::EventType;
-use crate::core::json::JsonObject;
-use crate::core::provider_error::{add_details, ProviderError};
+use crate::core::json::{JsonObject, ObjectWriter, ToJson};
+use crate::core::provider_error::ProviderError;
 
 /// State of one Gemini CLI process's output: the open run, the assistant message being
 /// assembled, and the tool calls announced in the current run.
@@ -234,12 +234,17 @@ impl Gemini {
         }
         if session.is_some() && session != self.session_id.as_deref() {
             self.session_id = session.map(str::to_owned);
-            let mut data = Map::new();
-            data.insert("provider_session_id".into(), json!(session));
-            if let Some(model) = model {
-                data.insert("model".into(), model.clone());
-            }
-            out.emit(EventType::SessionStarted, None, Value::Object(data));
+            let data = ObjectWriter::with_capacity(64)
+                .field_if("model", model)
+                .field("provider_session_id", &session)
+                .finish();
+            out.emit_object(
+                EventType::SessionStarted,
+                None,
+                data,
+                None,
+                JsonObject::new(),
+            );
         }
         // One init is one turn; a turn left open by a lost `result` stays open.
         self.tools.clear();
@@ -262,8 +267,12 @@ impl Gemini {
             "user" => {
                 self.flush(out);
                 let run = self.ensure_run(out);
-                let data = json!({"content": content, "role": "user"});
-                out.emit(EventType::MessageSent, Some(&run), data);
+                let data = ObjectWriter::with_capacity(32 + content.len())
+                    .field("content", content)
+                    .field("role", "user")
+                    .finish();
+                let kind = EventType::MessageSent;
+                out.emit_object(kind, Some(&run), data, None, JsonObject::new());
             }
             "assistant" if delta => {
                 let run = self.ensure_run(out);
@@ -358,28 +367,33 @@ impl Gemini {
                 (json!(name), input)
             }
         };
-        let mut data = Map::new();
-        data.insert("tool_call_id".into(), json!(id));
-        data.insert("tool_name".into(), name);
-        data.insert("tool_input".into(), input);
         let failed = status == Some("error") || (status.is_none() && error.is_some());
-        let kind = if failed {
-            let message = error
+        let message = failed.then(|| {
+            error
                 .and_then(|e| e.get("message"))
                 .and_then(Value::as_str)
                 .or_else(|| output.and_then(Value::as_str))
-                .unwrap_or("tool call failed");
-            data.insert("error".into(), json!(message));
-            if let Some(ty) = error.and_then(|e| e.get("type")) {
-                data.insert("error_type".into(), ty.clone());
-            }
-            EventType::ToolCallFailed
-        } else {
-            let output = output.cloned().unwrap_or_else(|| json!(""));
-            data.insert("tool_output".into(), output);
-            EventType::ToolCallCompleted
+                .unwrap_or("tool call failed")
+        });
+        let error_type = error.and_then(|e| e.get("type")).filter(|_| failed);
+        let output: Option<&dyn ToJson> = match output {
+            _ if failed => None,
+            Some(output) => Some(output),
+            None => Some(&""),
         };
-        out.emit_full(kind, Some(&run), Value::Object(data), Some(id), Map::new());
+        let data = ObjectWriter::with_capacity(128)
+            .field_if("error", message)
+            .field_if("error_type", error_type)
+            .field("tool_call_id", id)
+            .field("tool_input", &input)
+            .field("tool_name", &name)
+            .field_if("tool_output", output)
+            .finish();
+        let kind = match failed {
+            true => EventType::ToolCallFailed,
+            false => EventType::ToolCallCompleted,
+        };
+        out.emit_object(kind, Some(&run), data, Some(id), JsonObject::new());
     }
 
     fn error(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
@@ -412,9 +426,6 @@ impl Gemini {
             .and_then(Value::as_str);
         let status = fields.status.and_then(Value::as_u64);
         let own_kind = own_kind.unwrap_or("");
-        let mut data =
-            ProviderError::from_provider(out.provider(), own_kind, status, message).to_data();
-        data.insert("severity".into(), json!(severity));
         let details: Map<String, Value> = [
             ("status", fields.status),
             ("category", fields.category),
@@ -424,14 +435,11 @@ impl Gemini {
         .into_iter()
         .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v.clone())))
         .collect();
-        if !details.is_empty() {
-            add_details(&mut data, Value::Object(details));
-        }
-        out.emit(
-            EventType::ErrorOccurred,
-            self.run.as_deref(),
-            Value::Object(data),
-        );
+        let details = (!details.is_empty()).then_some(Value::Object(details));
+        let data = ProviderError::from_provider(out.provider(), own_kind, status, message)
+            .data_object(&[("severity", &severity)], details);
+        let run = self.run.as_deref();
+        out.emit_object(EventType::ErrorOccurred, run, data, None, JsonObject::new());
     }
 
     fn result(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
@@ -471,21 +479,23 @@ impl Gemini {
                 .and_then(Value::as_str)
                 .unwrap_or("gemini run failed");
             let status = error.and_then(|e| e.get("code")).and_then(Value::as_u64);
-            let mut data =
-                ProviderError::from_provider(out.provider(), kind, status, message).to_data();
-            if let Some(error) = error {
-                add_details(&mut data, json!({"error": error}));
-            }
-            if let Some(d) = duration {
-                data.insert("duration_ms".into(), d);
-            }
-            out.emit(EventType::RunFailed, Some(&run), Value::Object(data));
+            let duration = duration.as_ref().map(|d| ("duration_ms", d as &dyn ToJson));
+            let details = error.map(|error| json!({ "error": error }));
+            let data = ProviderError::from_provider(out.provider(), kind, status, message)
+                .data_object(duration.as_slice(), details);
+            out.emit_object(
+                EventType::RunFailed,
+                Some(&run),
+                data,
+                None,
+                JsonObject::new(),
+            );
         } else {
-            let mut data = Map::new();
-            if let Some(d) = duration {
-                data.insert("duration_ms".into(), d);
-            }
-            out.emit(EventType::RunCompleted, Some(&run), Value::Object(data));
+            let data = ObjectWriter::with_capacity(32)
+                .field_if("duration_ms", duration.as_ref())
+                .finish();
+            let kind = EventType::RunCompleted;
+            out.emit_object(kind, Some(&run), data, None, JsonObject::new());
         }
         self.run = None;
         self.tools.clear();

@@ -634,6 +634,11 @@ pub struct Normalized {
     pub stats: Stats,
 }
 
+/// The fewest input bytes per event [`normalize`] makes room for at first, and the most
+/// events it makes room for (≈ 7 MB of them) before it sees how many there are.
+const EVENT_BYTES_HINT: usize = 96;
+const EVENTS_HINT_MAX: usize = 1 << 16;
+
 /// Normalizes a whole input at once (a transcript file). `format: None` detects it.
 pub fn normalize(
     format: Option<Format>,
@@ -642,12 +647,22 @@ pub fn normalize(
     now: Timestamp,
 ) -> Normalized {
     let mut n = Normalizer::new(format, config);
+    // Room for the events of lines of ≈ 100 bytes, the shortest that make one each (Codex,
+    // Gemini), so the queue is not copied as it grows; what an input of longer lines leaves
+    // unused is given back below.
+    n.state
+        .events
+        .reserve((input.len() / EVENT_BYTES_HINT).min(EVENTS_HINT_MAX));
     n.handle_bytes(input, now);
     n.handle_eof(now);
     // What polling would give, in the same order, without moving every event again.
+    let mut events = Vec::from(std::mem::take(&mut n.state.events));
+    if events.capacity() - events.len() > events.len() / 4 {
+        events.shrink_to_fit();
+    }
     Normalized {
         format: n.format(),
-        events: Vec::from(std::mem::take(&mut n.state.events)),
+        events,
         diagnostics: Vec::from(std::mem::take(&mut n.state.diagnostics)),
         stats: n.stats(),
     }
