@@ -74,17 +74,7 @@ impl Decoder for Codex {
             }
             "turn.started" => self.turn_started(out),
             "turn.completed" => self.turn_completed(record.get("usage"), out),
-            "turn.failed" => {
-                let message = record
-                    .get("error")
-                    .and_then(|e| str_field(e, "message"))
-                    .unwrap_or("turn failed");
-                let data =
-                    ProviderError::from_provider(out.provider(), "turn_failed", None, message)
-                        .data_object(&[], None);
-                self.turn.ensure_run(out);
-                self.turn.end_run(out, EventType::RunFailed, data);
-            }
+            "turn.failed" => self.turn_failed(record.get("error"), out),
             "item.started" => self.item(Phase::Started, record.get("item"), out),
             "item.updated" => self.item(Phase::Updated, record.get("item"), out),
             "item.completed" => self.item(Phase::Completed, record.get("item"), out),
@@ -119,18 +109,7 @@ impl Decoder for Codex {
                     Map::new(),
                 );
             }
-            "error" => {
-                let message = str_field(record, "message").unwrap_or("error");
-                let run = self.turn.run.clone();
-                emit_error(
-                    out,
-                    run.as_deref(),
-                    ("stream_error", None),
-                    message,
-                    "error",
-                    None,
-                );
-            }
+            "error" => self.stream_error(str_field(record, "message"), out),
             other => out.unknown(format_args!("type {other:?}")),
         }
     }
@@ -156,6 +135,16 @@ impl Decoder for Codex {
             "turn.completed" => {
                 out.set_timestamp(line.timestamp);
                 self.turn_completed(line.usage.as_deref(), out);
+                return true;
+            }
+            "turn.failed" => {
+                out.set_timestamp(line.timestamp);
+                self.turn_failed(line.error.as_ref(), out);
+                return true;
+            }
+            "error" => {
+                out.set_timestamp(line.timestamp);
+                self.stream_error(line.message.as_deref(), out);
                 return true;
             }
             "item.started" => Phase::Started,
@@ -201,6 +190,12 @@ struct Line<'a> {
     usage: Option<Box<UsageRead>>,
     #[serde(default, borrow)]
     item: Option<ItemRead<'a>>,
+    /// Of `turn.failed`.
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Value>,
+    /// Of `error`.
+    #[serde(default, borrow)]
+    message: Option<Str<'a>>,
 }
 
 /// The item of an `item.*` line: an `agent_message`, `reasoning` or `plan` item read as the
@@ -349,6 +344,24 @@ impl Codex {
         }
         self.turn
             .end_run(out, EventType::RunCompleted, JsonObject::new());
+    }
+
+    fn turn_failed(&mut self, error: Option<&Value>, out: &mut Out<'_>) {
+        let message = error
+            .and_then(|e| str_field(e, "message"))
+            .unwrap_or("turn failed");
+        let data = ProviderError::from_provider(out.provider(), "turn_failed", None, message)
+            .data_object(&[], None);
+        self.turn.ensure_run(out);
+        self.turn.end_run(out, EventType::RunFailed, data);
+    }
+
+    /// A top-level `error` (e.g. "Reconnecting... 1/1"): it does not end the turn.
+    fn stream_error(&mut self, message: Option<&str>, out: &mut Out<'_>) {
+        let run = self.turn.run.clone();
+        let message = message.unwrap_or("error");
+        let kind = ("stream_error", None);
+        emit_error(out, run.as_deref(), kind, message, "error", None);
     }
 
     fn item(&mut self, phase: Phase, item: Option<&Value>, out: &mut Out<'_>) {
