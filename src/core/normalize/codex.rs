@@ -47,7 +47,7 @@ use serde_json::{json, Map, Value};
 
 use super::fast::{present, Stamp, Str, Valid};
 use super::turn::OpenTools;
-use super::{merged_data, text_data, tool_started_data};
+use super::{text_data, tool_started_data};
 use super::{Decoder, Out};
 use crate::core::event::EventType;
 use crate::core::json::{JsonObject, ObjectWriter, ToJson};
@@ -971,33 +971,35 @@ impl ToJson for Output<'_> {
     }
 }
 
+/// The fields a tool call's end adds beside its output, each when the item has it (not null),
+/// borrowed from the item.
+#[derive(Default)]
+pub(super) struct ToolExtra<'i> {
+    duration_ms: Option<&'i Value>,
+    exit_code: Option<&'i Value>,
+    status: Option<&'i str>,
+    structured_content: Option<&'i Value>,
+}
+
 /// How a tool call ended: `Ok(tool_output)` or `Err(error)`, plus extra data fields.
 pub(super) fn tool_result<F: Fields + ?Sized>(
     kind: ToolKind,
     item: &F,
-) -> (Result<Option<Output<'_>>, String>, Map<String, Value>) {
+) -> (Result<Option<Output<'_>>, String>, ToolExtra<'_>) {
     let status = item.str("status").unwrap_or("completed");
     let failed = matches!(status, "failed" | "declined");
-    let mut extra = Map::new();
-    if status != "completed" {
-        extra.insert("status".into(), json!(status));
-    }
+    let mut extra = ToolExtra {
+        status: (status != "completed").then_some(status),
+        ..ToolExtra::default()
+    };
     let result = match kind {
         ToolKind::Command => {
             let output = item
                 .either_str("aggregated_output", "aggregatedOutput")
                 .unwrap_or("");
             let code = item.either("exit_code", "exitCode").and_then(Value::as_i64);
-            put(
-                &mut extra,
-                "exit_code",
-                item.either("exit_code", "exitCode"),
-            );
-            put(
-                &mut extra,
-                "duration_ms",
-                item.either("duration_ms", "durationMs"),
-            );
+            extra.exit_code = item.either("exit_code", "exitCode");
+            extra.duration_ms = item.either("duration_ms", "durationMs");
             if failed || code.is_some_and(|c| c != 0) {
                 Err(if !output.is_empty() {
                     output.to_owned()
@@ -1036,11 +1038,7 @@ pub(super) fn tool_result<F: Fields + ?Sized>(
             }
         }
         ToolKind::Mcp => {
-            put(
-                &mut extra,
-                "duration_ms",
-                item.either("duration_ms", "durationMs"),
-            );
+            extra.duration_ms = item.either("duration_ms", "durationMs");
             let error = item.get("error").filter(|e| !e.is_null());
             if failed || error.is_some() {
                 let message = error
@@ -1050,11 +1048,7 @@ pub(super) fn tool_result<F: Fields + ?Sized>(
             } else {
                 let result = item.get("result").filter(|r| !r.is_null());
                 if let Some(r) = result {
-                    put(
-                        &mut extra,
-                        "structured_content",
-                        field(r, "structured_content", "structuredContent"),
-                    );
+                    extra.structured_content = field(r, "structured_content", "structuredContent");
                 }
                 let output =
                     result.map(|r| text_of_blocks(r.get("content"), "text").unwrap_or(r.clone()));
@@ -1085,11 +1079,7 @@ pub(super) fn tool_result<F: Fields + ?Sized>(
             }
         }
         ToolKind::Dynamic => {
-            put(
-                &mut extra,
-                "duration_ms",
-                item.either("duration_ms", "durationMs"),
-            );
+            extra.duration_ms = item.either("duration_ms", "durationMs");
             let text = text_of_blocks(item.either("content_items", "contentItems"), "inputText");
             if failed || item.get("success").and_then(Value::as_bool) == Some(false) {
                 Err(text
@@ -1396,15 +1386,17 @@ impl TurnState {
             Ok(output) => (EventType::ToolCallCompleted, output.as_ref(), None),
             Err(error) => (EventType::ToolCallFailed, None, Some(error)),
         };
-        let fields: [(&str, Option<&dyn ToJson>); 5] = [
-            ("error", error.map(|e| e as &dyn ToJson)),
-            ("tool_call_id", Some(&id)),
-            ("tool_input", Some(&input)),
-            ("tool_name", Some(&name)),
-            ("tool_output", output.map(|o| o as &dyn ToJson)),
-        ];
-        let fields = fields.into_iter().filter_map(|(k, v)| Some((k, v?)));
-        let data = merged_data(fields, &extra);
+        let data = ObjectWriter::with_capacity(256)
+            .field_if("duration_ms", extra.duration_ms)
+            .field_if("error", error)
+            .field_if("exit_code", extra.exit_code)
+            .field_if("status", extra.status)
+            .field_if("structured_content", extra.structured_content)
+            .field("tool_call_id", id)
+            .field("tool_input", &input)
+            .field("tool_name", &name)
+            .field_if("tool_output", output)
+            .finish();
         out.emit_object(kind, Some(run), data, Some(id), JsonObject::new());
     }
 }

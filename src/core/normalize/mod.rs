@@ -38,7 +38,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::event::{hex32, Event, EventId, EventType, Fnv128, Provider};
-use super::json::{JsonObject, ObjectWriter, ToJson};
+use super::json::{JsonObject, ObjectWriter};
 use super::time::Timestamp;
 
 pub use alias::{canonical_type, filter_by_run, filter_by_type, normalize_batch, sort_events};
@@ -990,29 +990,6 @@ pub(crate) fn tool_started_data(id: &str, name: &str, input: &Value) -> JsonObje
         .field("tool_input", input)
         .field("tool_name", name)
         .finish()
-}
-
-/// An object of `fields`, given in the order of their keys, and of `extra`, written in key
-/// order with no map (a key in both comes out as `extra` has it, as `Map::extend` would).
-pub(crate) fn merged_data<'a>(
-    fields: impl IntoIterator<Item = (&'a str, &'a dyn ToJson)>,
-    extra: &'a Map<String, Value>,
-) -> JsonObject {
-    let mut writer = ObjectWriter::with_capacity(256);
-    let mut extra = extra.iter().peekable();
-    for (key, value) in fields {
-        while let Some((k, v)) = extra.next_if(|(k, _)| k.as_str() < key) {
-            writer = writer.field(k, v);
-        }
-        if extra.peek().is_some_and(|(k, _)| k.as_str() == key) {
-            continue;
-        }
-        writer = writer.field(key, value);
-    }
-    for (k, v) in extra {
-        writer = writer.field(k, v);
-    }
-    writer.finish()
 }
 
 /// The `data` of a streamed or whole text: `text` as `key` (`delta` or `content`), its

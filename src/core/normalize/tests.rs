@@ -684,39 +684,3 @@ fn the_fast_paths_read_the_transcripts_as_the_value_path_does() {
         }
     }
 }
-
-#[wasm_bindgen_test(unsupported = test)]
-fn merged_data_is_the_map_the_fields_extended_by_extra_would_be() {
-    let extra: Map<String, Value> =
-        serde_json::from_str(r#"{"a":0,"c":{"x":[1,"y"]},"d":"extra wins","z":null}"#).unwrap();
-    let cases: [&[(&str, &dyn ToJson)]; 4] = [
-        &[("b", &1u64), ("d", &"given")],
-        &[],
-        &[("0", &true), ("zz", &"last")],
-        &[
-            ("a", &"a too"),
-            ("c", &"c too"),
-            ("d", &"d too"),
-            ("z", &"z too"),
-        ],
-    ];
-    for (case, fields) in cases.into_iter().enumerate() {
-        let mut want: Map<String, Value> = fields
-            .iter()
-            .map(|(k, v)| {
-                (
-                    (*k).to_owned(),
-                    serde_json::from_str(&crate::core::json::to_json(v)).unwrap(),
-                )
-            })
-            .collect();
-        want.extend(extra.clone());
-        let got = merged_data(fields.iter().copied(), &extra);
-        assert_eq!(
-            got.text(),
-            serde_json::to_string(&want).unwrap(),
-            "case {case}"
-        );
-        assert_eq!(got, JsonObject::from_map(want));
-    }
-}
