@@ -169,57 +169,113 @@ impl ErrorKind {
     }
 
     /// A kind read from a message's wording ("429 Too Many Requests", "Upstream timeout"),
-    /// for providers that give no more than a message.
+    /// for providers that give no more than a message: the first of [`MESSAGE_RULES`] whose
+    /// words its ASCII lowercase holds.
     pub fn from_message(message: &str) -> Option<ErrorKind> {
-        let m = message.to_ascii_lowercase();
-        let has = |words: &[&str]| words.iter().any(|w| m.contains(w));
-        Some(
-            if has(&[
-                "rate limit",
-                "rate_limit",
-                "too many requests",
-                "quota",
-                " 429",
-            ]) {
-                ErrorKind::RateLimit
-            } else if has(&[
-                "out of credit",
-                "out of free credit",
-                "add credits",
-                "billing",
-            ]) {
-                ErrorKind::BillingError
-            } else if m.contains("max") && m.contains("turns") {
-                ErrorKind::MaxTurns
-            } else if has(&["overloaded", " 529"]) {
-                ErrorKind::Overloaded
-            } else if has(&["unauthorized", "api key", "authenticat", " 401", " 403"]) {
-                ErrorKind::AuthenticationFailed
-            } else if has(&[
-                "internal server error",
-                "server error",
-                " 500",
-                " 502",
-                " 503",
-            ]) {
-                ErrorKind::ServerError
-            } else if has(&[
-                "timeout",
-                "timed out",
-                "econnrefused",
-                "econnreset",
-                "network",
-                "disconnected",
-                "fetch failed",
-                "connection",
-                "reconnecting",
-            ]) {
-                ErrorKind::ConnectionError
-            } else {
-                return None;
-            },
-        )
+        let found = message_words(message);
+        MESSAGE_RULES.iter().find_map(|(kind, words, all)| {
+            let mask = ((1u64 << words.end) - 1) & !((1u64 << words.start) - 1);
+            let hit = match all {
+                true => found & mask == mask,
+                false => found & mask != 0,
+            };
+            hit.then_some(*kind)
+        })
     }
+}
+
+/// The words [`ErrorKind::from_message`] looks for (lowercase ASCII), by rule.
+const MESSAGE_WORDS: [&str; 32] = [
+    // 0..5: rate limits
+    "rate limit",
+    "rate_limit",
+    "too many requests",
+    "quota",
+    " 429",
+    // 5..9: billing
+    "out of credit",
+    "out of free credit",
+    "add credits",
+    "billing",
+    // 9..11: max turns (both)
+    "max",
+    "turns",
+    // 11..13: overloaded
+    "overloaded",
+    " 529",
+    // 13..18: authentication
+    "unauthorized",
+    "api key",
+    "authenticat",
+    " 401",
+    " 403",
+    // 18..23: server errors
+    "internal server error",
+    "server error",
+    " 500",
+    " 502",
+    " 503",
+    // 23..32: connection errors
+    "timeout",
+    "timed out",
+    "econnrefused",
+    "econnreset",
+    "network",
+    "disconnected",
+    "fetch failed",
+    "connection",
+    "reconnecting",
+];
+
+/// The rules of [`ErrorKind::from_message`], tried in order: the kind, its words in
+/// [`MESSAGE_WORDS`], and whether all of them (else any) must be there.
+const MESSAGE_RULES: [(ErrorKind, std::ops::Range<u32>, bool); 7] = [
+    (ErrorKind::RateLimit, 0..5, false),
+    (ErrorKind::BillingError, 5..9, false),
+    (ErrorKind::MaxTurns, 9..11, true),
+    (ErrorKind::Overloaded, 11..13, false),
+    (ErrorKind::AuthenticationFailed, 13..18, false),
+    (ErrorKind::ServerError, 18..23, false),
+    (ErrorKind::ConnectionError, 23..32, false),
+];
+
+/// The bucket of a word's (or a message position's) first two bytes, lowercase.
+const fn pair_bucket(first: u8, second: u8) -> usize {
+    (first.to_ascii_lowercase() as usize * 31 + second.to_ascii_lowercase() as usize) & 0xff
+}
+
+/// For each bucket of two first bytes, the words of [`MESSAGE_WORDS`] that start with such a
+/// pair (bit `i` for word `i`; every word is at least three bytes long).
+const WORDS_BY_PAIR: [u64; 256] = {
+    let mut table = [0u64; 256];
+    let mut i = 0;
+    while i < MESSAGE_WORDS.len() {
+        let word = MESSAGE_WORDS[i].as_bytes();
+        table[pair_bucket(word[0], word[1])] |= 1 << i;
+        i += 1;
+    }
+    table
+};
+
+/// The words of [`MESSAGE_WORDS`] that `message`'s ASCII lowercase holds (bit `i` for word
+/// `i`), found in one pass: at each byte, only the words whose first two bytes fall in the
+/// bucket of the two there are compared.
+fn message_words(message: &str) -> u64 {
+    let bytes = message.as_bytes();
+    let mut found = 0u64;
+    for (i, pair) in bytes.windows(2).enumerate() {
+        let mut candidates = WORDS_BY_PAIR[pair_bucket(pair[0], pair[1])] & !found;
+        while candidates != 0 {
+            let word = candidates.trailing_zeros();
+            candidates &= candidates - 1;
+            let word_bytes = MESSAGE_WORDS[word as usize].as_bytes();
+            let here = bytes.get(i..i + word_bytes.len());
+            if here.is_some_and(|h| h.eq_ignore_ascii_case(word_bytes)) {
+                found |= 1 << word;
+            }
+        }
+    }
+    found
 }
 
 /// What [`ErrorKind::classify`] made of a provider's name.
@@ -654,6 +710,84 @@ pub(crate) mod tests {
             "SomethingNew" None -> unknown {"kind":"SomethingNew"}
             "process_exit" None -> process_exit
         "#]].assert_eq(&got);
+    }
+
+    /// [`ErrorKind::from_message`] as it was first written: the message lowercased, then
+    /// searched for each rule's words in turn.
+    fn from_message_by_search(message: &str) -> Option<ErrorKind> {
+        let m = message.to_ascii_lowercase();
+        let has = |words: &[&str]| words.iter().any(|w| m.contains(w));
+        let kind = if has(&MESSAGE_WORDS[0..5]) {
+            ErrorKind::RateLimit
+        } else if has(&MESSAGE_WORDS[5..9]) {
+            ErrorKind::BillingError
+        } else if m.contains("max") && m.contains("turns") {
+            ErrorKind::MaxTurns
+        } else if has(&MESSAGE_WORDS[11..13]) {
+            ErrorKind::Overloaded
+        } else if has(&MESSAGE_WORDS[13..18]) {
+            ErrorKind::AuthenticationFailed
+        } else if has(&MESSAGE_WORDS[18..23]) {
+            ErrorKind::ServerError
+        } else if has(&MESSAGE_WORDS[23..32]) {
+            ErrorKind::ConnectionError
+        } else {
+            return None;
+        };
+        Some(kind)
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn message_words_are_found_as_a_substring_search_finds_them() {
+        let mut messages: Vec<String> = [
+            "",
+            "x",
+            "Rate limited: 429 Too Many Requests",
+            "Maximum session turns exceeded",
+            "turns: max",
+            "MAX TURNS",
+            "maxturn",
+            "stream disconnected before completion",
+            "Upstream timeout while calling provider",
+            "quota and timeout: the first rule wins",
+            "overloaded 401",
+            "internal server error",
+            "\u{e9}\u{e9} 429 \u{1F600}",
+            "status 4290",
+            "  401",
+            "401",
+        ]
+        .iter()
+        .map(|m| (*m).to_owned())
+        .collect();
+        for word in MESSAGE_WORDS {
+            let cut = &word[..word.len() - 1];
+            let shouting = word.to_ascii_uppercase();
+            for text in [word, cut, shouting.as_str()] {
+                messages.push(text.to_owned());
+                messages.push(format!("Error: {text}."));
+                messages.push(format!("\u{e9}{text}\u{e9}"));
+                messages.push(format!("{text}{text}"));
+            }
+        }
+        for m in &messages {
+            assert_eq!(
+                ErrorKind::from_message(m),
+                from_message_by_search(m),
+                "{m:?}"
+            );
+        }
+        let kinds: Vec<_> = messages
+            .iter()
+            .filter_map(|m| ErrorKind::from_message(m))
+            .collect();
+        assert!(
+            kinds.len() > messages.len() / 2,
+            "most messages hold a word"
+        );
+        for (kind, _, _) in MESSAGE_RULES {
+            assert!(kinds.contains(&kind), "{kind:?} is found");
+        }
     }
 
     #[wasm_bindgen_test(unsupported = test)]
