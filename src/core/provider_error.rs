@@ -169,8 +169,8 @@ impl ErrorKind {
     }
 
     /// A kind read from a message's wording ("429 Too Many Requests", "Upstream timeout"),
-    /// for providers that give no more than a message: the first of [`MESSAGE_RULES`] whose
-    /// words its ASCII lowercase holds.
+    /// for providers that give no more than a message: the first of the rules (a kind and its
+    /// words, tried in order) whose words its ASCII lowercase holds.
     pub fn from_message(message: &str) -> Option<ErrorKind> {
         let found = message_words(message);
         MESSAGE_RULES.iter().find_map(|(kind, words, all)| {

@@ -93,7 +93,7 @@ use super::fast::{self, present, Obj, Stamp, Str};
 use super::turn::cancelled_data;
 use super::{Decoder, Out};
 use crate::core::event::{fnv1a128, CancelReason, EventType, Provider};
-use crate::core::json::{JsonObject, ObjectWriter};
+use crate::core::json::ObjectWriter;
 use crate::core::provider_error::{add_details, ProviderError};
 
 /// The text Claude Code writes as a user message when the user interrupts a turn.
@@ -1209,13 +1209,11 @@ impl Claude {
                     msg.delta_block = index;
                     msg.deltas.push_str(&chunk);
                     let data = data(&chunk, msg);
-                    let kind = EventType::MessageStreamed;
-                    out.emit_object(kind, run, data, None, JsonObject::new());
+                    out.emit_data(EventType::MessageStreamed, run, data);
                 } else {
                     msg.reasoning.push_str(text);
                     let data = data(text, msg);
-                    let kind = EventType::ReasoningStreamed;
-                    out.emit_object(kind, run, data, None, JsonObject::new());
+                    out.emit_data(EventType::ReasoningStreamed, run, data);
                 }
             }
             "message_stop" => match streamed_in_lane(&self.turn.messages) {

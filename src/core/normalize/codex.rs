@@ -322,13 +322,7 @@ impl Codex {
         let data = ObjectWriter::with_capacity(26 + id.len())
             .field("provider_session_id", id)
             .finish();
-        out.emit_object(
-            EventType::SessionStarted,
-            None,
-            data,
-            None,
-            JsonObject::new(),
-        );
+        out.emit_data(EventType::SessionStarted, None, data);
     }
 
     fn turn_started(&mut self, out: &mut Out<'_>) {
@@ -339,8 +333,7 @@ impl Codex {
     fn turn_completed<F: Fields + ?Sized>(&mut self, usage: Option<&F>, out: &mut Out<'_>) {
         let run = self.turn.ensure_run(out);
         if let Some(usage) = usage.and_then(usage_object) {
-            let kind = EventType::TokenUsageUpdated;
-            out.emit_object(kind, Some(&run), usage, None, JsonObject::new());
+            out.emit_data(EventType::TokenUsageUpdated, Some(&run), usage);
         }
         self.turn
             .end_run(out, EventType::RunCompleted, JsonObject::new());
@@ -399,13 +392,7 @@ impl Codex {
                 let data = ObjectWriter::with_capacity(256)
                     .field("items", &items)
                     .finish();
-                out.emit_object(
-                    EventType::TodoUpdated,
-                    Some(&run),
-                    data,
-                    None,
-                    JsonObject::new(),
-                );
+                out.emit_data(EventType::TodoUpdated, Some(&run), data);
             }
             ("error", _) => {
                 let run = self.turn.ensure_run(out);
@@ -720,7 +707,7 @@ pub(super) fn emit_error(
 ) {
     let data = ProviderError::from_provider(out.provider(), kind, status, message)
         .data_object(&[("severity", &severity)], details);
-    out.emit_object(EventType::ErrorOccurred, run, data, None, JsonObject::new());
+    out.emit_data(EventType::ErrorOccurred, run, data);
 }
 
 /// The counts of `token_usage_updated`: the key each is written as, and the two spellings it
@@ -1202,7 +1189,7 @@ impl TurnState {
         };
         self.close_streams(out);
         self.tools.cancel_all(out, &run, kind);
-        out.emit_object(kind, Some(&run), data, None, JsonObject::new());
+        out.emit_data(kind, Some(&run), data);
         self.run = None;
     }
 
@@ -1233,7 +1220,7 @@ impl TurnState {
         let kind = stream.events().0;
         if extra.is_empty() {
             let data = stream.write(id, "delta", delta);
-            return out.emit_object(kind, Some(run), data, None, JsonObject::new());
+            return out.emit_data(kind, Some(run), data);
         }
         let mut data = stream.base(id);
         data.insert("delta".into(), json!(delta));
@@ -1260,7 +1247,7 @@ impl TurnState {
         let kind = stream.events().1;
         if extra.is_empty() {
             let data = stream.write(id, "content", text);
-            return out.emit_object(kind, Some(run), data, None, JsonObject::new());
+            return out.emit_data(kind, Some(run), data);
         }
         let mut data = stream.base(id);
         data.insert("content".into(), json!(text));

@@ -238,13 +238,7 @@ impl Gemini {
                 .field_if("model", model)
                 .field("provider_session_id", &session)
                 .finish();
-            out.emit_object(
-                EventType::SessionStarted,
-                None,
-                data,
-                None,
-                JsonObject::new(),
-            );
+            out.emit_data(EventType::SessionStarted, None, data);
         }
         // One init is one turn; a turn left open by a lost `result` stays open.
         self.tools.clear();
@@ -271,8 +265,7 @@ impl Gemini {
                     .field("content", content)
                     .field("role", "user")
                     .finish();
-                let kind = EventType::MessageSent;
-                out.emit_object(kind, Some(&run), data, None, JsonObject::new());
+                out.emit_data(EventType::MessageSent, Some(&run), data);
             }
             "assistant" if delta => {
                 let run = self.ensure_run(out);
@@ -288,26 +281,14 @@ impl Gemini {
                 };
                 open.text.push_str(content);
                 let data = text_data("delta", content, &open.id, None, Some("assistant"));
-                out.emit_object(
-                    EventType::MessageStreamed,
-                    Some(&run),
-                    data,
-                    None,
-                    JsonObject::new(),
-                );
+                out.emit_data(EventType::MessageStreamed, Some(&run), data);
             }
             "assistant" => {
                 self.flush(out);
                 let run = self.ensure_run(out);
                 let id = self.next_message_id(&run);
                 let data = text_data("content", content, &id, None, Some("assistant"));
-                out.emit_object(
-                    EventType::MessageReceived,
-                    Some(&run),
-                    data,
-                    None,
-                    JsonObject::new(),
-                );
+                out.emit_data(EventType::MessageReceived, Some(&run), data);
             }
             other => out.unknown(format_args!("message role {other:?}")),
         }
@@ -439,7 +420,7 @@ impl Gemini {
         let data = ProviderError::from_provider(out.provider(), own_kind, status, message)
             .data_object(&[("severity", &severity)], details);
         let run = self.run.as_deref();
-        out.emit_object(EventType::ErrorOccurred, run, data, None, JsonObject::new());
+        out.emit_data(EventType::ErrorOccurred, run, data);
     }
 
     fn result(&mut self, obj: &Map<String, Value>, out: &mut Out<'_>) {
@@ -483,19 +464,12 @@ impl Gemini {
             let details = error.map(|error| json!({ "error": error }));
             let data = ProviderError::from_provider(out.provider(), kind, status, message)
                 .data_object(duration.as_slice(), details);
-            out.emit_object(
-                EventType::RunFailed,
-                Some(&run),
-                data,
-                None,
-                JsonObject::new(),
-            );
+            out.emit_data(EventType::RunFailed, Some(&run), data);
         } else {
             let data = ObjectWriter::with_capacity(32)
                 .field_if("duration_ms", duration.as_ref())
                 .finish();
-            let kind = EventType::RunCompleted;
-            out.emit_object(kind, Some(&run), data, None, JsonObject::new());
+            out.emit_data(EventType::RunCompleted, Some(&run), data);
         }
         self.run = None;
         self.tools.clear();
@@ -508,13 +482,7 @@ impl Gemini {
         };
         let data = text_data("content", &open.text, &open.id, None, Some("assistant"));
         let run = self.run.as_deref();
-        out.emit_object(
-            EventType::MessageReceived,
-            run,
-            data,
-            None,
-            JsonObject::new(),
-        );
+        out.emit_data(EventType::MessageReceived, run, data);
     }
 
     fn start_run(&mut self, out: &mut Out<'_>) -> Arc<str> {

@@ -897,7 +897,12 @@ impl Out<'_> {
     }
 
     /// Emits one event whose `data` is made already (by an
-    /// [`ObjectWriter`](super::json::ObjectWriter): no map).
+    /// [`ObjectWriter`](super::json::ObjectWriter): no map), with no correlation id or metadata.
+    pub(crate) fn emit_data(&mut self, kind: EventType, run_id: Option<&str>, data: JsonObject) {
+        self.emit_object(kind, run_id, data, None, JsonObject::new());
+    }
+
+    /// [`Out::emit_data`] with a correlation id and metadata.
     pub(crate) fn emit_object(
         &mut self,
         kind: EventType,
