@@ -239,6 +239,18 @@ const MESSAGE_RULES: [(ErrorKind, std::ops::Range<u32>, bool); 7] = [
     (ErrorKind::ConnectionError, 23..32, false),
 ];
 
+// The rules' ranges cover `MESSAGE_WORDS` in order, each word once.
+const _: () = {
+    let mut next = 0;
+    let mut i = 0;
+    while i < MESSAGE_RULES.len() {
+        assert!(MESSAGE_RULES[i].1.start == next && MESSAGE_RULES[i].1.end > next);
+        next = MESSAGE_RULES[i].1.end;
+        i += 1;
+    }
+    assert!(next as usize == MESSAGE_WORDS.len() && next <= 64);
+};
+
 /// The bucket of a word's (or a message position's) first two bytes, lowercase.
 const fn pair_bucket(first: u8, second: u8) -> usize {
     (first.to_ascii_lowercase() as usize * 31 + second.to_ascii_lowercase() as usize) & 0xff
@@ -442,16 +454,15 @@ impl ProviderError {
         fields: &[(&str, &dyn ToJson)],
         details: Option<Value>,
     ) -> JsonObject {
-        let details = match (&self.provider_kind, details) {
-            (None, details) => details,
-            (Some(own), details) => {
-                let mut merged = Map::from_iter([("kind".to_owned(), Value::from(own.as_str()))]);
-                if let Some(Value::Object(more)) = details {
-                    merged.extend(more);
-                }
-                Some(Value::Object(merged))
-            }
-        };
+        // `details` made as `to_data` and the caller's `add_details` make it.
+        let mut holder = Map::new();
+        if let Some(own) = &self.provider_kind {
+            add_details(&mut holder, json!({ "kind": own }));
+        }
+        if let Some(details) = details {
+            add_details(&mut holder, details);
+        }
+        let details = holder.remove("details");
         let mapped = AsMapped(self);
         let mut all: Vec<(&str, &dyn ToJson)> = Vec::with_capacity(fields.len() + 3);
         if let Some(details) = &details {
@@ -717,19 +728,46 @@ pub(crate) mod tests {
     fn from_message_by_search(message: &str) -> Option<ErrorKind> {
         let m = message.to_ascii_lowercase();
         let has = |words: &[&str]| words.iter().any(|w| m.contains(w));
-        let kind = if has(&MESSAGE_WORDS[0..5]) {
+        let kind = if has(&[
+            "rate limit",
+            "rate_limit",
+            "too many requests",
+            "quota",
+            " 429",
+        ]) {
             ErrorKind::RateLimit
-        } else if has(&MESSAGE_WORDS[5..9]) {
+        } else if has(&[
+            "out of credit",
+            "out of free credit",
+            "add credits",
+            "billing",
+        ]) {
             ErrorKind::BillingError
         } else if m.contains("max") && m.contains("turns") {
             ErrorKind::MaxTurns
-        } else if has(&MESSAGE_WORDS[11..13]) {
+        } else if has(&["overloaded", " 529"]) {
             ErrorKind::Overloaded
-        } else if has(&MESSAGE_WORDS[13..18]) {
+        } else if has(&["unauthorized", "api key", "authenticat", " 401", " 403"]) {
             ErrorKind::AuthenticationFailed
-        } else if has(&MESSAGE_WORDS[18..23]) {
+        } else if has(&[
+            "internal server error",
+            "server error",
+            " 500",
+            " 502",
+            " 503",
+        ]) {
             ErrorKind::ServerError
-        } else if has(&MESSAGE_WORDS[23..32]) {
+        } else if has(&[
+            "timeout",
+            "timed out",
+            "econnrefused",
+            "econnreset",
+            "network",
+            "disconnected",
+            "fetch failed",
+            "connection",
+            "reconnecting",
+        ]) {
             ErrorKind::ConnectionError
         } else {
             return None;
