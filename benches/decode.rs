@@ -10,6 +10,7 @@
 use std::time::Instant;
 
 use agentwire::companion::seed::{events, SeedOptions};
+use agentwire::core::event_ref::packed;
 use agentwire::core::projector::Projector;
 use agentwire::core::wire::{self, ServerMsg};
 
@@ -83,5 +84,36 @@ fn main() {
             best * 1e3
         );
         println!("BENCH\tproject.{name}\t{ns:.0}\tns/event\t-\t-\tnative, ingest + drain every 16");
+        // The same, on the same frames packed (`packed_events`, what the package's `Client`
+        // asks for), packed before the timing.
+        let packed: Vec<Vec<u8>> = (frames.iter())
+            .map(|f| packed::pack(f).expect("an events frame"))
+            .collect();
+        let packed_bytes: usize = packed.iter().map(Vec::len).sum();
+        let mut best = f64::MAX;
+        for _ in 0..reps {
+            let start = Instant::now();
+            let mut p = Projector::new();
+            let mut drained = 0;
+            for (i, frame) in packed.iter().enumerate() {
+                p.handle_frame_bytes(frame, 0).expect("a frame");
+                if i % 16 == 15 {
+                    drained += p.drain().to_json().len();
+                }
+            }
+            drained += p.drain().to_json().len();
+            best = best.min(start.elapsed().as_secs_f64());
+            assert_eq!(
+                drained, drained_total,
+                "the same batches as from the JSON frames"
+            );
+        }
+        let ns = best * 1e9 / log.len() as f64;
+        println!(
+            "project {name}, packed ({packed_bytes} bytes, {:.0} % of the JSON): {:.1} ms best of {reps}, {ns:.0} ns/event",
+            packed_bytes as f64 * 100.0 / bytes as f64,
+            best * 1e3
+        );
+        println!("BENCH\tproject.{name}.packed\t{ns:.0}\tns/event\t-\t-\tnative, packed frames, ingest + drain every 16");
     }
 }

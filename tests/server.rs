@@ -1342,7 +1342,8 @@ fn the_wire_over_http_streams_the_same_frames_and_takes_commands() {
 }
 
 /// A client that asks for `binary_frames` in its hello gets every frame from the welcome on as
-/// a binary message holding, byte for byte, what a client that did not ask gets as text.
+/// a binary message holding, byte for byte, what a client that did not ask gets as text; one
+/// that asks for `packed_events` gets each events frame packed, and the same events.
 #[tokio::test]
 async fn binary_frames_carry_the_bytes_of_the_text_frames() {
     use futures_util::StreamExt;
@@ -1352,9 +1353,16 @@ async fn binary_frames_carry_the_bytes_of_the_text_frames() {
     let turn = server.start_turn(&session, "please use a tool");
     let stored = server.wait_events(&session, "the turn's end", |e| ended(e, &turn));
     let mut seen = Vec::new();
+    use agentwire::core::event_ref::packed;
+    use agentwire::core::wire::{FEATURE_BINARY_FRAMES, FEATURE_PACKED_EVENTS};
     for features in [
         vec![],
-        vec![agentwire::core::wire::FEATURE_BINARY_FRAMES.to_owned()],
+        vec![FEATURE_BINARY_FRAMES.to_owned()],
+        vec![
+            FEATURE_BINARY_FRAMES.to_owned(),
+            FEATURE_PACKED_EVENTS.to_owned(),
+        ],
+        vec![FEATURE_PACKED_EVENTS.to_owned()],
     ] {
         let mut socket = ws_connect(&server.ws_url(), &[]).await.expect("connects");
         let hello = ClientMsg::Hello {
@@ -1398,9 +1406,29 @@ async fn binary_frames_carry_the_bytes_of_the_text_frames() {
     let bytes =
         |frames: &[(bool, Vec<u8>)]| frames.iter().map(|(_, f)| f.clone()).collect::<Vec<_>>();
     assert_eq!(bytes(text), bytes(binary));
-    let mut c = Collector::new();
-    for (_, frame) in binary {
-        c.apply(ServerMsg::decode_bytes(frame, usize::MAX).unwrap());
+    // Asked for `packed_events`: each events frame is the packing of the text one, binary;
+    // every other frame is as without it (binary with `binary_frames`, text without).
+    for (packed_frames, all_binary) in [(&seen[2], true), (&seen[3], false)] {
+        assert_eq!(packed_frames.len(), text.len());
+        let mut packs = 0;
+        for ((binary, frame), (_, json)) in packed_frames.iter().zip(text) {
+            let json = std::str::from_utf8(json).unwrap();
+            match packed::pack(json) {
+                Some(expected) => {
+                    assert!(*binary && packed::is_packed(frame));
+                    assert_eq!(*frame, expected, "{json}");
+                    packs += 1;
+                }
+                None => assert_eq!((*binary, frame.as_slice()), (all_binary, json.as_bytes())),
+            }
+        }
+        assert!(packs > 0, "events frames were packed");
     }
-    assert_eq!(c.events, stored);
+    for frames in &seen[1..] {
+        let mut c = Collector::new();
+        for (_, frame) in frames {
+            c.apply(ServerMsg::decode_bytes(frame, usize::MAX).unwrap());
+        }
+        assert_eq!(c.events, stored);
+    }
 }

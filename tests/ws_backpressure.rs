@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentwire::companion::fanout::Text;
+use agentwire::companion::fanout::Outgoing;
 use agentwire::companion::host::{Hub, HubConfig};
 use agentwire::companion::server::ServerConfig;
 use agentwire::companion::store::{SessionRecord, SessionState, SqliteStore, Store};
@@ -38,12 +38,12 @@ fn event(session: &str, n: usize) -> Event {
     Event::new(init).unwrap()
 }
 
-async fn next(rx: &mut mpsc::Receiver<Text>) -> ServerMsg {
+async fn next(rx: &mut mpsc::Receiver<Outgoing>) -> ServerMsg {
     let frame = tokio::time::timeout(Duration::from_secs(30), rx.recv())
         .await
         .expect("a frame in time")
         .expect("open");
-    ServerMsg::decode(&frame, usize::MAX).unwrap()
+    ServerMsg::decode(&frame.text, usize::MAX).unwrap()
 }
 
 #[tokio::test]
@@ -74,7 +74,7 @@ async fn a_slow_subscriber_is_resynced_from_the_store_not_skipped() {
         rx.recv().await.map(|m| (m, rx))
     }));
     // A tiny outgoing queue: the subscriber overflows it as soon as it stops reading.
-    let (out_tx, mut out_rx) = mpsc::channel::<Text>(2);
+    let (out_tx, mut out_rx) = mpsc::channel::<Outgoing>(2);
     tokio::spawn(run_connection(incoming, out_tx, hub, limits));
     let hello = ClientMsg::Hello {
         protocols: vec![1],

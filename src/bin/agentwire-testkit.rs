@@ -19,6 +19,7 @@ mod native {
     use agentwire::companion::snapshot::Projections;
     use agentwire::companion::store::{SqliteStore, Store};
     use agentwire::companion::{chaos, fake_model, seed};
+    use agentwire::core::event_ref::packed;
     use agentwire::core::wire;
     use anyhow::{Context, Result};
     use clap::Parser;
@@ -81,11 +82,16 @@ mod native {
             /// Events per frame.
             #[arg(long, default_value_t = 1)]
             per_frame: usize,
+            /// Packed frames (`packed_events`), each after its length as 4 bytes little-endian,
+            /// instead of JSON lines.
+            #[arg(long)]
+            packed: bool,
         },
     }
 
-    /// The seeded session's events (numbered from 1) as `events` frames, one per line.
-    fn print_frames(session: String, events: u64, per_frame: usize) -> Result<()> {
+    /// The seeded session's events (numbered from 1) as `events` frames, one per line (or
+    /// packed, each after its length).
+    fn print_frames(session: String, events: u64, per_frame: usize, packed: bool) -> Result<()> {
         use std::io::Write;
         let options = seed::SeedOptions {
             session,
@@ -109,7 +115,14 @@ mod native {
                 usize::MAX,
             );
             for frame in frames {
-                writeln!(out, "{}", frame.text)?;
+                match packed {
+                    true => {
+                        let bytes = packed::pack(&frame.text).context("an events frame")?;
+                        out.write_all(&(bytes.len() as u32).to_le_bytes())?;
+                        out.write_all(&bytes)?;
+                    }
+                    false => writeln!(out, "{}", frame.text)?,
+                }
             }
         }
         out.flush()?;
@@ -187,7 +200,8 @@ mod native {
                 session,
                 events,
                 per_frame,
-            } => print_frames(session, events, per_frame)?,
+                packed,
+            } => print_frames(session, events, per_frame, packed)?,
         }
         Ok(())
     }

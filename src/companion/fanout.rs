@@ -25,11 +25,13 @@
 //!   and its wait still wakes it.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use axum::body::Bytes;
 use tokio::sync::{broadcast, watch, Notify};
 
 use super::store::{EventQuery, Store, StoreError};
+use crate::core::event_ref::packed;
 use crate::core::wire::{self, ServerMsg};
 
 /// A text frame whose clones share one buffer.
@@ -53,6 +55,61 @@ pub struct OutFrame {
     pub text: Text,
     /// The last sequence it completes (0 for a partial event).
     pub last_sequence: u64,
+    /// Its packed form, made by the first subscriber that asked for `packed_events` and
+    /// shared by the others.
+    pub packed: Arc<Packed>,
+}
+
+impl OutFrame {
+    /// A frame of its own (not one of a session's shared sets).
+    pub fn single(text: Text) -> OutFrame {
+        OutFrame {
+            text,
+            last_sequence: 0,
+            packed: Arc::default(),
+        }
+    }
+
+    /// What goes to a subscriber: the text, with the packed form's cell when it may ask.
+    pub fn outgoing(&self) -> Outgoing {
+        Outgoing {
+            text: self.text.clone(),
+            packed: Some(self.packed.clone()),
+        }
+    }
+}
+
+/// An `events` frame's packed form ([`packed::pack`] of its text), made once when first asked
+/// for: `None` inside for a frame that is not one (a `message_part`), which goes as its text.
+pub type Packed = OnceLock<Option<Bytes>>;
+
+/// A frame on its way to one connection: its text, and for a session's events frame the cell
+/// of its packed form, which a WebSocket that asked for `packed_events` sends instead.
+#[derive(Clone, Debug)]
+pub struct Outgoing {
+    pub text: Text,
+    pub packed: Option<Arc<Packed>>,
+}
+
+impl Outgoing {
+    /// The packed bytes, when there are (made here if no one has yet).
+    pub fn packed(&self) -> Option<Bytes> {
+        let cell = self.packed.as_ref()?;
+        cell.get_or_init(|| packed::pack(self.text.as_str()).map(Bytes::from))
+            .clone()
+    }
+}
+
+impl From<Text> for Outgoing {
+    fn from(text: Text) -> Outgoing {
+        Outgoing { text, packed: None }
+    }
+}
+
+impl From<String> for Outgoing {
+    fn from(text: String) -> Outgoing {
+        Outgoing::from(Text::from(text))
+    }
 }
 
 /// What a [`Follower`] read next.
@@ -255,6 +312,7 @@ impl Tail {
         .map(|f| OutFrame {
             text: f.text.into(),
             last_sequence: f.last_sequence,
+            packed: Arc::default(),
         })
         .collect()
     }

@@ -26,7 +26,7 @@ use futures_util::StreamExt;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use super::fanout::Text;
+use super::fanout::Outgoing;
 use super::server::AppState;
 use super::ws::{self, Incoming, StreamGuard};
 use crate::core::error::ErrorCode;
@@ -62,7 +62,7 @@ pub async fn stream(State(state): State<AppState>, Query(opening): Query<Opening
     };
     let limits = state.config.limits;
     let recycle = state.config.sse_recycle;
-    let (out, mut rx) = mpsc::channel::<Text>(ws::OUTGOING_FRAMES);
+    let (out, mut rx) = mpsc::channel::<Outgoing>(ws::OUTGOING_FRAMES);
     let (tx, events) = mpsc::channel::<SseEvent>(ws::OUTGOING_FRAMES);
     let open = StreamGuard::sse(&state.streams);
     let mut drops = state.drops.subscribe();
@@ -97,7 +97,7 @@ pub async fn stream(State(state): State<AppState>, Query(opening): Query<Opening
                 _ = drops.recv() => break,
             };
             if tx
-                .send(SseEvent::default().data(frame.as_str()))
+                .send(SseEvent::default().data(frame.text.as_str()))
                 .await
                 .is_err()
             {
@@ -141,7 +141,7 @@ pub async fn command(State(state): State<AppState>, body: Bytes) -> Response {
         client: None,
         features: Vec::new(),
     };
-    let (out, mut rx) = mpsc::channel::<Text>(ws::OUTGOING_FRAMES);
+    let (out, mut rx) = mpsc::channel::<Outgoing>(ws::OUTGOING_FRAMES);
     let incoming = futures_util::stream::iter([
         Incoming::Text(hello.encode()),
         Incoming::Text(text.to_owned()),
@@ -156,8 +156,8 @@ pub async fn command(State(state): State<AppState>, body: Bytes) -> Response {
     // `message_part`s, a line each.
     let mut answer = String::new();
     while let Some(frame) = rx.recv().await {
-        if !frame.as_str().starts_with(r#"{"t":"welcome""#) {
-            answer.push_str(frame.as_str());
+        if !frame.text.as_str().starts_with(r#"{"t":"welcome""#) {
+            answer.push_str(frame.text.as_str());
             answer.push('\n');
         }
     }

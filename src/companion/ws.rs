@@ -9,7 +9,7 @@
 //! reading by cursor. Nothing is skipped.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use futures_util::{SinkExt, Stream, StreamExt};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::fanout::{Fanout, Follower, OutFrame, Page, Text};
+use super::fanout::{Fanout, Follower, OutFrame, Outgoing, Page, Text};
 use super::host::CommandError;
 use super::host::Hub;
 use super::now;
@@ -101,18 +101,23 @@ pub async fn handle_socket(
 ) {
     let _open = open;
     let (mut sink, stream) = socket.split();
-    let (tx, mut rx) = mpsc::channel::<Text>(OUTGOING_FRAMES);
+    let (tx, mut rx) = mpsc::channel::<Outgoing>(OUTGOING_FRAMES);
     let heartbeat = Duration::from_millis(limits.heartbeat_ms);
     // Set when the connection must close with a code (a frame over the hard cap).
     let (close_tx, mut close_rx) = tokio::sync::oneshot::channel::<CloseFrame>();
-    // Set by the protocol when the hello asks for `binary_frames` (before the welcome is
-    // queued): from then on each frame goes as a binary message of the same bytes.
-    let binary = Arc::new(AtomicBool::new(false));
-    let as_binary = binary.clone();
+    // Set by the protocol from the hello's features (before the welcome is queued): with
+    // `binary_frames` each frame goes as a binary message of the same bytes; with
+    // `packed_events` an events frame goes packed.
+    let framing = Arc::new(AtomicU8::new(0));
+    let as_framing = framing.clone();
     let sender = tokio::spawn(async move {
-        let message = |frame: Text| match as_binary.load(Ordering::Acquire) {
-            true => Message::Binary(frame.into()),
-            false => Message::Text(frame),
+        let message = |frame: Outgoing| {
+            let framing = as_framing.load(Ordering::Acquire);
+            match frame.packed().filter(|_| framing & PACKED != 0) {
+                Some(packed) => Message::Binary(packed),
+                None if framing & BINARY != 0 => Message::Binary(frame.text.into()),
+                None => Message::Text(frame.text),
+            }
         };
         let mut ticker = tokio::time::interval(heartbeat);
         ticker.tick().await;
@@ -166,7 +171,7 @@ pub async fn handle_socket(
                 other => other,
             }
         });
-    serve(Box::pin(incoming), tx, hub, limits, Some(binary)).await;
+    serve(Box::pin(incoming), tx, hub, limits, Some(framing)).await;
     let _ = sender.await;
 }
 
@@ -183,7 +188,7 @@ pub enum Incoming {
 /// subscriber at the same cursor). Returns when the client is gone or must be dropped.
 pub async fn run_connection<I>(
     incoming: I,
-    out: mpsc::Sender<Text>,
+    out: mpsc::Sender<Outgoing>,
     hub: Arc<Hub>,
     limits: ConnectionLimits,
 ) where
@@ -192,14 +197,20 @@ pub async fn run_connection<I>(
     serve(incoming, out, hub, limits, None).await
 }
 
-/// [`run_connection`], with `binary` set when the client asks for `binary_frames` (a
-/// transport that can send binary messages passes one; the others ignore the feature).
+/// A [`serve`] framing bit: every frame as a binary message (`binary_frames`).
+const BINARY: u8 = 1;
+/// A [`serve`] framing bit: events frames packed (`packed_events`).
+const PACKED: u8 = 2;
+
+/// [`run_connection`], with `framing` set to what the client asks for of `binary_frames`
+/// and `packed_events` (a transport that can send binary messages passes one; the others
+/// ignore both features).
 async fn serve<I>(
     mut incoming: I,
-    out: mpsc::Sender<Text>,
+    out: mpsc::Sender<Outgoing>,
     hub: Arc<Hub>,
     limits: ConnectionLimits,
-    binary: Option<Arc<AtomicBool>>,
+    framing: Option<Arc<AtomicU8>>,
 ) where
     I: Stream<Item = Incoming> + Unpin,
 {
@@ -245,10 +256,18 @@ async fn serve<I>(
                         heartbeat_ms: limits.heartbeat_ms,
                         server: concat!("agentwire/", env!("CARGO_PKG_VERSION")).to_owned(),
                     };
-                    if let Some(binary) =
-                        binary.filter(|_| features.iter().any(|f| f == wire::FEATURE_BINARY_FRAMES))
-                    {
-                        binary.store(true, Ordering::Release);
+                    if let Some(framing) = framing {
+                        let asked = |feature| features.iter().any(|f| f == feature);
+                        let bits = (if asked(wire::FEATURE_BINARY_FRAMES) {
+                            BINARY
+                        } else {
+                            0
+                        }) | (if asked(wire::FEATURE_PACKED_EVENTS) {
+                            PACKED
+                        } else {
+                            0
+                        });
+                        framing.store(bits, Ordering::Release);
                     }
                     if !send(welcome).await {
                         return;
@@ -500,7 +519,7 @@ async fn history(
     hub: Arc<Hub>,
     page: HistoryPage,
     max_frame: usize,
-    out: mpsc::Sender<Text>,
+    out: mpsc::Sender<Outgoing>,
     parts: Arc<tokio::sync::Mutex<()>>,
 ) {
     let HistoryPage {
@@ -538,7 +557,7 @@ async fn history(
     };
     let _parts = parts.lock().await;
     for frame in frames {
-        if out.send(frame).await.is_err() {
+        if out.send(frame.into()).await.is_err() {
             return;
         }
     }
@@ -566,7 +585,7 @@ async fn follow(
     session: String,
     start: Start,
     max_frame: usize,
-    out: mpsc::Sender<Text>,
+    out: mpsc::Sender<Outgoing>,
     mut status: Option<watch::Receiver<StoreStatus>>,
 ) {
     let Start {
@@ -576,7 +595,7 @@ async fn follow(
     } = start;
     let store: &Arc<dyn Store> = fanout.store();
     let current = store.epoch().to_owned();
-    let fail = |code: ErrorCode, message: String| -> Text {
+    let fail = |code: ErrorCode, message: String| -> Outgoing {
         ServerMsg::Error {
             error: WireError::new(code, message),
             session: Some(session.clone()),
@@ -634,7 +653,7 @@ async fn follow(
             }
         }
     }
-    let status_frame = |store: StoreStatus| -> Text {
+    let status_frame = |store: StoreStatus| -> Outgoing {
         let session = session.clone();
         ServerMsg::SessionStatus { session, store }.encode().into()
     };
@@ -668,10 +687,7 @@ async fn follow(
             Ok(Page::Events(frames)) => frames,
             Ok(Page::CaughtUp(latest)) => {
                 live = true;
-                Arc::new([OutFrame {
-                    text: follower.caught_up(latest),
-                    last_sequence: 0,
-                }])
+                Arc::new([OutFrame::single(follower.caught_up(latest))])
             }
             Err(e) => {
                 let _ = out.send(fail(ErrorCode::StoreError, e.to_string())).await;
@@ -709,7 +725,7 @@ async fn follow(
                 }
                 Err(mpsc::error::TrySendError::Closed(())) => return,
             };
-            permit.send(frame.text.clone());
+            permit.send(frame.outgoing());
             sent = sent.max(frame.last_sequence);
         }
     }

@@ -37,7 +37,7 @@ use super::projector::{Batch, Projector, Signal};
 use super::sorted::{SortedMap, SortedSet};
 use super::wire::{
     is_turn_id, ClientMsg, Decision, ServerMsg, Thinking, WireError, DEFAULT_MAX_FRAME,
-    FEATURE_BINARY_FRAMES, FEATURE_SESSION_STATUS, PROTOCOL_VERSIONS,
+    FEATURE_BINARY_FRAMES, FEATURE_PACKED_EVENTS, FEATURE_SESSION_STATUS, PROTOCOL_VERSIONS,
 };
 
 /// How a [`Client`] connects and retries.
@@ -77,6 +77,10 @@ pub struct ClientConfig {
     /// given to [`Client::handle_frame_bytes`]: the browser's package does, where the bytes
     /// reach wasm memory in one copy; off by default (text frames, as every other client).
     pub binary_frames: bool,
+    /// Ask for `events` frames packed (`packed_events` in `hello`), binary messages given to
+    /// [`Client::handle_frame_bytes`] like the others: read without scanning JSON. The
+    /// browser's package does; off by default.
+    pub packed_events: bool,
 }
 
 impl Default for ClientConfig {
@@ -96,6 +100,7 @@ impl Default for ClientConfig {
             ws_retry_ms: 5 * 60_000,
             snapshot: None,
             binary_frames: false,
+            packed_events: false,
         }
     }
 }
@@ -511,6 +516,7 @@ impl Client {
             features: [FEATURE_SESSION_STATUS]
                 .into_iter()
                 .chain(self.config.binary_frames.then_some(FEATURE_BINARY_FRAMES))
+                .chain(self.config.packed_events.then_some(FEATURE_PACKED_EVENTS))
                 .map(str::to_owned)
                 .collect(),
         }
@@ -527,8 +533,9 @@ impl Client {
         self.take_frame(frame, now_ms);
     }
 
-    /// A binary frame arrived on `conn` (asked for with [`ClientConfig::binary_frames`]): the
-    /// same UTF-8 JSON text as a text frame, handled the same.
+    /// A binary frame arrived on `conn` (asked for with [`ClientConfig::binary_frames`] or
+    /// [`ClientConfig::packed_events`]): the same UTF-8 JSON text as a text frame, or a
+    /// packed events frame, handled the same.
     pub fn handle_frame_bytes(&mut self, conn: u64, frame: &[u8], now_ms: i64) {
         if !self.is_current(conn) {
             return;

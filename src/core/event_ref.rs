@@ -22,6 +22,8 @@ use super::event::{Event, EventError, EventId, EventType, Provider, WireParts};
 use super::json::{json_fields, FromJson, JsonError, JsonObject, Reader};
 use super::time::Timestamp;
 
+pub mod packed;
+
 /// What the projections read of an event: implemented by [`Event`] and [`EventRef`].
 pub trait EventView {
     fn id(&self) -> &EventId;
@@ -103,6 +105,8 @@ enum Source<'a> {
     Text(&'a str),
     /// An owned event's.
     Object(&'a JsonObject),
+    /// A packed frame's fields (no text: the owned event's map is made of them).
+    Packed,
 }
 
 impl EventView for EventRef<'_> {
@@ -163,6 +167,7 @@ impl<'a> EventRef<'a> {
         let data = match self.source {
             Source::Object(object) => object.clone(),
             Source::Text(text) => data(text, self.data),
+            Source::Packed => self.data.into_object(),
         };
         Event::from_parts(
             self.id,

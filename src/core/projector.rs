@@ -30,7 +30,7 @@ use serde_json::Value;
 use super::dedup::Dedup;
 use super::error::ErrorCode;
 use super::event::{Event, Provider};
-use super::event_ref::{EventRef, EventView, EventsRef};
+use super::event_ref::{packed, EventRef, EventView, EventsRef};
 use super::json::{json_write, json_write_names, json_write_tagged, to_json};
 use super::lifecycle::{Lifecycle, LifecycleConfig, Stall, TurnProjector, ViolationKind};
 use super::normalize::{Config, DiagnosticKind, Format, Normalizer};
@@ -444,6 +444,12 @@ impl Projector {
     /// with the `binary_frames` feature): the same UTF-8 JSON text as a text frame, handled
     /// the same, without the JS string in between.
     pub fn handle_frame_bytes(&mut self, frame: &[u8], now_ms: i64) -> Result<Signal, FrameError> {
+        if packed::is_packed(frame) {
+            return match packed::unpack(frame) {
+                Ok(f) => Ok(self.accept(&f.session, &f.epoch, f.events, now_ms)),
+                Err(e) => self.handle_decoded(Err(DecodeError::Malformed(e)), now_ms),
+            };
+        }
         match frame_text(frame, usize::MAX) {
             Ok(text) => self.handle_frame(text, now_ms),
             Err(e) => self.handle_decoded(Err(e), now_ms),

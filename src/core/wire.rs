@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::error::ErrorCode;
 use super::event::Event;
-use super::event_ref::EventView;
+use super::event_ref::{packed, EventView};
 use super::json::{
     json_fields, json_names, json_struct, json_write, json_write_names, json_write_tagged, to_json,
     JsonError, Reader,
@@ -33,8 +33,13 @@ pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
 pub const MIN_MAX_FRAME: usize = 4 << 10;
 
 /// What a client may ask for in `hello`'s `features`: `session_status`
-/// ([`ServerMsg::SessionStatus`]) and `binary_frames` ([`FEATURE_BINARY_FRAMES`]).
-pub const FEATURES: &[&str] = &[FEATURE_SESSION_STATUS, FEATURE_BINARY_FRAMES];
+/// ([`ServerMsg::SessionStatus`]), `binary_frames` ([`FEATURE_BINARY_FRAMES`]) and
+/// `packed_events` ([`FEATURE_PACKED_EVENTS`]).
+pub const FEATURES: &[&str] = &[
+    FEATURE_SESSION_STATUS,
+    FEATURE_BINARY_FRAMES,
+    FEATURE_PACKED_EVENTS,
+];
 
 /// The feature that asks for [`ServerMsg::SessionStatus`].
 pub const FEATURE_SESSION_STATUS: &str = "session_status";
@@ -45,6 +50,12 @@ pub const FEATURE_SESSION_STATUS: &str = "session_status";
 /// JS string and then encoded back to UTF-8 character by character. What the frames say is
 /// unchanged; a client that does not ask gets text frames, as before.
 pub const FEATURE_BINARY_FRAMES: &str = "binary_frames";
+
+/// The feature that asks the server to send every `events` frame of a WebSocket as a binary
+/// message in the packed form ([`crate::core::event_ref::packed`]): the same events,
+/// read without scanning JSON. Every other frame is unchanged (text, or binary JSON with
+/// `binary_frames`); a client that does not ask gets JSON, as before.
+pub const FEATURE_PACKED_EVENTS: &str = "packed_events";
 
 /// How a session id is spelled: `ses_` and 1 to 64 lowercase hex digits.
 pub const SESSION_ID_RULE: &str = "a session id is ses_ followed by 1 to 64 lowercase hex digits";
@@ -608,6 +619,15 @@ impl ServerMsg {
     /// Decodes a server frame that came as bytes (a binary message, [`FEATURE_BINARY_FRAMES`]):
     /// the same UTF-8 JSON text as a text frame, and the same result.
     pub fn decode_bytes(frame: &[u8], limit: usize) -> Result<ServerMsg, DecodeError> {
+        if packed::is_packed(frame) {
+            within_limit(frame.len(), limit)?;
+            let f = packed::unpack(frame).map_err(DecodeError::Malformed)?;
+            return Ok(ServerMsg::Events {
+                session: f.session.into_owned(),
+                epoch: f.epoch.into_owned(),
+                events: f.events.into_iter().map(EventView::into_event).collect(),
+            });
+        }
         ServerMsg::decode(frame_text(frame, limit)?, limit)
     }
 

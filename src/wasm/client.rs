@@ -168,8 +168,10 @@ impl Options {
             // Also the source of turn ids: 64 random bits from two draws.
             seed: ((js_sys::Math::random() * 2f64.powi(32)) as u64) << 32
                 | (js_sys::Math::random() * 2f64.powi(32)) as u64,
-            // The frames' bytes straight into wasm memory, not through a JS string.
+            // The frames' bytes straight into wasm memory, not through a JS string, and the
+            // events packed, read without scanning JSON.
             binary_frames: true,
+            packed_events: true,
             ..ClientConfig::default()
         };
         for (key, field) in [

@@ -291,8 +291,11 @@ fn a_stall_in_the_log_shows_in_the_lifecycle_until_the_turn_speaks() {
 fn a_whole_log_projects_like_one_pass_and_batches_rebuild_it() {
     let log = log(DEBUSSY);
     let mut p = Projector::new();
-    // The same frames as binary messages (`binary_frames`): the same signals and batches.
+    // The same frames as binary messages (`binary_frames`), and packed (`packed_events`):
+    // the same signals and batches.
     let mut bytes = Projector::new();
+    let mut packed = Projector::new();
+    let mut packs = 0;
     let mut model = HashMap::new();
     for frame in frames(&log, 0, 4096) {
         assert_eq!(p.handle_frame(&frame, 0), Ok(Signal::None));
@@ -300,10 +303,28 @@ fn a_whole_log_projects_like_one_pass_and_batches_rebuild_it() {
             bytes.handle_frame_bytes(frame.as_bytes(), 0),
             Ok(Signal::None)
         );
+        // What the server does: an events frame packed, any other (a `message_part`) as is.
+        let frame = match crate::core::event_ref::packed::pack(&frame) {
+            Some(packed) => {
+                packs += 1;
+                packed
+            }
+            None => frame.into_bytes(),
+        };
+        assert_eq!(packed.handle_frame_bytes(&frame, 0), Ok(Signal::None));
         let batch = p.drain();
         assert_eq!(bytes.drain(), batch);
+        assert_eq!(packed.drain(), batch);
         apply(&mut model, &batch);
     }
+    assert!(packs > 10, "{packs} frames packed");
+    let bad = packed.handle_frame_bytes(&[0xa7, 1, 2, b's'], 0);
+    assert_eq!(bad.unwrap_err().code(), ErrorCode::MalformedFrame);
+    assert!(
+        matches!(&packed.drain().notes[..], [Note::Error { code, message }]
+            if code == "malformed_frame" && message.contains("truncated at byte 3")),
+        "a packed frame cut short is noted like any malformed frame"
+    );
     let bad = bytes.handle_frame_bytes(b"{\"t\":\"events\"\xff", 0);
     assert_eq!(bad.unwrap_err().code(), ErrorCode::MalformedFrame);
     assert!(

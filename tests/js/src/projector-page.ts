@@ -82,6 +82,20 @@ let catchup: string[] = [];
 // for `binary_frames`: the UTF-8 bytes of the same JSON text), encoded before any timing.
 let liveBytes: Uint8Array[] = [];
 let catchupBytes: Uint8Array[] = [];
+// And packed (`packed_events`: what the package's `Client` asks for, so what it gets), as
+// `agentwire-testkit frames --packed` wrote them: each after its length (4 bytes, LE).
+let livePacked: Uint8Array[] = [];
+let catchupPacked: Uint8Array[] = [];
+let hasPacked = true;
+function splitPacked(buf: ArrayBuffer): Uint8Array[] {
+  const view = new DataView(buf), out: Uint8Array[] = [];
+  for (let at = 0; at < buf.byteLength; ) {
+    const len = view.getUint32(at, true);
+    out.push(new Uint8Array(buf, at + 4, len));
+    at += 4 + len;
+  }
+  return out;
+}
 window.ready = (async () => {
   const exports = await init();
   wasmMemory = exports.memory;
@@ -91,6 +105,13 @@ window.ready = (async () => {
   const enc = new TextEncoder();
   liveBytes = live.map((f) => enc.encode(f));
   catchupBytes = catchup.map((f) => enc.encode(f));
+  const packed = async (name: string) => splitPacked(await (await fetch(name)).arrayBuffer());
+  livePacked = await packed("live.packed");
+  catchupPacked = await packed("catchup.packed");
+  // An older package (AGENTWIRE_PKG, for a before/after) refuses packed frames.
+  const probe = new Projector();
+  try { probe.ingestBytes(livePacked[0]!, 0); } catch { hasPacked = false; }
+  probe.free();
 })();
 
 const DRAIN_EVERY = 16;
@@ -123,7 +144,7 @@ function runWasm(frames: string[] | Uint8Array[]): { ms: number; items: Item[] }
 }
 
 /** The steps of the wasm path, each timed on its own pass. */
-function steps(frames: string[], bytes: Uint8Array[]): Record<string, number> {
+function steps(frames: string[], bytes: Uint8Array[], packed: Uint8Array[]): Record<string, number> {
   const enc = new TextEncoder();
   const buf = new Uint8Array(1 << 20);
   let t = performance.now();
@@ -144,6 +165,10 @@ function steps(frames: string[], bytes: Uint8Array[]): Record<string, number> {
   t = performance.now();
   if (hasBytes) for (const b of bytes) p.ingestBytes(b, 0);
   const decodeBytes = hasBytes ? performance.now() - t : NaN;
+  // And packed.
+  t = performance.now();
+  if (hasPacked) for (const b of packed) p.ingestBytes(b, 0);
+  const decodePacked = hasPacked ? performance.now() - t : NaN;
   p.drain();
   p.free();
   // Ingest with a drain every 16 frames, the drains alone: drainJson (serialization) and
@@ -161,7 +186,7 @@ function steps(frames: string[], bytes: Uint8Array[]): Record<string, number> {
     }
   }
   q.free();
-  return { crossing, crossingBytes, ingest, decode, decodeBytes, apply: ingest - decode, drainJson: json * 2, drain: objects * 2 };
+  return { crossing, crossingBytes, ingest, decode, decodeBytes, decodePacked, apply: ingest - decode, drainJson: json * 2, drain: objects * 2 };
 }
 
 function runPlain(frames: string[]): { ms: number; state: Plain } {
@@ -204,23 +229,26 @@ window.bench = async (n: number, reps: number) => {
     p.free();
     return out;
   }
-  for (const [mode, all, allBytes, per] of [["live", live, liveBytes, 1], ["catchup", catchup, catchupBytes, 100]] as const) {
+  for (const [mode, all, allBytes, allPacked, per] of [["live", live, liveBytes, livePacked, 1], ["catchup", catchup, catchupBytes, catchupPacked, 100]] as const) {
     const frames = all.slice(0, Math.ceil(n / per));
     const bytes = allBytes.slice(0, Math.ceil(n / per));
+    const packed = allPacked.slice(0, Math.ceil(n / per));
     const events = Math.min(n, all.length * per);
-    const wasm: number[] = [], text: number[] = [], plain: number[] = [];
+    const wasm: number[] = [], json: number[] = [], text: number[] = [], plain: number[] = [];
     let same = true;
     for (let r = 0; r < reps; r++) {
-      // An older package (AGENTWIRE_PKG, for a before/after) has no ingestBytes: text twice.
-      const w = runWasm(hasBytes ? bytes : frames);
+      // An older package (AGENTWIRE_PKG, for a before/after) may read no packed frames (then
+      // its JSON bytes twice), or no bytes at all (then text thrice).
+      const b = runWasm(hasBytes ? bytes : frames);
+      const w = hasPacked ? runWasm(packed) : b;
       const t = runWasm(frames);
       const j = runPlain(frames);
       wasm.push(w.ms);
+      json.push(b.ms);
       text.push(t.ms);
       plain.push(j.ms);
       if (r === 0) {
-        same = JSON.stringify(canonical(w.items)) === JSON.stringify(canonical(j.state.items))
-          && JSON.stringify(canonical(t.items)) === JSON.stringify(canonical(j.state.items));
+        same = [w, b, t].every((x) => JSON.stringify(canonical(x.items)) === JSON.stringify(canonical(j.state.items)));
         if (!same) {
           const i = w.items.findIndex((it, k) => JSON.stringify(canonical(it)) !== JSON.stringify(canonical(j.state.items[k])));
           out[`${mode}.diff`] = { index: i, wasm: w.items[i], plain: j.state.items[i], lengths: [w.items.length, j.state.items.length] };
@@ -230,10 +258,11 @@ window.bench = async (n: number, reps: number) => {
     }
     out[`${mode}.events`] = events;
     out[`${mode}.wasm`] = best(wasm);
+    out[`${mode}.json`] = best(json);
     out[`${mode}.text`] = best(text);
     out[`${mode}.plain`] = best(plain);
     out[`${mode}.same`] = same;
-    const runs = Array.from({ length: reps }, () => steps(frames, bytes));
+    const runs = Array.from({ length: reps }, () => steps(frames, bytes, packed));
     out[`${mode}.steps`] = Object.fromEntries(Object.keys(runs[0]!).map((k) => [k, best(runs.map((r) => r[k]!))]));
   }
   return out;

@@ -40,9 +40,11 @@ cpSync(join(root, "tests", "js", "build", "projector-page.js"), join(www, "page.
 writeFileSync(join(www, "index.html"), `<!doctype html><meta charset="utf-8"><link rel="icon" href="data:,">
 <script type="importmap">{ "imports": { "agentwire": "./pkg/agentwire.js" } }</script>
 <script type="module" src="./page.js"></script>`);
-for (const [file, per] of [["live.jsonl", 1], ["catchup.jsonl", 100]] as const) {
-  const fd = openSync(join(www, file), "w");
-  execFileSync(testkitBin, ["frames", "--events", "100000", "--per-frame", String(per)], { stdio: ["ignore", fd, "inherit"] });
+for (const [file, per] of [["live", 1], ["catchup", 100]] as const) {
+  for (const [ext, packed] of [["jsonl", []], ["packed", ["--packed"]]] as const) {
+    const fd = openSync(join(www, `${file}.${ext}`), "w");
+    execFileSync(testkitBin, ["frames", "--events", "100000", "--per-frame", String(per), ...packed], { stdio: ["ignore", fd, "inherit"] });
+  }
 }
 
 const types: Record<string, string> = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm" };
@@ -76,7 +78,7 @@ try {
   for (const [n, label] of [[10_000, "10k"], [100_000, "100k"]] as const) {
     const r = (await page.evaluate(([n, reps]) => window.bench(n, reps), [n, reps] as const)) as Record<string, any>;
     for (const mode of ["live", "catchup"]) {
-      const events = r[`${mode}.events`], wasm = r[`${mode}.wasm`], text = r[`${mode}.text`], plain = r[`${mode}.plain`];
+      const events = r[`${mode}.events`], wasm = r[`${mode}.wasm`], json = r[`${mode}.json`], text = r[`${mode}.text`], plain = r[`${mode}.plain`];
       const s = r[`${mode}.steps`];
       if (!r[`${mode}.same`]) {
         console.error(`DIFFERENT ITEMS (${mode} ${label}): ${JSON.stringify(r[`${mode}.diff`])}`);
@@ -86,16 +88,17 @@ try {
       perEvent[`${mode}.${label}`] = ns;
       console.log(
         `  ${mode.padEnd(8)} ${String(events).padStart(6)} events (${r[`${mode}.items`]} items, same: ${r[`${mode}.same`]}): ` +
-        `wasm ${wasm.toFixed(1)} ms binary frames (${ns.toFixed(0)} ns/event), ${text.toFixed(1)} ms text frames, ` +
-        `JS reducer ${plain.toFixed(1)} ms, ratio ${(plain / wasm).toFixed(2)}x (text ${(plain / text).toFixed(2)}x)`,
+        `wasm ${wasm.toFixed(1)} ms packed frames (${ns.toFixed(0)} ns/event), ${json.toFixed(1)} ms JSON as bytes, ${text.toFixed(1)} ms text frames, ` +
+        `JS reducer ${plain.toFixed(1)} ms, ratio ${(plain / wasm).toFixed(2)}x (JSON bytes ${(plain / json).toFixed(2)}x, text ${(plain / text).toFixed(2)}x)`,
       );
       console.log(
         `           steps: crossing ${s.crossing.toFixed(1)} ms (bytes ${s.crossingBytes.toFixed(1)}), ingest ${s.ingest.toFixed(1)} ms ` +
-        `(decode ${s.decode.toFixed(1)}, as bytes ${s.decodeBytes.toFixed(1)}; apply ${s.apply.toFixed(1)}), ` +
+        `(decode ${s.decode.toFixed(1)}, as bytes ${s.decodeBytes.toFixed(1)}, packed ${s.decodePacked.toFixed(1)}; apply ${s.apply.toFixed(1)}), ` +
         `drain every 16: drainJson ${s.drainJson.toFixed(1)} ms, drain ${s.drain.toFixed(1)} ms`,
       );
       const id = `projector.${mode === "live" ? "live" : "catchup"}.${label}`;
-      BENCH(id, wasm.toFixed(1), "ms", `js reducer ${plain.toFixed(1)} ms`, `${(plain / wasm).toFixed(2)}x`, `chromium, ${events} events, binary frames`);
+      BENCH(id, wasm.toFixed(1), "ms", `js reducer ${plain.toFixed(1)} ms`, `${(plain / wasm).toFixed(2)}x`, `chromium, ${events} events, packed frames`);
+      BENCH(`${id}.json`, json.toFixed(1), "ms", `js reducer ${plain.toFixed(1)} ms`, `${(plain / json).toFixed(2)}x`, `chromium, ${events} events, JSON frames as bytes`);
       BENCH(`${id}.text`, text.toFixed(1), "ms", `js reducer ${plain.toFixed(1)} ms`, `${(plain / text).toFixed(2)}x`, `chromium, ${events} events, text frames`);
       BENCH(`${id}.per_event`, ns.toFixed(0), "ns", "-", "-", "wasm, per event");
     }

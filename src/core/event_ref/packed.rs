@@ -1,0 +1,557 @@
+//! Packed `events` frames: the same events as an `events` frame's JSON, in a binary form that
+//! a client reads without scanning text (the `packed_events` feature, docs/protocol.md).
+//!
+//! A JSON reader looks at every byte of a frame: each key is compared, each string scanned for
+//! its closing quote and escapes, each id and timestamp parsed from its digits. Here every
+//! string is its length and its UTF-8 bytes (checked, never unescaped), an id is its 16 bytes,
+//! a timestamp its milliseconds, a type and a provider one byte each, and `data`'s keys and
+//! values are listed in the order of the JSON object. What a packed frame says is exactly what
+//! the JSON frame it was made from says: [`pack`] reads that frame, and [`unpack`] gives the
+//! [`EventsRef`] the JSON reads as (tests below and in the projector's).
+//!
+//! ```text
+//! frame    = MAGIC VERSION str(session) str(epoch) varint(count) event{count}
+//! event    = flags:u8 id:16 type:u8 [str(session_id)] [str(run_id)] varint(sequence)
+//!            zigzag(timestamp ms) provider:u8 [str(correlation_id)] fields(data) str(metadata)
+//! flags    = 1: session_id differs from the frame's session, 2: run_id, 4: correlation_id
+//! fields   = varint(count) (str(key) value){count}
+//! value    = 0 str(string) | 1 str(JSON text of any other value)
+//! str      = varint(length) UTF-8 bytes
+//! ```
+//!
+//! `metadata` is the object's JSON text, empty for `{}`. A varint is LEB128 (at most 10 bytes);
+//! the type is its index in [`EventType::ALL`], the provider in [`PROVIDERS`]. [`MAGIC`] is a
+//! byte no JSON text and no UTF-8 text starts with, so a binary message says which it is by
+//! its first byte.
+
+use std::borrow::Cow;
+
+use serde_json::Value;
+
+use super::{EventRef, EventsRef, Field, Fields, Source};
+use crate::core::event::{EventId, EventType, Provider};
+use crate::core::json::{to_json, JsonObject, Reader};
+use crate::core::time::Timestamp;
+
+/// The first byte of a packed frame (a UTF-8 continuation byte: no text starts with it).
+pub const MAGIC: u8 = 0xA7;
+/// The packing's version, the second byte.
+pub const VERSION: u8 = 1;
+
+/// The providers, by their byte.
+pub const PROVIDERS: [Provider; 8] = [
+    Provider::Claude,
+    Provider::Codex,
+    Provider::Gemini,
+    Provider::Opencode,
+    Provider::Amp,
+    Provider::Acp,
+    Provider::Demo,
+    Provider::Generic,
+];
+
+const SESSION: u8 = 1;
+const RUN: u8 = 2;
+const CORRELATION: u8 = 4;
+
+/// The first and last millisecond an RFC 3339 timestamp spells (years 0000 to 9999).
+const EARLIEST_MS: i64 = -62_167_219_200_000;
+const LATEST_MS: i64 = 253_402_300_799_999;
+
+/// Whether a binary frame is packed (else it is JSON text).
+pub fn is_packed(frame: &[u8]) -> bool {
+    frame.first() == Some(&MAGIC)
+}
+
+/// The packed form of an `events` frame's JSON text; `None` for any other frame (and for a
+/// text that does not read as one), which then goes as it is.
+pub fn pack(frame: &str) -> Option<Vec<u8>> {
+    let events = EventsRef::decode(frame)?;
+    let mut out = Vec::with_capacity(frame.len() / 2);
+    out.extend([MAGIC, VERSION]);
+    put_str(&mut out, &events.session);
+    put_str(&mut out, &events.epoch);
+    put_varint(&mut out, events.events.len() as u64);
+    for e in &events.events {
+        let mut flags = 0;
+        flags |= if *e.session_id != *events.session {
+            SESSION
+        } else {
+            0
+        };
+        flags |= if e.run_id.is_some() { RUN } else { 0 };
+        flags |= if e.correlation_id.is_some() {
+            CORRELATION
+        } else {
+            0
+        };
+        out.push(flags);
+        out.extend(e.id.bits().to_be_bytes());
+        let kind = EventType::ALL.iter().position(|k| *k == e.kind);
+        out.push(kind.expect("every type is in ALL") as u8);
+        if flags & SESSION != 0 {
+            put_str(&mut out, &e.session_id);
+        }
+        if let Some(run) = &e.run_id {
+            put_str(&mut out, run);
+        }
+        put_varint(&mut out, e.sequence);
+        let ms = e.timestamp.unix_millis();
+        put_varint(&mut out, ((ms << 1) ^ (ms >> 63)) as u64);
+        let provider = PROVIDERS.iter().position(|p| *p == e.provider);
+        out.push(provider.expect("every provider is in PROVIDERS") as u8);
+        if let Some(c) = &e.correlation_id {
+            put_str(&mut out, c);
+        }
+        put_varint(&mut out, e.data.0.len() as u64);
+        for (key, field) in &e.data.0 {
+            put_str(&mut out, key);
+            match field {
+                Field::Str(s) => {
+                    out.push(0);
+                    put_str(&mut out, s);
+                }
+                Field::Value(v) => {
+                    out.push(1);
+                    put_str(&mut out, &to_json(&**v));
+                }
+            }
+        }
+        let metadata = if e.metadata.is_empty() {
+            ""
+        } else {
+            e.metadata.text()
+        };
+        put_str(&mut out, metadata);
+    }
+    Some(out)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_varint(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Reads a packed frame: the events the JSON frame it was made from reads as, or why not
+/// (with the byte offset where it stopped).
+pub fn unpack(frame: &[u8]) -> Result<EventsRef<'_>, String> {
+    let mut r = Bytes {
+        bytes: frame,
+        at: 0,
+    };
+    let (magic, version) = (r.byte()?, r.byte()?);
+    if magic != MAGIC {
+        return Err(r.fail("not a packed frame"));
+    }
+    if version != VERSION {
+        return Err(format!("packed frame of version {version}, not {VERSION}"));
+    }
+    let session = r.str()?;
+    let epoch = r.str()?;
+    let count = r.varint()?;
+    // Each event takes at least 22 bytes: a count past what is left is a lie.
+    if count > (frame.len() - r.at) as u64 / 22 {
+        return Err(r.fail("more events than bytes"));
+    }
+    let mut events = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        events.push(r.event(session)?);
+    }
+    if r.at != frame.len() {
+        return Err(r.fail("bytes after the last event"));
+    }
+    Ok(EventsRef {
+        session: Cow::Borrowed(session),
+        epoch: Cow::Borrowed(epoch),
+        events,
+    })
+}
+
+/// A packed frame being read.
+struct Bytes<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Bytes<'a> {
+    fn fail(&self, what: &str) -> String {
+        format!("packed frame: {what} at byte {}", self.at)
+    }
+
+    #[inline]
+    fn byte(&mut self) -> Result<u8, String> {
+        let b = *self
+            .bytes
+            .get(self.at)
+            .ok_or_else(|| self.fail("truncated"))?;
+        self.at += 1;
+        Ok(b)
+    }
+
+    #[inline]
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let rest = &self.bytes[self.at..];
+        if rest.len() < n {
+            return Err(self.fail("truncated"));
+        }
+        self.at += n;
+        Ok(&rest[..n])
+    }
+
+    #[inline]
+    fn varint(&mut self) -> Result<u64, String> {
+        let mut n = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            n |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(n);
+            }
+        }
+        Err(self.fail("a varint of more than 10 bytes"))
+    }
+
+    #[inline]
+    fn str(&mut self) -> Result<&'a str, String> {
+        let len = self.varint()?;
+        let len = usize::try_from(len).map_err(|_| self.fail("a string longer than the frame"))?;
+        let at = self.at;
+        let bytes = self.take(len)?;
+        std::str::from_utf8(bytes).map_err(|_| format!("packed frame: not UTF-8 at byte {at}"))
+    }
+
+    fn event(&mut self, session: &'a str) -> Result<EventRef<'a>, String> {
+        let flags = self.byte()?;
+        if flags & !(SESSION | RUN | CORRELATION) != 0 {
+            return Err(self.fail("unknown flags"));
+        }
+        let id = self.take(16)?;
+        let id = EventId::from_hash(u128::from_be_bytes(id.try_into().expect("16 bytes")));
+        let kind = self.byte()?;
+        let kind = *EventType::ALL
+            .get(usize::from(kind))
+            .ok_or_else(|| self.fail("an unknown event type"))?;
+        let session_id = match flags & SESSION {
+            0 => session,
+            _ => self.str()?,
+        };
+        if session_id.is_empty() {
+            return Err(self.fail("an empty session_id"));
+        }
+        let run_id = match flags & RUN {
+            0 => None,
+            _ => Some(self.str()?).filter(|r| !r.is_empty()),
+        };
+        if flags & RUN != 0 && run_id.is_none() {
+            return Err(self.fail("an empty run_id"));
+        }
+        let sequence = self.varint()?;
+        let zigzag = self.varint()?;
+        let ms = (zigzag >> 1) as i64 ^ -((zigzag & 1) as i64);
+        if !(EARLIEST_MS..=LATEST_MS).contains(&ms) {
+            return Err(self.fail("a timestamp outside years 0000 to 9999"));
+        }
+        let provider = self.byte()?;
+        let provider = *PROVIDERS
+            .get(usize::from(provider))
+            .ok_or_else(|| self.fail("an unknown provider"))?;
+        let correlation_id = match flags & CORRELATION {
+            0 => None,
+            _ => Some(Cow::Borrowed(self.str()?)),
+        };
+        let count = self.varint()?;
+        if count > (self.bytes.len() - self.at) as u64 / 3 {
+            return Err(self.fail("more fields than bytes"));
+        }
+        let mut fields = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let key = self.str()?;
+            let field = match self.byte()? {
+                0 => Field::Str(Cow::Borrowed(self.str()?)),
+                1 => {
+                    let at = self.at;
+                    let text = self.str()?;
+                    match Reader::read_all::<Value>(text) {
+                        Ok(v) => Field::Value(Cow::Owned(v)),
+                        Err(e) => return Err(format!("packed frame: at byte {at}: {e}")),
+                    }
+                }
+                _ => return Err(self.fail("an unknown value tag")),
+            };
+            fields.push((Cow::Borrowed(key), field));
+        }
+        let at = self.at;
+        let metadata = match self.str()? {
+            "" => JsonObject::new(),
+            text => JsonObject::from_text(text)
+                .map_err(|e| format!("packed frame: metadata at byte {at}: {e}"))?,
+        };
+        Ok(EventRef {
+            id,
+            kind,
+            session_id: Cow::Borrowed(session_id),
+            run_id: run_id.map(Cow::Borrowed),
+            sequence,
+            timestamp: Timestamp::from_unix_millis(ms),
+            provider,
+            correlation_id,
+            data: Fields(fields),
+            source: Source::Packed,
+            metadata: Cow::Owned(metadata),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    use super::*;
+    use crate::core::event_ref::EventView;
+    use crate::core::wire::ServerMsg;
+
+    /// An `events` frame of session `s1` holding these events' JSON.
+    fn frame(events: &[Value]) -> String {
+        let events: Vec<String> = events.iter().map(Value::to_string).collect();
+        format!(
+            r#"{{"t":"events","session":"s1","epoch":"e\"1","events":[{}]}}"#,
+            events.join(",")
+        )
+    }
+
+    fn events() -> Vec<Value> {
+        let base = json!({
+            "id": "evt_0123456789abcdef0123456789abcdef",
+            "type": "message_streamed",
+            "session_id": "s1",
+            "run_id": "r1",
+            "sequence": 3,
+            "timestamp": "2026-01-01T00:00:00.123Z",
+            "provider": "claude",
+            "data": {"delta": "hé\n\"x\" \u{1F600}", "message_id": "m1"},
+            "metadata": {},
+            "schema_version": 1,
+        });
+        let with = |changes: Value| {
+            let mut v = base.clone();
+            for (k, x) in changes.as_object().unwrap() {
+                v[k] = x.clone();
+            }
+            v
+        };
+        let mut all = vec![base.clone()];
+        all.push(with(json!({"session_id": "s2", "correlation_id": "c\\1"})));
+        all.push(with(
+            json!({"run_id": null, "type": "session_started", "provider": "generic"}),
+        ));
+        all.push(with(
+            json!({"timestamp": "1970-01-01T00:00:00Z", "sequence": 0}),
+        ));
+        all.push(with(json!({"timestamp": "1969-07-20T20:17:40.5Z"})));
+        all.push(with(
+            json!({"metadata": {"source": {"line": 7}, "z": [1, "two"]}}),
+        ));
+        all.push(with(json!({"data": {}})));
+        all.push(with(json!({"data": null, "metadata": null})));
+        all.push(with(json!({
+            "type": "tool_call_started",
+            "provider": "codex",
+            "data": {
+                "tool_call_id": "t1", "tool_name": "Bash", "n": -2.5, "big": 18446744073709551615u64,
+                "ok": true, "nul": null, "list": [1, {"a": "b"}], "tool_input": {"command": "ls"},
+                "": "empty key"
+            },
+        })));
+        let mut no_id = base.clone();
+        no_id.as_object_mut().unwrap().remove("id");
+        all.push(no_id);
+        for (i, kind) in EventType::ALL.iter().enumerate() {
+            all.push(with(json!({"type": kind.as_str(), "sequence": 10 + i})));
+        }
+        for (i, p) in PROVIDERS.iter().enumerate() {
+            all.push(with(json!({"provider": p.as_str(), "sequence": 100 + i})));
+        }
+        all
+    }
+
+    /// A packed frame reads as the JSON frame it was made from, event by event and through
+    /// every accessor the projections use.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_packed_frame_reads_as_its_json() {
+        let mut events = events();
+        // A duplicate key: the last one counts, in both.
+        let dup = frame(&events[..1]).replace(r#""delta":"#, r#""delta":7,"delta":"#);
+        for text in [
+            frame(&events),
+            frame(&[]),
+            dup,
+            frame(&events.split_off(20)),
+        ] {
+            let packed = pack(&text).expect("an events frame");
+            assert!(is_packed(&packed));
+            assert!(
+                packed.len() < text.len(),
+                "{} of {}",
+                packed.len(),
+                text.len()
+            );
+            assert_eq!(
+                ServerMsg::decode_bytes(&packed, usize::MAX),
+                ServerMsg::decode(&text, usize::MAX),
+                "{text}"
+            );
+            let (json, packed) = (EventsRef::decode(&text).unwrap(), unpack(&packed).unwrap());
+            assert_eq!(
+                (&packed.session, &packed.epoch),
+                (&json.session, &json.epoch)
+            );
+            assert_eq!(packed.events.len(), json.events.len());
+            for (p, j) in packed.events.iter().zip(&json.events) {
+                for key in [
+                    "delta",
+                    "message_id",
+                    "n",
+                    "tool_input",
+                    "nul",
+                    "",
+                    "absent",
+                ] {
+                    assert_eq!(p.data_str(key), j.data_str(key), "{key}");
+                    assert_eq!(p.data_value(key), j.data_value(key), "{key}");
+                    assert_eq!(p.data_has(key), j.data_has(key), "{key}");
+                }
+                assert_eq!(
+                    (p.id(), p.kind(), p.session_id(), p.run_id(), p.sequence()),
+                    (j.id(), j.kind(), j.session_id(), j.run_id(), j.sequence())
+                );
+                assert_eq!(
+                    (p.timestamp(), p.correlation_id()),
+                    (j.timestamp(), j.correlation_id())
+                );
+                assert_eq!(p.clone().into_event(), j.clone().into_event());
+            }
+        }
+        // Not an events frame, or one that does not read: not packed.
+        for text in [r#"{"t":"pong"}"#, r#"{"t":"events","session":"s1"}"#, "[]"] {
+            assert_eq!(pack(text), None, "{text}");
+        }
+    }
+
+    /// Whatever the bytes, reading ends in the events or an error that says where, never a
+    /// panic: every cut of a frame, every byte changed to a few values, and the lies a hostile
+    /// server could tell.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn hostile_bytes_end_in_an_error_not_a_panic() {
+        let packed = pack(&frame(&events()[..6])).unwrap();
+        for cut in 0..packed.len() {
+            let e = unpack(&packed[..cut]).expect_err("a cut frame");
+            assert!(e.contains("truncated") || e.contains("more "), "{cut}: {e}");
+        }
+        for at in 0..packed.len() {
+            for b in [0x00, 0x01, 0x7f, 0x80, 0xa7, 0xff] {
+                let mut bytes = packed.clone();
+                bytes[at] = b;
+                // Either reads (a changed letter) or says why.
+                if let Ok(f) = unpack(&bytes) {
+                    let _ = f.events.into_iter().map(EventView::into_event).count();
+                }
+            }
+        }
+        let head = |rest: &[u8]| {
+            let mut b = vec![MAGIC, VERSION, 2, b's', b'1', 1, b'e', 1];
+            b.extend_from_slice(rest);
+            b
+        };
+        let event = |flags: u8, kind: u8, session: &[u8], ts: &[u8], provider: u8| {
+            let mut b = vec![flags];
+            b.extend([7; 16]);
+            b.push(kind);
+            b.extend_from_slice(session);
+            b.push(1); // sequence
+            b.extend_from_slice(ts);
+            b.push(provider);
+            b.extend([0, 0]); // no data, no metadata
+            head(&b)
+        };
+        let fine = event(0, 0, &[], &[2], 0);
+        assert_eq!(unpack(&fine).unwrap().events.len(), 1);
+        for (bytes, error) in [
+            (vec![MAGIC, 9], "packed frame of version 9, not 1"),
+            (
+                vec![b'{', VERSION],
+                "packed frame: not a packed frame at byte 2",
+            ),
+            (event(8, 0, &[], &[2], 0), "unknown flags at byte 9"),
+            (
+                event(0, 200, &[], &[2], 0),
+                "an unknown event type at byte 26",
+            ),
+            (event(1, 0, &[0], &[2], 0), "an empty session_id at byte 27"),
+            (event(2, 0, &[0], &[2], 0), "an empty run_id at byte 27"),
+            (event(1, 0, &[1, 0xff], &[2], 0), "not UTF-8 at byte 27"),
+            (event(0, 0, &[], &[2], 8), "an unknown provider at byte 29"),
+            (
+                event(0, 0, &[], &[0xff; 11], 0),
+                "a varint of more than 10 bytes",
+            ),
+            (
+                event(
+                    0,
+                    0,
+                    &[],
+                    &[0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1],
+                    0,
+                ),
+                "a timestamp outside years 0000 to 9999",
+            ),
+            (
+                vec![MAGIC, VERSION, 0, 0, 0, 0],
+                "bytes after the last event at byte 5",
+            ),
+            (head(&[]), "more events than bytes at byte 8"),
+        ] {
+            let e = unpack(&bytes).expect_err(error);
+            assert!(e.contains(error), "{e:?} does not say {error:?}");
+        }
+        // A data value that is not JSON, and metadata that is not an object.
+        let mut bad = fine.clone();
+        let n = bad.len();
+        bad.splice(n - 2.., [1, 1, b'k', 1, 2, b'{', b'x', 0]);
+        assert!(
+            unpack(&bad).unwrap_err().contains("at byte 33:"),
+            "{:?}",
+            unpack(&bad)
+        );
+        let mut bad = fine;
+        let n = bad.len();
+        bad.splice(n - 1.., [2, b'[', b']']);
+        assert!(
+            unpack(&bad).unwrap_err().contains("metadata at byte 30"),
+            "{:?}",
+            unpack(&bad)
+        );
+    }
+
+    /// The timestamps a packed frame may hold are those RFC 3339 spells, from the first
+    /// millisecond of year 0000 to the last of 9999.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn the_timestamp_bounds_are_those_rfc_3339_spells() {
+        for (ms, text) in [
+            (EARLIEST_MS, "0000-01-01T00:00:00.000Z"),
+            (LATEST_MS, "9999-12-31T23:59:59.999Z"),
+        ] {
+            let t = Timestamp::from_unix_millis(ms);
+            assert_eq!(t.to_string(), text);
+            assert_eq!(Timestamp::parse_rfc3339(text), Some(t));
+        }
+    }
+}
