@@ -9,11 +9,11 @@
 //!   back with a different id (Claude assigns its own UUID), so identity cannot catch it; it
 //!   matches by text against the latest foreground prompt, as paseo does.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::event::EventType;
 use super::event_ref::EventView;
-use super::hash::FastSet;
+use super::hash::{FastMap, FastSet};
 
 /// How many recent event ids [`Dedup::new`] remembers.
 pub const DEFAULT_ID_WINDOW: usize = 4096;
@@ -63,7 +63,7 @@ pub struct Dedup {
     /// The ids as their 128 bits (`evt_` + 32 hex digits): no string is kept or hashed.
     ids: FastSet<u128>,
     order: VecDeque<u128>,
-    high_water: HashMap<String, u64>,
+    high_water: FastMap<String, u64>,
 }
 
 impl Default for Dedup {
@@ -88,13 +88,13 @@ impl Dedup {
                 Default::default(),
             ),
             order: VecDeque::with_capacity(id_window.min(DEFAULT_ID_WINDOW)),
-            high_water: HashMap::new(),
+            high_water: FastMap::default(),
         }
     }
 
     /// Decides whether `event` is new, and if so, remembers it. O(1) amortized.
     pub fn admit(&mut self, event: &impl EventView) -> Admission {
-        let key = event.id().bits();
+        let key = event.id_bits();
         if self.ids.contains(&key) {
             return Admission::Duplicate {
                 by: DuplicateBy::Id,
@@ -201,7 +201,7 @@ mod tests {
     use super::*;
     use crate::core::event::{Event, EventId, EventInit, Provider};
     use crate::core::time::Timestamp;
-    use std::collections::HashSet;
+    use std::collections::{HashMap, HashSet};
 
     /// An event whose id is derived from `key`, in `session`, at `seq`.
     fn ev(key: u32, session: &str, seq: u64) -> Event {

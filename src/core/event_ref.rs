@@ -27,6 +27,10 @@ pub mod packed;
 /// What the projections read of an event: implemented by [`Event`] and [`EventRef`].
 pub trait EventView {
     fn id(&self) -> &EventId;
+    /// The id's 128 bits ([`EventId::bits`]), the key the projections remember it by.
+    fn id_bits(&self) -> u128 {
+        self.id().bits()
+    }
     fn kind(&self) -> EventType;
     fn session_id(&self) -> &str;
     fn run_id(&self) -> Option<&str>;
@@ -85,6 +89,8 @@ impl EventView for Event {
 #[derive(Clone, Debug, PartialEq)]
 pub struct EventRef<'a> {
     id: EventId,
+    /// `id`'s bits, found once.
+    bits: u128,
     kind: EventType,
     session_id: Cow<'a, str>,
     run_id: Option<Cow<'a, str>>,
@@ -112,6 +118,9 @@ enum Source<'a> {
 impl EventView for EventRef<'_> {
     fn id(&self) -> &EventId {
         &self.id
+    }
+    fn id_bits(&self) -> u128 {
+        self.bits
     }
     fn kind(&self) -> EventType {
         self.kind
@@ -200,6 +209,7 @@ impl<'a> EventRef<'a> {
             .collect();
         EventRef {
             id: event.id().clone(),
+            bits: event.id().bits(),
             kind: event.kind(),
             session_id: Cow::Borrowed(event.session_id()),
             run_id: event.run_id().map(Cow::Borrowed),
@@ -336,6 +346,7 @@ impl<'a> EventRef<'a> {
             _ => Map::new(),
         };
         Ok(EventRef {
+            bits: id.bits(),
             id,
             kind,
             session_id: raw.session_id,

@@ -31,6 +31,7 @@ use super::dedup::Dedup;
 use super::error::ErrorCode;
 use super::event::{Event, Provider};
 use super::event_ref::{packed, EventRef, EventView, EventsRef};
+use super::hash::FastMap;
 use super::json::{json_write, json_write_names, json_write_tagged, to_json};
 use super::lifecycle::{Lifecycle, LifecycleConfig, Stall, TurnProjector, ViolationKind};
 use super::normalize::{Config, DiagnosticKind, Format, Normalizer};
@@ -361,7 +362,7 @@ const TRANSCRIPT_EPOCH: &str = "transcript";
 pub struct Projector {
     source: Source,
     sessions: Vec<Session>,
-    index: HashMap<String, usize>,
+    index: FastMap<String, usize>,
     /// Sessions touched since the last drain, in order of first touch.
     touched: Vec<usize>,
     notes: Vec<Note>,
@@ -387,7 +388,7 @@ impl Projector {
         Projector {
             source: Source::Wire,
             sessions: Vec::new(),
-            index: HashMap::new(),
+            index: FastMap::default(),
             touched: Vec::new(),
             notes: Vec::new(),
             keep_events: false,

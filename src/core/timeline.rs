@@ -33,7 +33,7 @@ use serde::de::MapAccess;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::event::{EventId, EventType};
+use super::event::EventType;
 use super::event_ref::EventView;
 use super::hash::{FastMap, FastSet};
 use super::json::{
@@ -610,10 +610,6 @@ fn owned(s: Option<&str>) -> Option<String> {
 }
 
 /// The id as its 128 bits (ids are `evt_` + 32 hex digits), so the seen-set stays small.
-fn id_key(id: &EventId) -> u128 {
-    id.bits()
-}
-
 impl Timeline {
     pub fn new() -> Self {
         Timeline::default()
@@ -630,7 +626,7 @@ impl Timeline {
             Some(_) => {}
         }
         let seq = event.sequence();
-        if (seq > 0 && seq <= self.last_sequence) || !self.seen.insert(id_key(event.id())) {
+        if (seq > 0 && seq <= self.last_sequence) || !self.seen.insert(event.id_bits()) {
             self.counts.duplicates += 1;
             return;
         }
@@ -1587,7 +1583,7 @@ mod tests {
 
     use super::*;
     use crate::core::event::Event;
-    use crate::core::event::{EventInit, Provider};
+    use crate::core::event::{EventId, EventInit, Provider};
     use crate::core::time::Timestamp;
 
     /// The naive model a client keeps: a plain list that changes are applied to.

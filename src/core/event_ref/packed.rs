@@ -3,21 +3,24 @@
 //!
 //! A JSON reader looks at every byte of a frame: each key is compared, each string scanned for
 //! its closing quote and escapes, each id and timestamp parsed from its digits. Here every
-//! string is its length and its UTF-8 bytes (checked, never unescaped), an id is its 16 bytes,
+//! string is its length and its UTF-8 bytes (never unescaped), an id is its 16 bytes,
 //! a timestamp its milliseconds, a type and a provider one byte each, and `data`'s keys and
 //! values are listed in the order of the JSON object. What a packed frame says is exactly what
 //! the JSON frame it was made from says: [`pack`] reads that frame, and [`unpack`] gives the
 //! [`EventsRef`] the JSON reads as (tests below and in the projector's).
 //!
 //! ```text
-//! frame    = MAGIC VERSION str(session) str(epoch) varint(count) event{count}
+//! frame    = MAGIC VERSION varint(length) text str(session) str(epoch) varint(count) event{count}
 //! event    = flags:u8 id:16 type:u8 [str(session_id)] [str(run_id)] varint(sequence)
 //!            zigzag(timestamp ms) provider:u8 [str(correlation_id)] fields(data) str(metadata)
 //! flags    = 1: session_id differs from the frame's session, 2: run_id, 4: correlation_id
 //! fields   = varint(count) (str(key) value){count}
 //! value    = 0 str(string) | 1 str(JSON text of any other value)
-//! str      = varint(length) UTF-8 bytes
+//! str      = varint(length): the next `length` bytes of `text`
 //! ```
+//!
+//! `text` is every string of the frame, in the order they are read: checked as UTF-8 once, then
+//! cut at each string's length (a cut inside a character is refused).
 //!
 //! `metadata` is the object's JSON text, empty for `{}`. A varint is LEB128 (at most 10 bytes);
 //! the type is its index in [`EventType::ALL`], the provider in [`PROVIDERS`]. [`MAGIC`] is a
@@ -67,11 +70,13 @@ pub fn is_packed(frame: &[u8]) -> bool {
 /// text that does not read as one), which then goes as it is.
 pub fn pack(frame: &str) -> Option<Vec<u8>> {
     let events = EventsRef::decode(frame)?;
-    let mut out = Vec::with_capacity(frame.len() / 2);
-    out.extend([MAGIC, VERSION]);
-    put_str(&mut out, &events.session);
-    put_str(&mut out, &events.epoch);
-    put_varint(&mut out, events.events.len() as u64);
+    let mut p = Packer {
+        records: Vec::with_capacity(events.events.len() * 40 + 16),
+        text: String::with_capacity(frame.len() / 2),
+    };
+    p.str(&events.session);
+    p.str(&events.epoch);
+    p.varint(events.events.len() as u64);
     for e in &events.events {
         let mut flags = 0;
         flags |= if *e.session_id != *events.session {
@@ -85,46 +90,68 @@ pub fn pack(frame: &str) -> Option<Vec<u8>> {
         } else {
             0
         };
-        out.push(flags);
-        out.extend(e.id.bits().to_be_bytes());
+        p.records.push(flags);
+        p.records.extend(e.id.bits().to_be_bytes());
         let kind = EventType::ALL.iter().position(|k| *k == e.kind);
-        out.push(kind.expect("every type is in ALL") as u8);
+        p.records.push(kind.expect("every type is in ALL") as u8);
         if flags & SESSION != 0 {
-            put_str(&mut out, &e.session_id);
+            p.str(&e.session_id);
         }
         if let Some(run) = &e.run_id {
-            put_str(&mut out, run);
+            p.str(run);
         }
-        put_varint(&mut out, e.sequence);
+        p.varint(e.sequence);
         let ms = e.timestamp.unix_millis();
-        put_varint(&mut out, ((ms << 1) ^ (ms >> 63)) as u64);
-        let provider = PROVIDERS.iter().position(|p| *p == e.provider);
-        out.push(provider.expect("every provider is in PROVIDERS") as u8);
+        p.varint(((ms << 1) ^ (ms >> 63)) as u64);
+        let provider = PROVIDERS.iter().position(|x| *x == e.provider);
+        p.records
+            .push(provider.expect("every provider is in PROVIDERS") as u8);
         if let Some(c) = &e.correlation_id {
-            put_str(&mut out, c);
+            p.str(c);
         }
-        put_varint(&mut out, e.data.0.len() as u64);
+        p.varint(e.data.0.len() as u64);
         for (key, field) in &e.data.0 {
-            put_str(&mut out, key);
+            p.str(key);
             match field {
                 Field::Str(s) => {
-                    out.push(0);
-                    put_str(&mut out, s);
+                    p.records.push(0);
+                    p.str(s);
                 }
                 Field::Value(v) => {
-                    out.push(1);
-                    put_str(&mut out, &to_json(&**v));
+                    p.records.push(1);
+                    p.str(&to_json(&**v));
                 }
             }
         }
-        let metadata = if e.metadata.is_empty() {
+        p.str(if e.metadata.is_empty() {
             ""
         } else {
             e.metadata.text()
-        };
-        put_str(&mut out, metadata);
+        });
     }
+    let mut out = Vec::with_capacity(12 + p.text.len() + p.records.len());
+    out.extend([MAGIC, VERSION]);
+    put_varint(&mut out, p.text.len() as u64);
+    out.extend_from_slice(p.text.as_bytes());
+    out.append(&mut p.records);
     Some(out)
+}
+
+/// A frame being packed: the records, and the text their strings are taken from.
+struct Packer {
+    records: Vec<u8>,
+    text: String,
+}
+
+impl Packer {
+    fn varint(&mut self, n: u64) {
+        put_varint(&mut self.records, n);
+    }
+
+    fn str(&mut self, s: &str) {
+        self.varint(s.len() as u64);
+        self.text.push_str(s);
+    }
 }
 
 fn put_varint(out: &mut Vec<u8>, mut n: u64) {
@@ -135,17 +162,14 @@ fn put_varint(out: &mut Vec<u8>, mut n: u64) {
     out.push(n as u8);
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    put_varint(out, s.len() as u64);
-    out.extend_from_slice(s.as_bytes());
-}
-
 /// Reads a packed frame: the events the JSON frame it was made from reads as, or why not
 /// (with the byte offset where it stopped).
 pub fn unpack(frame: &[u8]) -> Result<EventsRef<'_>, String> {
     let mut r = Bytes {
         bytes: frame,
         at: 0,
+        text: "",
+        next: 0,
     };
     let (magic, version) = (r.byte()?, r.byte()?);
     if magic != MAGIC {
@@ -154,6 +178,12 @@ pub fn unpack(frame: &[u8]) -> Result<EventsRef<'_>, String> {
     if version != VERSION {
         return Err(format!("packed frame of version {version}, not {VERSION}"));
     }
+    // The strings' text, checked as UTF-8 once.
+    let len = r.varint()?;
+    let len = usize::try_from(len).map_err(|_| r.fail("a text longer than the frame"))?;
+    let at = r.at;
+    r.text = std::str::from_utf8(r.take(len)?)
+        .map_err(|e| format!("packed frame: not UTF-8 at byte {}", at + e.valid_up_to()))?;
     let session = r.str()?;
     let epoch = r.str()?;
     let count = r.varint()?;
@@ -168,6 +198,9 @@ pub fn unpack(frame: &[u8]) -> Result<EventsRef<'_>, String> {
     if r.at != frame.len() {
         return Err(r.fail("bytes after the last event"));
     }
+    if r.next != r.text.len() {
+        return Err(r.fail("text no string takes"));
+    }
     Ok(EventsRef {
         session: Cow::Borrowed(session),
         epoch: Cow::Borrowed(epoch),
@@ -175,10 +208,12 @@ pub fn unpack(frame: &[u8]) -> Result<EventsRef<'_>, String> {
     })
 }
 
-/// A packed frame being read.
+/// A packed frame being read: its records at `at`, its strings' text from `next`.
 struct Bytes<'a> {
     bytes: &'a [u8],
     at: usize,
+    text: &'a str,
+    next: usize,
 }
 
 impl<'a> Bytes<'a> {
@@ -206,8 +241,20 @@ impl<'a> Bytes<'a> {
         Ok(&rest[..n])
     }
 
+    /// A varint: one byte below 128 (a length, a sequence's low numbers) read at once.
     #[inline]
     fn varint(&mut self) -> Result<u64, String> {
+        match self.bytes.get(self.at) {
+            Some(&b) if b < 0x80 => {
+                self.at += 1;
+                Ok(u64::from(b))
+            }
+            _ => self.long_varint(),
+        }
+    }
+
+    #[inline(never)]
+    fn long_varint(&mut self) -> Result<u64, String> {
         let mut n = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.byte()?;
@@ -219,13 +266,19 @@ impl<'a> Bytes<'a> {
         Err(self.fail("a varint of more than 10 bytes"))
     }
 
+    /// The next string: the text's next `length` bytes, which must end on a character.
     #[inline]
     fn str(&mut self) -> Result<&'a str, String> {
-        let len = self.varint()?;
-        let len = usize::try_from(len).map_err(|_| self.fail("a string longer than the frame"))?;
         let at = self.at;
-        let bytes = self.take(len)?;
-        std::str::from_utf8(bytes).map_err(|_| format!("packed frame: not UTF-8 at byte {at}"))
+        let len = self.varint()?;
+        let s = usize::try_from(len)
+            .ok()
+            .and_then(|len| self.text.get(self.next..self.next.checked_add(len)?));
+        let s = s.ok_or_else(|| {
+            format!("packed frame: a string past its text, or inside a character, at byte {at}")
+        })?;
+        self.next += s.len();
+        Ok(s)
     }
 
     fn event(&mut self, session: &'a str) -> Result<EventRef<'a>, String> {
@@ -234,7 +287,7 @@ impl<'a> Bytes<'a> {
             return Err(self.fail("unknown flags"));
         }
         let id = self.take(16)?;
-        let id = EventId::from_hash(u128::from_be_bytes(id.try_into().expect("16 bytes")));
+        let bits = u128::from_be_bytes(id.try_into().expect("16 bytes"));
         let kind = self.byte()?;
         let kind = *EventType::ALL
             .get(usize::from(kind))
@@ -295,7 +348,8 @@ impl<'a> Bytes<'a> {
                 .map_err(|e| format!("packed frame: metadata at byte {at}: {e}"))?,
         };
         Ok(EventRef {
-            id,
+            id: EventId::from_hash(bits),
+            bits,
             kind,
             session_id: Cow::Borrowed(session_id),
             run_id: run_id.map(Cow::Borrowed),
@@ -466,23 +520,37 @@ mod tests {
                 }
             }
         }
-        let head = |rest: &[u8]| {
-            let mut b = vec![MAGIC, VERSION, 2, b's', b'1', 1, b'e', 1];
-            b.extend_from_slice(rest);
+        // A frame of `text` (after the frame's session `s1` and epoch `e`) and `records`
+        // (after theirs, and a count of one event).
+        let frame = |text: &str, records: &[u8]| {
+            let text = format!("s1e{text}");
+            let mut b = vec![MAGIC, VERSION, text.len() as u8];
+            b.extend_from_slice(text.as_bytes());
+            b.extend([2, 1, 1]);
+            b.extend_from_slice(records);
             b
         };
-        let event = |flags: u8, kind: u8, session: &[u8], ts: &[u8], provider: u8| {
+        // One event (its records start at byte 9): flags, id, type, a session length (with
+        // its text), sequence 1, timestamp, provider, no data, and `metadata`.
+        let event = |flags: u8,
+                     kind: u8,
+                     session: (&[u8], &str),
+                     ts: &[u8],
+                     provider: u8,
+                     metadata: (&[u8], &str)| {
             let mut b = vec![flags];
             b.extend([7; 16]);
             b.push(kind);
-            b.extend_from_slice(session);
-            b.push(1); // sequence
+            b.extend_from_slice(session.0);
+            b.push(1);
             b.extend_from_slice(ts);
             b.push(provider);
-            b.extend([0, 0]); // no data, no metadata
-            head(&b)
+            b.push(0);
+            b.extend_from_slice(metadata.0);
+            frame(&format!("{}{}", session.1, metadata.1), &b)
         };
-        let fine = event(0, 0, &[], &[2], 0);
+        let none: (&[u8], &str) = (&[], "");
+        let fine = event(0, 0, none, &[2], 0, (&[0], ""));
         assert_eq!(unpack(&fine).unwrap().events.len(), 1);
         for (bytes, error) in [
             (vec![MAGIC, 9], "packed frame of version 9, not 1"),
@@ -490,55 +558,75 @@ mod tests {
                 vec![b'{', VERSION],
                 "packed frame: not a packed frame at byte 2",
             ),
-            (event(8, 0, &[], &[2], 0), "unknown flags at byte 9"),
+            (vec![MAGIC, VERSION, 2, b'e', 0xff], "not UTF-8 at byte 4"),
             (
-                event(0, 200, &[], &[2], 0),
-                "an unknown event type at byte 26",
+                event(8, 0, none, &[2], 0, (&[0], "")),
+                "unknown flags at byte 10",
             ),
-            (event(1, 0, &[0], &[2], 0), "an empty session_id at byte 27"),
-            (event(2, 0, &[0], &[2], 0), "an empty run_id at byte 27"),
-            (event(1, 0, &[1, 0xff], &[2], 0), "not UTF-8 at byte 27"),
-            (event(0, 0, &[], &[2], 8), "an unknown provider at byte 29"),
             (
-                event(0, 0, &[], &[0xff; 11], 0),
+                event(0, 200, none, &[2], 0, (&[0], "")),
+                "an unknown event type at byte 27",
+            ),
+            (
+                event(1, 0, (&[0], ""), &[2], 0, (&[0], "")),
+                "an empty session_id at byte 28",
+            ),
+            (
+                event(2, 0, (&[0], ""), &[2], 0, (&[0], "")),
+                "an empty run_id at byte 28",
+            ),
+            (
+                event(1, 0, (&[1], "é"), &[2], 0, (&[0], "")),
+                "inside a character, at byte 29",
+            ),
+            (
+                event(1, 0, (&[9], "s2"), &[2], 0, (&[0], "")),
+                "a string past its text, or inside a character, at byte 29",
+            ),
+            (
+                event(0, 0, none, &[2], 8, (&[0], "")),
+                "an unknown provider at byte 30",
+            ),
+            (
+                event(0, 0, none, &[0xff; 11], 0, (&[0], "")),
                 "a varint of more than 10 bytes",
             ),
             (
                 event(
                     0,
                     0,
-                    &[],
+                    none,
                     &[0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1],
                     0,
+                    (&[0], ""),
                 ),
                 "a timestamp outside years 0000 to 9999",
             ),
             (
-                vec![MAGIC, VERSION, 0, 0, 0, 0],
-                "bytes after the last event at byte 5",
+                event(0, 0, none, &[2], 0, (&[0], "x")),
+                "text no string takes at byte",
             ),
-            (head(&[]), "more events than bytes at byte 8"),
+            (
+                vec![MAGIC, VERSION, 0, 0, 0, 0, 0],
+                "bytes after the last event at byte 6",
+            ),
+            (frame("", &[]), "more events than bytes at byte 9"),
+            (
+                event(0, 0, none, &[2], 0, (&[2], "[]")),
+                "metadata at byte 33",
+            ),
         ] {
             let e = unpack(&bytes).expect_err(error);
             assert!(e.contains(error), "{e:?} does not say {error:?}");
         }
-        // A data value that is not JSON, and metadata that is not an object.
-        let mut bad = fine.clone();
+        // A data value that is not JSON.
+        let mut bad = event(0, 0, none, &[2], 0, (&[0], ""));
+        bad[2] += 3;
+        bad.splice(6..6, *b"k{x");
         let n = bad.len();
-        bad.splice(n - 2.., [1, 1, b'k', 1, 2, b'{', b'x', 0]);
-        assert!(
-            unpack(&bad).unwrap_err().contains("at byte 33:"),
-            "{:?}",
-            unpack(&bad)
-        );
-        let mut bad = fine;
-        let n = bad.len();
-        bad.splice(n - 1.., [2, b'[', b']']);
-        assert!(
-            unpack(&bad).unwrap_err().contains("metadata at byte 30"),
-            "{:?}",
-            unpack(&bad)
-        );
+        bad.splice(n - 2.., [1, 1, 1, 2, 0]);
+        let e = unpack(&bad).unwrap_err();
+        assert!(e.starts_with("packed frame: at byte 36: "), "{e:?}");
     }
 
     /// The timestamps a packed frame may hold are those RFC 3339 spells, from the first
