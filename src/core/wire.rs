@@ -918,9 +918,9 @@ impl Cursor {
     }
 
     /// Admits a batch of events: drops those at or below the cursor, stops at a gap.
-    pub fn accept<E: EventView>(&mut self, epoch: &str, events: Vec<E>) -> Accepted<E> {
+    pub fn accept<E: EventView>(&mut self, epoch: &str, mut events: Vec<E>) -> Accepted<E> {
         let mut out = Accepted {
-            events: Vec::with_capacity(events.len()),
+            events: Vec::new(),
             duplicates: 0,
             gap: None,
         };
@@ -935,21 +935,26 @@ impl Cursor {
             }
             self.epoch = Some(epoch.to_owned());
         }
-        for event in events {
+        // Kept in place (no second vector): the duplicates dropped, everything from a gap on.
+        events.retain(|event| {
             let seq = event.sequence();
-            if seq <= self.after {
+            if out.gap.is_some() {
+                false
+            } else if seq <= self.after {
                 out.duplicates += 1;
+                false
             } else if seq == self.after + 1 {
                 self.after = seq;
-                out.events.push(event);
+                true
             } else {
                 out.gap = Some(Gap {
                     after: self.after,
                     next_received: seq,
                 });
-                break;
+                false
             }
-        }
+        });
+        out.events = events;
         out
     }
 

@@ -100,6 +100,7 @@ try {
     assert.ok(r.framesReceived > r.callbacks, `${r.framesReceived} frames, ${r.callbacks} batches`);
     assert.ok(r.binaryFrames > r.callbacks, `${r.binaryFrames} of ${r.framesReceived} frames binary`);
     assert.equal(r.textAfterBinary, 0, "from the welcome on, every frame came as a binary message (binary_frames)");
+    assert.ok(r.packedFrames > 0 && r.packedFrames < r.binaryFrames, `${r.packedFrames} of ${r.binaryFrames} binary frames packed (packed_events: the events frames)`);
     assert.deepEqual(problems, []);
     console.log(
       `browser: ${r.events} events, ${r.drops} drops mid-turn, ${r.framesReceived} frames in ` +

@@ -40,10 +40,12 @@ async function api(method: string, path: string, body?: unknown): Promise<any> {
 }
 
 /** Counts the frames the server sends, by wrapping the WebSocket the package constructs: all,
- * binary ones, and text ones after a binary one on the same socket (the Client asks for
- * `binary_frames`: from the welcome on, none should be text; a heartbeat may precede it). */
+ * binary ones, packed ones (first byte 0xA7), and text ones after a binary one on the same
+ * socket (the Client asks for `binary_frames` and `packed_events`: from the welcome on, none
+ * should be text; a heartbeat may precede it). */
 let framesReceived = 0;
 let binaryFrames = 0;
+let packedFrames = 0;
 let textAfterBinary = 0;
 const NativeWebSocket = WebSocket;
 window.WebSocket = class extends NativeWebSocket {
@@ -52,8 +54,11 @@ window.WebSocket = class extends NativeWebSocket {
     let binary = false;
     this.addEventListener("message", (e) => {
       framesReceived++;
-      if (typeof e.data !== "string") (binary = true), binaryFrames++;
-      else if (binary) textAfterBinary++;
+      if (typeof e.data !== "string") {
+        binary = true;
+        binaryFrames++;
+        if (new Uint8Array(e.data as ArrayBuffer)[0] === 0xa7) packedFrames++;
+      } else if (binary) textAfterBinary++;
     });
   }
 };
@@ -152,6 +157,7 @@ async function scenario(): Promise<Record<string, unknown>> {
     distinctFrames: new Set(seen.frameTimes).size,
     framesReceived,
     binaryFrames,
+    packedFrames,
     textAfterBinary,
     pageItems: seen.items.get(session) ?? [],
     snapshot: client.snapshot(session),
