@@ -98,7 +98,10 @@ fn main() {
         // What the companion spends per event packing a frame (once per session: its
         // subscribers share the bytes).
         let ns = best * 1e9 / log.len() as f64;
-        println!("pack {name}: {:.1} ms best of {reps}, {ns:.0} ns/event", best * 1e3);
+        println!(
+            "pack {name}: {:.1} ms best of {reps}, {ns:.0} ns/event",
+            best * 1e3
+        );
         println!("BENCH\tpack.{name}\t{ns:.0}\tns/event\t-\t-\tnative, the companion's packing of the JSON frames");
         let packed_bytes: usize = packed.iter().map(Vec::len).sum();
         let mut best = f64::MAX;

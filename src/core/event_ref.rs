@@ -14,6 +14,7 @@
 //! reads the text as an [`Event`] to say why.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -88,9 +89,7 @@ impl EventView for Event {
 /// An event whose strings are borrowed from the text it was read from (see the module doc).
 #[derive(Clone, Debug, PartialEq)]
 pub struct EventRef<'a> {
-    id: EventId,
-    /// `id`'s bits, found once.
-    bits: u128,
+    id: LazyId,
     kind: EventType,
     session_id: Cow<'a, str>,
     run_id: Option<Cow<'a, str>>,
@@ -102,6 +101,34 @@ pub struct EventRef<'a> {
     /// Where `data` came from: what [`EventView::into_event`] keeps.
     source: Source<'a>,
     metadata: Cow<'a, JsonObject>,
+}
+
+/// An id known by its bits, spelled out when first asked for (a packed frame carries only the
+/// bits, and the projections key ids by them; the text is wanted for a turn's terminal).
+#[derive(Clone, Debug)]
+struct LazyId {
+    bits: u128,
+    text: OnceCell<EventId>,
+}
+
+impl LazyId {
+    fn of(id: EventId) -> LazyId {
+        LazyId {
+            bits: id.bits(),
+            text: OnceCell::from(id),
+        }
+    }
+
+    fn id(&self) -> &EventId {
+        self.text.get_or_init(|| EventId::from_hash(self.bits))
+    }
+}
+
+/// The bits are the id (its 32 hex digits), whether or not it was spelled out.
+impl PartialEq for LazyId {
+    fn eq(&self, other: &LazyId) -> bool {
+        self.bits == other.bits
+    }
 }
 
 /// An [`EventRef`]'s `data` as a whole.
@@ -117,10 +144,10 @@ enum Source<'a> {
 
 impl EventView for EventRef<'_> {
     fn id(&self) -> &EventId {
-        &self.id
+        self.id.id()
     }
     fn id_bits(&self) -> u128 {
-        self.bits
+        self.id.bits
     }
     fn kind(&self) -> EventType {
         self.kind
@@ -179,7 +206,7 @@ impl<'a> EventRef<'a> {
             Source::Packed => self.data.into_object(),
         };
         Event::from_parts(
-            self.id,
+            self.id.id().clone(),
             self.kind,
             &Arc::from(&*self.session_id),
             self.run_id.as_deref().map(Arc::from),
@@ -208,8 +235,7 @@ impl<'a> EventRef<'a> {
             })
             .collect();
         EventRef {
-            id: event.id().clone(),
-            bits: event.id().bits(),
+            id: LazyId::of(event.id().clone()),
             kind: event.kind(),
             session_id: Cow::Borrowed(event.session_id()),
             run_id: event.run_id().map(Cow::Borrowed),
@@ -346,8 +372,7 @@ impl<'a> EventRef<'a> {
             _ => Map::new(),
         };
         Ok(EventRef {
-            bits: id.bits(),
-            id,
+            id: LazyId::of(id),
             kind,
             session_id: raw.session_id,
             run_id: raw.run_id,

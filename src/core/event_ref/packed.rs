@@ -28,11 +28,12 @@
 //! its first byte.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 
 use serde_json::Value;
 
-use super::{EventRef, EventsRef, Field, Fields, Source};
-use crate::core::event::{EventId, EventType, Provider};
+use super::{EventRef, EventsRef, Field, Fields, LazyId, Source};
+use crate::core::event::{EventType, Provider};
 use crate::core::json::{to_json, JsonObject, Reader};
 use crate::core::time::Timestamp;
 
@@ -91,7 +92,7 @@ pub fn pack(frame: &str) -> Option<Vec<u8>> {
             0
         };
         p.records.push(flags);
-        p.records.extend(e.id.bits().to_be_bytes());
+        p.records.extend(e.id.bits.to_be_bytes());
         let kind = EventType::ALL.iter().position(|k| *k == e.kind);
         p.records.push(kind.expect("every type is in ALL") as u8);
         if flags & SESSION != 0 {
@@ -170,36 +171,48 @@ pub fn unpack(frame: &[u8]) -> Result<EventsRef<'_>, String> {
         at: 0,
         text: "",
         next: 0,
+        failed: None,
     };
-    let (magic, version) = (r.byte()?, r.byte()?);
+    let (magic, version) = (r.byte(), r.byte());
+    r.check()?;
     if magic != MAGIC {
-        return Err(r.fail("not a packed frame"));
+        return Err(format!("packed frame: not a packed frame at byte {}", r.at));
     }
     if version != VERSION {
         return Err(format!("packed frame of version {version}, not {VERSION}"));
     }
     // The strings' text, checked as UTF-8 once.
-    let len = r.varint()?;
-    let len = usize::try_from(len).map_err(|_| r.fail("a text longer than the frame"))?;
+    let len = r.len();
     let at = r.at;
-    r.text = std::str::from_utf8(r.take(len)?)
+    let text = r.take(len);
+    r.check()?;
+    r.text = std::str::from_utf8(text)
         .map_err(|e| format!("packed frame: not UTF-8 at byte {}", at + e.valid_up_to()))?;
-    let session = r.str()?;
-    let epoch = r.str()?;
-    let count = r.varint()?;
+    let session = r.str();
+    let epoch = r.str();
+    let count = r.varint();
     // Each event takes at least 22 bytes: a count past what is left is a lie.
     if count > (frame.len() - r.at) as u64 / 22 {
-        return Err(r.fail("more events than bytes"));
+        r.fail("more events than bytes");
     }
+    r.check()?;
     let mut events = Vec::with_capacity(count as usize);
     for _ in 0..count {
-        events.push(r.event(session)?);
+        let event = r.event(session)?;
+        r.check()?;
+        events.push(event);
     }
     if r.at != frame.len() {
-        return Err(r.fail("bytes after the last event"));
+        return Err(format!(
+            "packed frame: bytes after the last event at byte {}",
+            r.at
+        ));
     }
     if r.next != r.text.len() {
-        return Err(r.fail("text no string takes"));
+        return Err(format!(
+            "packed frame: text no string takes at byte {}",
+            r.at
+        ));
     }
     Ok(EventsRef {
         session: Cow::Borrowed(session),
@@ -209,147 +222,205 @@ pub fn unpack(frame: &[u8]) -> Result<EventsRef<'_>, String> {
 }
 
 /// A packed frame being read: its records at `at`, its strings' text from `next`.
+///
+/// A read that fails notes where and why (the first failure is kept), gives a zero or an empty
+/// string, and leaves the cursor at the end, so that every read after it fails too; the caller
+/// asks [`Bytes::check`] once per event instead of a `Result` per byte.
 struct Bytes<'a> {
     bytes: &'a [u8],
     at: usize,
     text: &'a str,
     next: usize,
+    failed: Option<(usize, &'static str)>,
 }
 
 impl<'a> Bytes<'a> {
-    fn fail(&self, what: &str) -> String {
-        format!("packed frame: {what} at byte {}", self.at)
+    #[cold]
+    fn fail(&mut self, what: &'static str) {
+        self.failed.get_or_insert((self.at, what));
+        self.at = self.bytes.len();
     }
 
+    /// The first failure since the start, as the frame's error.
     #[inline]
-    fn byte(&mut self) -> Result<u8, String> {
-        let b = *self
-            .bytes
-            .get(self.at)
-            .ok_or_else(|| self.fail("truncated"))?;
-        self.at += 1;
-        Ok(b)
-    }
-
-    #[inline]
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let rest = &self.bytes[self.at..];
-        if rest.len() < n {
-            return Err(self.fail("truncated"));
+    fn check(&self) -> Result<(), String> {
+        match self.failed {
+            None => Ok(()),
+            Some((at, what)) => Err(format!("packed frame: {what} at byte {at}")),
         }
-        self.at += n;
-        Ok(&rest[..n])
+    }
+
+    #[inline]
+    fn byte(&mut self) -> u8 {
+        match self.bytes.get(self.at) {
+            Some(&b) => {
+                self.at += 1;
+                b
+            }
+            None => {
+                self.fail("truncated");
+                0
+            }
+        }
+    }
+
+    #[inline]
+    fn take(&mut self, n: usize) -> &'a [u8] {
+        match self.bytes.get(self.at..).and_then(|rest| rest.get(..n)) {
+            Some(taken) => {
+                self.at += n;
+                taken
+            }
+            None => {
+                self.fail("truncated");
+                &[]
+            }
+        }
     }
 
     /// A varint: one byte below 128 (a length, a sequence's low numbers) read at once.
     #[inline]
-    fn varint(&mut self) -> Result<u64, String> {
+    fn varint(&mut self) -> u64 {
         match self.bytes.get(self.at) {
             Some(&b) if b < 0x80 => {
                 self.at += 1;
-                Ok(u64::from(b))
+                u64::from(b)
             }
             _ => self.long_varint(),
         }
     }
 
     #[inline(never)]
-    fn long_varint(&mut self) -> Result<u64, String> {
+    fn long_varint(&mut self) -> u64 {
         let mut n = 0u64;
         for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
+            let b = self.byte();
             n |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
-                return Ok(n);
+                return n;
             }
         }
-        Err(self.fail("a varint of more than 10 bytes"))
+        self.fail("a varint of more than 10 bytes");
+        0
+    }
+
+    /// A length (a varint that fits memory: anything longer than the frame fails later).
+    #[inline]
+    fn len(&mut self) -> usize {
+        usize::try_from(self.varint()).unwrap_or(usize::MAX)
     }
 
     /// The next string: the text's next `length` bytes, which must end on a character.
     #[inline]
-    fn str(&mut self) -> Result<&'a str, String> {
+    fn str(&mut self) -> &'a str {
         let at = self.at;
-        let len = self.varint()?;
-        let s = usize::try_from(len)
-            .ok()
-            .and_then(|len| self.text.get(self.next..self.next.checked_add(len)?));
-        let s = s.ok_or_else(|| {
-            format!("packed frame: a string past its text, or inside a character, at byte {at}")
-        })?;
-        self.next += s.len();
-        Ok(s)
+        let len = self.len();
+        let end = self.next.saturating_add(len);
+        match self.text.get(self.next..end) {
+            Some(s) => {
+                self.next = end;
+                s
+            }
+            None => {
+                self.at = at;
+                self.fail("a string past its text, or inside a character,");
+                ""
+            }
+        }
     }
 
+    /// One event, or a failure noted (for [`Bytes::check`]); `Err` for a value that is not
+    /// JSON, which says more than a place.
     fn event(&mut self, session: &'a str) -> Result<EventRef<'a>, String> {
-        let flags = self.byte()?;
+        let flags = self.byte();
         if flags & !(SESSION | RUN | CORRELATION) != 0 {
-            return Err(self.fail("unknown flags"));
+            self.fail("unknown flags");
         }
-        let id = self.take(16)?;
-        let bits = u128::from_be_bytes(id.try_into().expect("16 bytes"));
-        let kind = self.byte()?;
-        let kind = *EventType::ALL
-            .get(usize::from(kind))
-            .ok_or_else(|| self.fail("an unknown event type"))?;
+        let id = self.take(16);
+        let bits = id.try_into().map_or(0, u128::from_be_bytes);
+        let kind = self.byte();
+        let kind = match EventType::ALL.get(usize::from(kind)) {
+            Some(k) => *k,
+            None => {
+                self.fail("an unknown event type");
+                EventType::RunStarted
+            }
+        };
         let session_id = match flags & SESSION {
             0 => session,
-            _ => self.str()?,
+            _ => self.str(),
         };
         if session_id.is_empty() {
-            return Err(self.fail("an empty session_id"));
+            self.fail("an empty session_id");
         }
         let run_id = match flags & RUN {
             0 => None,
-            _ => Some(self.str()?).filter(|r| !r.is_empty()),
+            _ => Some(self.str()),
         };
-        if flags & RUN != 0 && run_id.is_none() {
-            return Err(self.fail("an empty run_id"));
+        if run_id == Some("") {
+            self.fail("an empty run_id");
         }
-        let sequence = self.varint()?;
-        let zigzag = self.varint()?;
+        let sequence = self.varint();
+        let zigzag = self.varint();
         let ms = (zigzag >> 1) as i64 ^ -((zigzag & 1) as i64);
         if !(EARLIEST_MS..=LATEST_MS).contains(&ms) {
-            return Err(self.fail("a timestamp outside years 0000 to 9999"));
+            self.fail("a timestamp outside years 0000 to 9999");
         }
-        let provider = self.byte()?;
-        let provider = *PROVIDERS
-            .get(usize::from(provider))
-            .ok_or_else(|| self.fail("an unknown provider"))?;
+        let provider = match PROVIDERS.get(usize::from(self.byte())) {
+            Some(p) => *p,
+            None => {
+                self.fail("an unknown provider");
+                Provider::Generic
+            }
+        };
         let correlation_id = match flags & CORRELATION {
             0 => None,
-            _ => Some(Cow::Borrowed(self.str()?)),
+            _ => Some(Cow::Borrowed(self.str())),
         };
-        let count = self.varint()?;
+        let count = self.varint();
         if count > (self.bytes.len() - self.at) as u64 / 3 {
-            return Err(self.fail("more fields than bytes"));
+            self.fail("more fields than bytes");
         }
-        let mut fields = Vec::with_capacity(count as usize);
+        let mut fields = Vec::with_capacity(if self.failed.is_some() {
+            0
+        } else {
+            count as usize
+        });
         for _ in 0..count {
-            let key = self.str()?;
-            let field = match self.byte()? {
-                0 => Field::Str(Cow::Borrowed(self.str()?)),
+            if self.failed.is_some() {
+                break;
+            }
+            let key = self.str();
+            let field = match self.byte() {
+                0 => Field::Str(Cow::Borrowed(self.str())),
                 1 => {
                     let at = self.at;
-                    let text = self.str()?;
+                    let text = self.str();
                     match Reader::read_all::<Value>(text) {
                         Ok(v) => Field::Value(Cow::Owned(v)),
+                        Err(_) if self.failed.is_some() => break,
                         Err(e) => return Err(format!("packed frame: at byte {at}: {e}")),
                     }
                 }
-                _ => return Err(self.fail("an unknown value tag")),
+                _ => {
+                    self.fail("an unknown value tag");
+                    break;
+                }
             };
             fields.push((Cow::Borrowed(key), field));
         }
         let at = self.at;
-        let metadata = match self.str()? {
+        let metadata = match self.str() {
             "" => JsonObject::new(),
+            _ if self.failed.is_some() => JsonObject::new(),
             text => JsonObject::from_text(text)
                 .map_err(|e| format!("packed frame: metadata at byte {at}: {e}"))?,
         };
         Ok(EventRef {
-            id: EventId::from_hash(bits),
-            bits,
+            id: LazyId {
+                bits,
+                text: OnceCell::new(),
+            },
             kind,
             session_id: Cow::Borrowed(session_id),
             run_id: run_id.map(Cow::Borrowed),
