@@ -363,6 +363,8 @@ pub struct Projector {
     source: Source,
     sessions: Vec<Session>,
     index: FastMap<String, usize>,
+    /// The session last looked up (a page follows one, or a few): found again without hashing.
+    last: usize,
     /// Sessions touched since the last drain, in order of first touch.
     touched: Vec<usize>,
     notes: Vec<Note>,
@@ -389,6 +391,7 @@ impl Projector {
             source: Source::Wire,
             sessions: Vec::new(),
             index: FastMap::default(),
+            last: 0,
             touched: Vec::new(),
             notes: Vec::new(),
             keep_events: false,
@@ -784,12 +787,23 @@ impl Projector {
     }
 
     fn session_index(&mut self, session: &str) -> usize {
-        if let Some(&i) = self.index.get(session) {
-            return i;
+        if self
+            .sessions
+            .get(self.last)
+            .is_some_and(|s| s.id == session)
+        {
+            return self.last;
         }
-        let i = self.sessions.len();
-        self.sessions.push(Session::new(session));
-        self.index.insert(session.to_owned(), i);
+        let i = match self.index.get(session) {
+            Some(&i) => i,
+            None => {
+                let i = self.sessions.len();
+                self.sessions.push(Session::new(session));
+                self.index.insert(session.to_owned(), i);
+                i
+            }
+        };
+        self.last = i;
         i
     }
 

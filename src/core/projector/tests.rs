@@ -467,3 +467,45 @@ proptest! {
         );
     }
 }
+
+/// Frames of two sessions, interleaved one by one, project each session as it projects alone
+/// (the last session looked up is found again without its map; the other one through it).
+#[wasm_bindgen_test(unsupported = test)]
+fn interleaved_sessions_project_as_each_alone() {
+    let one = log(DEBUSSY);
+    let two = normalize(
+        Some(Format::Claude),
+        Config::new("s2"),
+        DEBUSSY,
+        Timestamp::EPOCH,
+    )
+    .events;
+    let framed = |session: &str, events: &[Event]| -> Vec<String> {
+        let events: Vec<Event> = events.iter().take(events.len() / 2).cloned().collect();
+        encode_events(session, "e1", &events, 4096)
+            .into_iter()
+            .map(|f| f.text)
+            .collect()
+    };
+    let (a, b) = (framed("s1", &one), framed("s2", &two));
+    assert!(
+        a.len() > 3 && b.len() > 3,
+        "{} and {} frames",
+        a.len(),
+        b.len()
+    );
+    let mut p = Projector::new();
+    for i in 0..a.len().max(b.len()) {
+        for frame in [a.get(i), b.get(i)].into_iter().flatten() {
+            assert_eq!(p.handle_frame(frame, 0), Ok(Signal::None));
+        }
+    }
+    for (session, events) in [("s1", &one), ("s2", &two)] {
+        let half = &events[..events.len() / 2];
+        let mut alone = Timeline::new();
+        half.iter().for_each(|e| alone.handle_event(e));
+        assert_eq!(p.items(session), alone.items(), "{session}");
+        assert_eq!(p.cursor(session).unwrap().after, half.len() as u64);
+    }
+    assert_eq!(p.sessions().collect::<Vec<_>>(), ["s1", "s2"]);
+}
