@@ -242,6 +242,10 @@ pub struct TurnProjector {
     out: VecDeque<Event>,
     violations: VecDeque<Violation>,
     started_ids: FastSet<String>,
+    /// The run of the last event applied as an active turn's (empty for none): active, not
+    /// finished, started. Its next events skip three of the four lookups of their run id; a
+    /// turn's end clears it.
+    hot: String,
 }
 
 impl TurnProjector {
@@ -258,6 +262,7 @@ impl TurnProjector {
             out: VecDeque::new(),
             violations: VecDeque::new(),
             started_ids: FastSet::default(),
+            hot: String::new(),
         }
     }
 
@@ -443,7 +448,10 @@ impl TurnProjector {
             self.apply_session_event(event.kind());
             return Disposition::Applied;
         };
-        if let Some(terminal_id) = self.finished.get(run_id) {
+        // Run ids are never empty, so an empty `hot` matches none.
+        let hot = self.hot == run_id;
+        let finished = if hot { None } else { self.finished.get(run_id) };
+        if let Some(terminal_id) = finished {
             if terminal_id == event.id() {
                 // Our own synthetic terminal (or the same terminal) coming back: a no-op.
                 return Disposition::Applied;
@@ -478,7 +486,7 @@ impl TurnProjector {
             }
         }
         // Looked up before inserting: no key is allocated for a turn already active.
-        if !self.active.contains_key(run_id) {
+        if !hot && !self.active.contains_key(run_id) {
             self.active.insert(
                 run_id.to_owned(),
                 Turn {
@@ -527,7 +535,7 @@ impl TurnProjector {
         if user_message {
             turn.user_messages += 1;
         }
-        if !self.started_ids.contains(run_id) {
+        if !hot && !self.started_ids.contains(run_id) {
             self.started_ids.insert(run_id.to_owned());
         }
         if event.kind().is_run_terminal() {
@@ -537,6 +545,10 @@ impl TurnProjector {
                 self.lifecycle = Lifecycle::Idle;
             }
             self.recompute();
+            if !hot {
+                self.hot.clear();
+                self.hot.push_str(run_id);
+            }
         }
         Disposition::Applied
     }
@@ -586,6 +598,7 @@ impl TurnProjector {
     }
 
     fn end_turn(&mut self, run_id: &str, kind: EventType, terminal_id: EventId) {
+        self.hot.clear();
         self.active.remove(run_id);
         self.finished.insert(run_id.to_owned(), terminal_id);
         if self.foreground.as_deref() == Some(run_id) {
