@@ -111,14 +111,7 @@ pub async fn handle_socket(
     let framing = Arc::new(AtomicU8::new(0));
     let as_framing = framing.clone();
     let sender = tokio::spawn(async move {
-        let message = |frame: Outgoing| {
-            let framing = as_framing.load(Ordering::Acquire);
-            match frame.packed().filter(|_| framing & PACKED != 0) {
-                Some(packed) => Message::Binary(packed),
-                None if framing & BINARY != 0 => Message::Binary(frame.text.into()),
-                None => Message::Text(frame.text),
-            }
-        };
+        let message = |frame: Outgoing| to_message(frame, as_framing.load(Ordering::Acquire));
         let mut ticker = tokio::time::interval(heartbeat);
         ticker.tick().await;
         loop {
@@ -197,6 +190,17 @@ pub async fn run_connection<I>(
     serve(incoming, out, hub, limits, None).await
 }
 
+/// The WebSocket message of a frame, as the connection's `framing` bits ask. Packed only for a
+/// connection that asked: the others never make a packed copy.
+fn to_message(frame: Outgoing, framing: u8) -> Message {
+    let packed = (framing & PACKED != 0).then(|| frame.packed()).flatten();
+    match packed {
+        Some(packed) => Message::Binary(packed),
+        None if framing & BINARY != 0 => Message::Binary(frame.text.into()),
+        None => Message::Text(frame.text),
+    }
+}
+
 /// A [`serve`] framing bit: every frame as a binary message (`binary_frames`).
 const BINARY: u8 = 1;
 /// A [`serve`] framing bit: events frames packed (`packed_events`).
@@ -258,15 +262,13 @@ async fn serve<I>(
                     };
                     if let Some(framing) = framing {
                         let asked = |feature| features.iter().any(|f| f == feature);
-                        let bits = (if asked(wire::FEATURE_BINARY_FRAMES) {
-                            BINARY
-                        } else {
-                            0
-                        }) | (if asked(wire::FEATURE_PACKED_EVENTS) {
-                            PACKED
-                        } else {
-                            0
-                        });
+                        let mut bits = 0;
+                        if asked(wire::FEATURE_BINARY_FRAMES) {
+                            bits |= BINARY;
+                        }
+                        if asked(wire::FEATURE_PACKED_EVENTS) {
+                            bits |= PACKED;
+                        }
                         framing.store(bits, Ordering::Release);
                     }
                     if !send(welcome).await {
@@ -739,4 +741,54 @@ async fn next_status(status: &mut Option<watch::Receiver<StoreStatus>>) -> Store
         }
     }
     std::future::pending().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::event_ref::packed;
+
+    /// A frame goes as its connection asked: text, binary JSON, or packed (an events frame;
+    /// any other as binary JSON); and only a connection that asked for `packed_events` makes
+    /// the shared packed copy.
+    #[test]
+    fn a_frame_goes_as_its_connection_asked_and_is_packed_only_for_one_that_did() {
+        let events = r#"{"t":"events","session":"s1","epoch":"e1","events":[{"id":"evt_0123456789abcdef0123456789abcdef","type":"run_started","session_id":"s1","run_id":"r1","sequence":1,"timestamp":"2026-01-01T00:00:00.000Z","provider":"demo","data":{},"metadata":{},"schema_version":1}]}"#;
+        let frame = OutFrame {
+            last_sequence: 1,
+            ..OutFrame::single(Text::from(events))
+        };
+        for framing in [0, BINARY] {
+            let message = to_message(frame.outgoing(), framing);
+            assert!(
+                frame.packed.get().is_none(),
+                "a JSON connection packs nothing"
+            );
+            match (framing, message) {
+                (0, Message::Text(t)) => assert_eq!(t.as_str(), events),
+                (BINARY, Message::Binary(b)) => assert_eq!(&b[..], events.as_bytes()),
+                (framing, other) => panic!("{framing}: {other:?}"),
+            }
+        }
+        let packed = packed::pack(events).unwrap();
+        for framing in [PACKED, PACKED | BINARY] {
+            match to_message(frame.outgoing(), framing) {
+                Message::Binary(b) => assert_eq!(&b[..], &packed[..]),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(
+            frame.packed.get().is_some(),
+            "packed once, kept for the next subscriber"
+        );
+        // Not an events frame: as the connection takes JSON.
+        let pong = OutFrame::single(Text::from(r#"{"t":"pong"}"#));
+        assert!(matches!(
+            to_message(pong.outgoing(), PACKED),
+            Message::Text(_)
+        ));
+        assert!(
+            matches!(to_message(pong.outgoing(), PACKED | BINARY), Message::Binary(b) if &b[..] == br#"{"t":"pong"}"#)
+        );
+    }
 }

@@ -29,7 +29,9 @@ use super::time::Timestamp;
 pub const SCHEMA_VERSION: u32 = 1;
 
 vocabulary! {
-    /// What an event says happened. Serialized as its snake_case name.
+    /// What an event says happened. Serialized as its snake_case name; the packed frames
+    /// (`core::event_ref::packed`) send it as its index in `EventType::ALL`, so a new type
+    /// goes at the end.
     ///
     /// The first 28 are the AgentSessionManager vocabulary, spelled exactly as there;
     /// the rest cover what paseo's event union needs that those lack.
@@ -154,6 +156,19 @@ pub enum Provider {
 }
 
 impl Provider {
+    /// Every provider. The packed frames (`core::event_ref::packed`) send a provider as its
+    /// index here: a new one goes at the end.
+    pub const ALL: [Provider; 8] = [
+        Provider::Claude,
+        Provider::Codex,
+        Provider::Gemini,
+        Provider::Opencode,
+        Provider::Amp,
+        Provider::Acp,
+        Provider::Demo,
+        Provider::Generic,
+    ];
+
     /// The lowercase name used on the wire.
     pub const fn as_str(self) -> &'static str {
         match self {

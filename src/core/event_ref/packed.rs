@@ -22,10 +22,10 @@
 //! `text` is every string of the frame, in the order they are read: checked as UTF-8 once, then
 //! cut at each string's length (a cut inside a character is refused).
 //!
-//! `metadata` is the object's JSON text, empty for `{}`. A varint is LEB128 (at most 10 bytes);
-//! the type is its index in [`EventType::ALL`], the provider in [`PROVIDERS`]. [`MAGIC`] is a
-//! byte no JSON text and no UTF-8 text starts with, so a binary message says which it is by
-//! its first byte.
+//! `metadata` is the object's JSON text, empty for `{}`. A varint is LEB128 (at most 10 bytes).
+//! The type is its index in [`EventType::ALL`], the provider its index in [`Provider::ALL`]:
+//! both lists only grow at their end, and a test pins them. [`MAGIC`] is a byte no JSON text
+//! and no UTF-8 text starts with, so a binary message says which it is by its first byte.
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -41,18 +41,6 @@ use crate::core::time::Timestamp;
 pub const MAGIC: u8 = 0xA7;
 /// The packing's version, the second byte.
 pub const VERSION: u8 = 1;
-
-/// The providers, by their byte.
-pub const PROVIDERS: [Provider; 8] = [
-    Provider::Claude,
-    Provider::Codex,
-    Provider::Gemini,
-    Provider::Opencode,
-    Provider::Amp,
-    Provider::Acp,
-    Provider::Demo,
-    Provider::Generic,
-];
 
 const SESSION: u8 = 1;
 const RUN: u8 = 2;
@@ -104,9 +92,9 @@ pub fn pack(frame: &str) -> Option<Vec<u8>> {
         p.varint(e.sequence);
         let ms = e.timestamp.unix_millis();
         p.varint(((ms << 1) ^ (ms >> 63)) as u64);
-        let provider = PROVIDERS.iter().position(|x| *x == e.provider);
+        let provider = Provider::ALL.iter().position(|x| *x == e.provider);
         p.records
-            .push(provider.expect("every provider is in PROVIDERS") as u8);
+            .push(provider.expect("every provider is in Provider::ALL") as u8);
         if let Some(c) = &e.correlation_id {
             p.str(c);
         }
@@ -304,6 +292,18 @@ impl<'a> Bytes<'a> {
         0
     }
 
+    /// The entry of `list` the next byte indexes; `fallback`, with a failure noted, past its end.
+    #[inline]
+    fn pick<T: Copy>(&mut self, list: &[T], what: &'static str, fallback: T) -> T {
+        match list.get(usize::from(self.byte())) {
+            Some(&entry) => entry,
+            None => {
+                self.fail(what);
+                fallback
+            }
+        }
+    }
+
     /// A length (a varint that fits memory: anything longer than the frame fails later).
     #[inline]
     fn len(&mut self) -> usize {
@@ -338,14 +338,11 @@ impl<'a> Bytes<'a> {
         }
         let id = self.take(16);
         let bits = id.try_into().map_or(0, u128::from_be_bytes);
-        let kind = self.byte();
-        let kind = match EventType::ALL.get(usize::from(kind)) {
-            Some(k) => *k,
-            None => {
-                self.fail("an unknown event type");
-                EventType::RunStarted
-            }
-        };
+        let kind = self.pick(
+            EventType::ALL,
+            "an unknown event type",
+            EventType::RunStarted,
+        );
         let session_id = match flags & SESSION {
             0 => session,
             _ => self.str(),
@@ -366,13 +363,7 @@ impl<'a> Bytes<'a> {
         if !(EARLIEST_MS..=LATEST_MS).contains(&ms) {
             self.fail("a timestamp outside years 0000 to 9999");
         }
-        let provider = match PROVIDERS.get(usize::from(self.byte())) {
-            Some(p) => *p,
-            None => {
-                self.fail("an unknown provider");
-                Provider::Generic
-            }
-        };
+        let provider = self.pick(&Provider::ALL, "an unknown provider", Provider::Generic);
         let correlation_id = match flags & CORRELATION {
             0 => None,
             _ => Some(Cow::Borrowed(self.str())),
@@ -502,7 +493,7 @@ mod tests {
         for (i, kind) in EventType::ALL.iter().enumerate() {
             all.push(with(json!({"type": kind.as_str(), "sequence": 10 + i})));
         }
-        for (i, p) in PROVIDERS.iter().enumerate() {
+        for (i, p) in Provider::ALL.iter().enumerate() {
             all.push(with(json!({"provider": p.as_str(), "sequence": 100 + i})));
         }
         all
@@ -698,6 +689,63 @@ mod tests {
         bad.splice(n - 2.., [1, 1, 1, 2, 0]);
         let e = unpack(&bad).unwrap_err();
         assert!(e.starts_with("packed frame: at byte 36: "), "{e:?}");
+    }
+
+    /// A type's and a provider's byte is its index in its list: the lists only grow at the end,
+    /// or a client and a server of different versions would read each other's bytes wrong.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn the_bytes_of_types_and_providers_never_move() {
+        let types: Vec<&str> = EventType::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(
+            types[..39],
+            [
+                "session_created",
+                "session_started",
+                "session_paused",
+                "session_resumed",
+                "session_completed",
+                "session_failed",
+                "session_cancelled",
+                "run_started",
+                "run_completed",
+                "run_failed",
+                "run_cancelled",
+                "run_timeout",
+                "message_sent",
+                "message_received",
+                "message_streamed",
+                "tool_call_started",
+                "tool_call_completed",
+                "tool_call_failed",
+                "error_occurred",
+                "error_recovered",
+                "token_usage_updated",
+                "turn_completed",
+                "workspace_snapshot_taken",
+                "workspace_diff_computed",
+                "policy_violation",
+                "tool_approval_requested",
+                "tool_approval_granted",
+                "tool_approval_denied",
+                "reasoning_streamed",
+                "reasoning_received",
+                "tool_call_updated",
+                "tool_call_cancelled",
+                "todo_updated",
+                "mode_changed",
+                "model_changed",
+                "thinking_option_changed",
+                "attention_required",
+                "context_compacted",
+                "run_stalled",
+            ]
+        );
+        assert!(types.len() < 256, "a type is one byte");
+        let providers = Provider::ALL.map(Provider::as_str);
+        assert_eq!(
+            providers,
+            ["claude", "codex", "gemini", "opencode", "amp", "acp", "demo", "generic"]
+        );
     }
 
     /// The timestamps a packed frame may hold are those RFC 3339 spells, from the first

@@ -579,16 +579,7 @@ mod tests {
         for &t in EventType::ALL {
             check(&t);
         }
-        for p in [
-            Provider::Claude,
-            Provider::Codex,
-            Provider::Gemini,
-            Provider::Opencode,
-            Provider::Amp,
-            Provider::Acp,
-            Provider::Demo,
-            Provider::Generic,
-        ] {
+        for p in Provider::ALL {
             check(&p);
         }
         for &r in crate::core::event::CancelReason::ALL {
