@@ -232,7 +232,7 @@ async fn serve<I>(
     // Hello and version negotiation.
     let hello = tokio::time::timeout(Duration::from_secs(30), incoming.next()).await;
     // With whether the client asked for `session_status` (older clients do not know it).
-    let (max_frame, wants_status) = match hello {
+    let (max_frame, wants_status, packs) = match hello {
         Ok(Some(Incoming::Text(frame))) => {
             match ClientMsg::decode(&frame, limits.client_frame_limit) {
                 Ok(ClientMsg::Hello {
@@ -260,8 +260,10 @@ async fn serve<I>(
                         heartbeat_ms: limits.heartbeat_ms,
                         server: concat!("agentwire/", env!("CARGO_PKG_VERSION")).to_owned(),
                     };
+                    let asked = |feature| features.iter().any(|f| f == feature);
+                    // Packed frames go only where binary messages can.
+                    let packs = framing.is_some() && asked(wire::FEATURE_PACKED_EVENTS);
                     if let Some(framing) = framing {
-                        let asked = |feature| features.iter().any(|f| f == feature);
                         let mut bits = 0;
                         if asked(wire::FEATURE_BINARY_FRAMES) {
                             bits |= BINARY;
@@ -274,8 +276,8 @@ async fn serve<I>(
                     if !send(welcome).await {
                         return;
                     }
-                    let wants_status = features.iter().any(|f| f == wire::FEATURE_SESSION_STATUS);
-                    (max_frame, wants_status)
+                    let wants_status = asked(wire::FEATURE_SESSION_STATUS);
+                    (max_frame, wants_status, packs)
                 }
                 Ok(_) => {
                     send(error(
@@ -388,7 +390,7 @@ async fn serve<I>(
                         epoch,
                         snapshot,
                     },
-                    max_frame,
+                    Framing { max_frame, packs },
                     out.clone(),
                     status,
                 ));
@@ -578,6 +580,13 @@ struct Start {
     )>,
 }
 
+/// How a subscription's frames go: their size bound, and whether the connection takes events
+/// frames packed (then each carries the cell of its shared packed copy; else none is made).
+struct Framing {
+    max_frame: usize,
+    packs: bool,
+}
+
 /// One subscription: replay from `after` (or, asked for a snapshot with no cursor, the
 /// snapshot then the events after it), then tail, in `max_frame`-bounded frames. With
 /// `status` (the client asked for `session_status`), the store's status of the session
@@ -586,7 +595,7 @@ async fn follow(
     fanout: Arc<Fanout>,
     session: String,
     start: Start,
-    max_frame: usize,
+    framing: Framing,
     out: mpsc::Sender<Outgoing>,
     mut status: Option<watch::Receiver<StoreStatus>>,
 ) {
@@ -595,6 +604,7 @@ async fn follow(
         epoch,
         snapshot,
     } = start;
+    let Framing { max_frame, packs } = framing;
     let store: &Arc<dyn Store> = fanout.store();
     let current = store.epoch().to_owned();
     let fail = |code: ErrorCode, message: String| -> Outgoing {
@@ -727,7 +737,10 @@ async fn follow(
                 }
                 Err(mpsc::error::TrySendError::Closed(())) => return,
             };
-            permit.send(frame.outgoing());
+            permit.send(match packs {
+                true => frame.outgoing(),
+                false => frame.text.clone().into(),
+            });
             sent = sent.max(frame.last_sequence);
         }
     }
