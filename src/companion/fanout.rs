@@ -70,11 +70,12 @@ impl OutFrame {
         }
     }
 
-    /// What goes to a subscriber: the text, with the packed form's cell when it may ask.
-    pub fn outgoing(&self) -> Outgoing {
+    /// What goes to a subscriber: the text, and for one that `packs` (asked for
+    /// `packed_events`) the packed form's cell. Only such a subscriber ever makes the copy.
+    pub fn outgoing(&self, packs: bool) -> Outgoing {
         Outgoing {
             text: self.text.clone(),
-            packed: Some(self.packed.clone()),
+            packed: packs.then(|| self.packed.clone()),
         }
     }
 }

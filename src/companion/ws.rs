@@ -9,7 +9,7 @@
 //! reading by cursor. Nothing is skipped.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,13 +105,13 @@ pub async fn handle_socket(
     let heartbeat = Duration::from_millis(limits.heartbeat_ms);
     // Set when the connection must close with a code (a frame over the hard cap).
     let (close_tx, mut close_rx) = tokio::sync::oneshot::channel::<CloseFrame>();
-    // Set by the protocol from the hello's features (before the welcome is queued): with
-    // `binary_frames` each frame goes as a binary message of the same bytes; with
-    // `packed_events` an events frame goes packed.
-    let framing = Arc::new(AtomicU8::new(0));
-    let as_framing = framing.clone();
+    // Set by the protocol when the hello asks for `binary_frames` (before the welcome is
+    // queued): from then on each frame goes as a binary message of the same bytes. (An events
+    // frame that carries its packed form goes packed: `packed_events`, decided by `follow`.)
+    let binary = Arc::new(AtomicBool::new(false));
+    let as_binary = binary.clone();
     let sender = tokio::spawn(async move {
-        let message = |frame: Outgoing| to_message(frame, as_framing.load(Ordering::Acquire));
+        let message = |frame: Outgoing| to_message(frame, as_binary.load(Ordering::Acquire));
         let mut ticker = tokio::time::interval(heartbeat);
         ticker.tick().await;
         loop {
@@ -164,7 +164,7 @@ pub async fn handle_socket(
                 other => other,
             }
         });
-    serve(Box::pin(incoming), tx, hub, limits, Some(framing)).await;
+    serve(Box::pin(incoming), tx, hub, limits, Some(binary)).await;
     let _ = sender.await;
 }
 
@@ -190,31 +190,26 @@ pub async fn run_connection<I>(
     serve(incoming, out, hub, limits, None).await
 }
 
-/// The WebSocket message of a frame, as the connection's `framing` bits ask. Packed only for a
-/// connection that asked: the others never make a packed copy.
-fn to_message(frame: Outgoing, framing: u8) -> Message {
-    let packed = (framing & PACKED != 0).then(|| frame.packed()).flatten();
-    match packed {
+/// The WebSocket message of a frame: packed when it carries its packed form (only a
+/// subscription that asked for `packed_events` gives it one) and it is an events frame; else
+/// its text, as a binary message when the connection asked for `binary_frames`.
+fn to_message(frame: Outgoing, binary: bool) -> Message {
+    match frame.packed() {
         Some(packed) => Message::Binary(packed),
-        None if framing & BINARY != 0 => Message::Binary(frame.text.into()),
+        None if binary => Message::Binary(frame.text.into()),
         None => Message::Text(frame.text),
     }
 }
 
-/// A [`serve`] framing bit: every frame as a binary message (`binary_frames`).
-const BINARY: u8 = 1;
-/// A [`serve`] framing bit: events frames packed (`packed_events`).
-const PACKED: u8 = 2;
-
-/// [`run_connection`], with `framing` set to what the client asks for of `binary_frames`
-/// and `packed_events` (a transport that can send binary messages passes one; the others
-/// ignore both features).
+/// [`run_connection`], with `binary` set when the client asks for `binary_frames` (a
+/// transport that can send binary messages passes one; the others ignore that feature and
+/// `packed_events`).
 async fn serve<I>(
     mut incoming: I,
     out: mpsc::Sender<Outgoing>,
     hub: Arc<Hub>,
     limits: ConnectionLimits,
-    framing: Option<Arc<AtomicU8>>,
+    binary: Option<Arc<AtomicBool>>,
 ) where
     I: Stream<Item = Incoming> + Unpin,
 {
@@ -262,16 +257,9 @@ async fn serve<I>(
                     };
                     let asked = |feature| features.iter().any(|f| f == feature);
                     // Packed frames go only where binary messages can.
-                    let packs = framing.is_some() && asked(wire::FEATURE_PACKED_EVENTS);
-                    if let Some(framing) = framing {
-                        let mut bits = 0;
-                        if asked(wire::FEATURE_BINARY_FRAMES) {
-                            bits |= BINARY;
-                        }
-                        if asked(wire::FEATURE_PACKED_EVENTS) {
-                            bits |= PACKED;
-                        }
-                        framing.store(bits, Ordering::Release);
+                    let packs = binary.is_some() && asked(wire::FEATURE_PACKED_EVENTS);
+                    if let Some(binary) = binary.filter(|_| asked(wire::FEATURE_BINARY_FRAMES)) {
+                        binary.store(true, Ordering::Release);
                     }
                     if !send(welcome).await {
                         return;
@@ -737,10 +725,7 @@ async fn follow(
                 }
                 Err(mpsc::error::TrySendError::Closed(())) => return,
             };
-            permit.send(match packs {
-                true => frame.outgoing(),
-                false => frame.text.clone().into(),
-            });
+            permit.send(frame.outgoing(packs));
             sent = sent.max(frame.last_sequence);
         }
     }
@@ -761,31 +746,31 @@ mod tests {
     use super::*;
     use crate::core::event_ref::packed;
 
-    /// A frame goes as its connection asked: text, binary JSON, or packed (an events frame;
-    /// any other as binary JSON); and only a connection that asked for `packed_events` makes
+    /// A frame goes as its subscription asked: text, binary JSON, or packed (an events frame;
+    /// any other as its text); and only a subscription that asked for `packed_events` makes
     /// the shared packed copy.
     #[test]
-    fn a_frame_goes_as_its_connection_asked_and_is_packed_only_for_one_that_did() {
+    fn a_frame_goes_as_its_subscription_asked_and_is_packed_only_for_one_that_did() {
         let events = r#"{"t":"events","session":"s1","epoch":"e1","events":[{"id":"evt_0123456789abcdef0123456789abcdef","type":"run_started","session_id":"s1","run_id":"r1","sequence":1,"timestamp":"2026-01-01T00:00:00.000Z","provider":"demo","data":{},"metadata":{},"schema_version":1}]}"#;
         let frame = OutFrame {
             last_sequence: 1,
             ..OutFrame::single(Text::from(events))
         };
-        for framing in [0, BINARY] {
-            let message = to_message(frame.outgoing(), framing);
+        for binary in [false, true] {
+            let message = to_message(frame.outgoing(false), binary);
             assert!(
                 frame.packed.get().is_none(),
-                "a JSON connection packs nothing"
+                "a JSON subscription packs nothing"
             );
-            match (framing, message) {
-                (0, Message::Text(t)) => assert_eq!(t.as_str(), events),
-                (BINARY, Message::Binary(b)) => assert_eq!(&b[..], events.as_bytes()),
-                (framing, other) => panic!("{framing}: {other:?}"),
+            match (binary, message) {
+                (false, Message::Text(t)) => assert_eq!(t.as_str(), events),
+                (true, Message::Binary(b)) => assert_eq!(&b[..], events.as_bytes()),
+                (binary, other) => panic!("{binary}: {other:?}"),
             }
         }
         let packed = packed::pack(events).unwrap();
-        for framing in [PACKED, PACKED | BINARY] {
-            match to_message(frame.outgoing(), framing) {
+        for binary in [false, true] {
+            match to_message(frame.outgoing(true), binary) {
                 Message::Binary(b) => assert_eq!(&b[..], &packed[..]),
                 other => panic!("{other:?}"),
             }
@@ -797,11 +782,11 @@ mod tests {
         // Not an events frame: as the connection takes JSON.
         let pong = OutFrame::single(Text::from(r#"{"t":"pong"}"#));
         assert!(matches!(
-            to_message(pong.outgoing(), PACKED),
+            to_message(pong.outgoing(true), false),
             Message::Text(_)
         ));
         assert!(
-            matches!(to_message(pong.outgoing(), PACKED | BINARY), Message::Binary(b) if &b[..] == br#"{"t":"pong"}"#)
+            matches!(to_message(pong.outgoing(true), true), Message::Binary(b) if &b[..] == br#"{"t":"pong"}"#)
         );
     }
 }
