@@ -68,21 +68,19 @@ pub fn pack(frame: &str) -> Option<Vec<u8>> {
     p.varint(events.events.len() as u64);
     for e in &events.events {
         let mut flags = 0;
-        flags |= if *e.session_id != *events.session {
-            SESSION
-        } else {
-            0
-        };
-        flags |= if e.run_id.is_some() { RUN } else { 0 };
-        flags |= if e.correlation_id.is_some() {
-            CORRELATION
-        } else {
-            0
-        };
+        if *e.session_id != *events.session {
+            flags |= SESSION;
+        }
+        if e.run_id.is_some() {
+            flags |= RUN;
+        }
+        if e.correlation_id.is_some() {
+            flags |= CORRELATION;
+        }
         p.records.push(flags);
         p.records.extend(e.id.bits.to_be_bytes());
-        let kind = EventType::ALL.iter().position(|k| *k == e.kind);
-        p.records.push(kind.expect("every type is in ALL") as u8);
+        // Declared in the order of `ALL`: a value's discriminant is its index there.
+        p.records.push(e.kind as u8);
         if flags & SESSION != 0 {
             p.str(&e.session_id);
         }
@@ -92,9 +90,7 @@ pub fn pack(frame: &str) -> Option<Vec<u8>> {
         p.varint(e.sequence);
         let ms = e.timestamp.unix_millis();
         p.varint(((ms << 1) ^ (ms >> 63)) as u64);
-        let provider = Provider::ALL.iter().position(|x| *x == e.provider);
-        p.records
-            .push(provider.expect("every provider is in Provider::ALL") as u8);
+        p.records.push(e.provider as u8);
         if let Some(c) = &e.correlation_id {
             p.str(c);
         }
@@ -162,10 +158,10 @@ pub fn unpack(frame: &[u8]) -> Result<EventsRef<'_>, String> {
         failed: None,
     };
     let (magic, version) = (r.byte(), r.byte());
-    r.check()?;
     if magic != MAGIC {
-        return Err(format!("packed frame: not a packed frame at byte {}", r.at));
+        r.fail("not a packed frame");
     }
+    r.check()?;
     if version != VERSION {
         return Err(format!("packed frame of version {version}, not {VERSION}"));
     }
@@ -191,17 +187,11 @@ pub fn unpack(frame: &[u8]) -> Result<EventsRef<'_>, String> {
         events.push(event);
     }
     if r.at != frame.len() {
-        return Err(format!(
-            "packed frame: bytes after the last event at byte {}",
-            r.at
-        ));
+        r.fail("bytes after the last event");
+    } else if r.next != r.text.len() {
+        r.fail("text no string takes");
     }
-    if r.next != r.text.len() {
-        return Err(format!(
-            "packed frame: text no string takes at byte {}",
-            r.at
-        ));
-    }
+    r.check()?;
     Ok(EventsRef {
         session: Cow::Borrowed(session),
         epoch: Cow::Borrowed(epoch),
@@ -741,6 +731,13 @@ mod tests {
             ]
         );
         assert!(types.len() < 256, "a type is one byte");
+        // What `pack` writes (the discriminant) is what `unpack` reads (the index).
+        for (i, k) in EventType::ALL.iter().enumerate() {
+            assert_eq!(*k as usize, i, "{k}");
+        }
+        for (i, p) in Provider::ALL.iter().enumerate() {
+            assert_eq!(*p as usize, i, "{p}");
+        }
         let providers = Provider::ALL.map(Provider::as_str);
         assert_eq!(
             providers,
