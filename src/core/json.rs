@@ -21,6 +21,9 @@ use std::fmt::Display;
 
 use serde_json::{Map, Number, Value};
 
+// Used by `parse_float` in wasm only; its tests run everywhere.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+mod float;
 mod object;
 mod write;
 pub use object::{is_canonical, JsonObject, ObjectWriter};
@@ -403,8 +406,9 @@ impl<'a> Reader<'a> {
                 return Ok(n.into());
             }
         }
-        let f: f64 = text.parse().map_err(|_| self.error("invalid number"))?;
-        Number::from_f64(f).ok_or_else(|| self.error("number out of range"))
+        parse_float(text)
+            .and_then(Number::from_f64)
+            .ok_or_else(|| self.error("number out of range"))
     }
 
     /// An unsigned integer.
@@ -572,6 +576,15 @@ impl<'a> Reader<'a> {
 /// The end of the run of string bytes from `i` that need no attention: the index of the first
 /// `"`, `\\` or control character (or the end), found eight bytes at a time.
 #[inline(always)]
+/// A checked JSON number's text as the nearest `f64` (`None` past `f64::MAX`): the standard
+/// library's reading natively, and in wasm `float::parse`, the same reading in less code.
+pub(crate) fn parse_float(text: &str) -> Option<f64> {
+    #[cfg(target_arch = "wasm32")]
+    return float::parse(text);
+    #[cfg(not(target_arch = "wasm32"))]
+    text.parse::<f64>().ok().filter(|f| f.is_finite())
+}
+
 fn plain_run(bytes: &[u8], mut i: usize) -> usize {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);

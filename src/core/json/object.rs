@@ -380,10 +380,7 @@ impl<'a> Canonical<'a> {
                 text.parse::<u64>().is_ok()
             };
         }
-        match text.parse::<f64>() {
-            Ok(f) if f.is_finite() => zmij::Buffer::new().format_finite(f) == text,
-            _ => false,
-        }
+        super::parse_float(text).is_some_and(|f| zmij::Buffer::new().format_finite(f) == text)
     }
 }
 
