@@ -49,6 +49,7 @@ use super::event_ref::EventView;
 use super::hash::{FastMap, FastSet};
 use super::json::{json_names, json_struct, json_write, json_write_names};
 use super::provider_error::{ErrorKind, ProviderError};
+use super::sorted;
 use super::time::Timestamp;
 
 /// The session's lifecycle state.
@@ -278,7 +279,7 @@ impl TurnProjector {
     /// The turns in progress (foreground and autonomous), sorted.
     pub fn active_turns(&self) -> Vec<&str> {
         let mut ids: Vec<&str> = self.active.keys().map(String::as_str).collect();
-        ids.sort_unstable();
+        sorted::sort_unstable(&mut ids);
         ids
     }
 
@@ -408,11 +409,11 @@ impl TurnProjector {
                 stalls.push((id.clone(), t.last_activity_ms));
             }
         }
-        stalls.sort();
+        sorted::sort_unstable(&mut stalls);
         for (run_id, since_ms) in stalls {
             self.stall(&run_id, since_ms, now_ms);
         }
-        due.sort();
+        sorted::sort_unstable(&mut due);
         for (run_id, cancelled, foreground) in due {
             if cancelled {
                 let reason = CancelReason::InterruptTimeout.as_str();
@@ -795,7 +796,7 @@ impl TurnProjector {
             .map(|(run_id, t)| {
                 let mut pending_approvals: Vec<String> =
                     t.pending_approvals.iter().cloned().collect();
-                pending_approvals.sort_unstable();
+                sorted::sort_unstable(&mut pending_approvals);
                 TurnCheckpoint {
                     run_id: run_id.clone(),
                     foreground: t.foreground,
@@ -807,21 +808,21 @@ impl TurnProjector {
                 }
             })
             .collect();
-        active.sort_unstable_by(|a, b| a.run_id.cmp(&b.run_id));
+        sorted::sort_unstable_by(&mut active, |a, b| a.run_id.cmp(&b.run_id));
         let mut finished: Vec<(String, EventId)> = self
             .finished
             .iter()
             .filter(|(r, _)| keep(r))
             .map(|(r, id)| (r.clone(), id.clone()))
             .collect();
-        finished.sort_unstable();
+        sorted::sort_unstable(&mut finished);
         let mut started: Vec<String> = self
             .started_ids
             .iter()
             .filter(|r| keep(r) || self.active.contains_key(*r))
             .cloned()
             .collect();
-        started.sort_unstable();
+        sorted::sort_unstable(&mut started);
         LifecycleCheckpoint {
             lifecycle: self.lifecycle,
             errored: self.errored,

@@ -7,6 +7,47 @@
 //! as fast at these sizes and nearly free in code.
 
 use std::borrow::Borrow;
+use std::cmp::Ordering;
+
+/// Sorts `v` by `compare`, not stably, as `slice::sort_unstable_by`, which native builds call.
+/// The wasm sorts with a heapsort: a few hundred bytes per element type, where each of the
+/// standard library's sorts is 2-3 KB (three were 11 KB of the main entry), and what it
+/// sorts here are short lists (a checkpoint's turns and runs, a turn's open tools).
+pub fn sort_unstable_by<T>(v: &mut [T], mut compare: impl FnMut(&T, &T) -> Ordering) {
+    if cfg!(not(target_arch = "wasm32")) {
+        return v.sort_unstable_by(compare);
+    }
+    heapsort(v, &mut compare);
+}
+
+/// `sort_unstable_by` for a type's own order.
+pub fn sort_unstable<T: Ord>(v: &mut [T]) {
+    sort_unstable_by(v, T::cmp);
+}
+
+fn heapsort<T>(v: &mut [T], compare: &mut impl FnMut(&T, &T) -> Ordering) {
+    let mut sift_down = |v: &mut [T], mut root: usize| loop {
+        let mut child = 2 * root + 1;
+        if child >= v.len() {
+            return;
+        }
+        if child + 1 < v.len() && compare(&v[child], &v[child + 1]) == Ordering::Less {
+            child += 1;
+        }
+        if compare(&v[root], &v[child]) != Ordering::Less {
+            return;
+        }
+        v.swap(root, child);
+        root = child;
+    };
+    for root in (0..v.len() / 2).rev() {
+        sift_down(v, root);
+    }
+    for end in (1..v.len()).rev() {
+        v.swap(0, end);
+        sift_down(&mut v[..end], 0);
+    }
+}
 
 /// A map ordered by key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,7 +173,7 @@ impl<T: Ord> SortedSet<T> {
 impl<T: Ord> FromIterator<T> for SortedSet<T> {
     fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
         let mut v: Vec<(T, ())> = iter.into_iter().map(|t| (t, ())).collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
+        sort_unstable_by(&mut v, |a, b| a.0.cmp(&b.0));
         v.dedup_by(|a, b| a.0 == b.0);
         SortedSet(SortedMap(v))
     }
@@ -148,6 +189,20 @@ mod tests {
     use super::*;
 
     proptest! {
+        /// The wasm's heapsort orders as the standard library's sort (a key and its place
+        /// in the input, so that equal keys are told apart where they land).
+        #[wasm_bindgen_test(unsupported = test)]
+        fn the_heapsort_orders_as_the_standard_sort(keys in prop::collection::vec(0u8..16, 0..200)) {
+            let mut ours: Vec<(u8, usize)> = keys.iter().copied().zip(0..).collect();
+            let mut theirs = ours.clone();
+            heapsort(&mut ours, &mut |a: &(u8, usize), b: &(u8, usize)| a.0.cmp(&b.0));
+            theirs.sort_by_key(|&(k, _)| k);
+            prop_assert!(ours.iter().map(|p| p.0).eq(theirs.iter().map(|p| p.0)));
+            ours.sort_unstable();
+            theirs.sort_unstable();
+            prop_assert_eq!(ours, theirs);
+        }
+
         #[wasm_bindgen_test(unsupported = test)]
         fn behaves_as_a_btree_map(ops in prop::collection::vec((0u8..3, 0u8..24, any::<u16>()), 0..200)) {
             let mut ours = SortedMap::new();

@@ -41,6 +41,7 @@ use super::json::{
     FromJson, JsonError, Reader,
 };
 use super::normalize::excerpt;
+use super::sorted;
 use super::sorted::SortedSet;
 use super::tagged::{self, Tagged, Variant};
 
@@ -1133,7 +1134,7 @@ impl Timeline {
             run.open_reasoning = None;
             open.append(&mut run.open);
         }
-        open.sort_unstable();
+        sorted::sort_unstable(&mut open);
         for idx in open {
             close_item(&mut self.items[idx], idx, &mut self.dirt, status);
         }
@@ -1441,7 +1442,7 @@ impl Timeline {
                 .filter(|(_, &i)| i >= start)
                 .map(|(k, &i)| (k.clone(), i))
                 .collect();
-            v.sort_unstable_by_key(|(_, i)| *i);
+            sorted::sort_unstable_by(&mut v, |a, b| a.1.cmp(&b.1));
             v
         };
         let in_window: FastSet<&str> = items.iter().filter_map(Item::run_id).collect();
@@ -1459,7 +1460,7 @@ impl Timeline {
                 cost_nanos: r.usage.cost_nanos,
             })
             .collect();
-        runs.sort_unstable_by(|a, b| a.run.cmp(&b.run));
+        sorted::sort_unstable_by(&mut runs, |a, b| a.run.cmp(&b.run));
         let state = TimelineState {
             session_id: self.session_id.clone(),
             last_sequence: self.last_sequence,
