@@ -573,9 +573,6 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The end of the run of string bytes from `i` that need no attention: the index of the first
-/// `"`, `\\` or control character (or the end), found eight bytes at a time.
-#[inline(always)]
 /// A checked JSON number's text as the nearest `f64` (`None` past `f64::MAX`): the standard
 /// library's reading natively, and in wasm `float::parse`, the same reading in less code.
 pub(crate) fn parse_float(text: &str) -> Option<f64> {
@@ -585,6 +582,9 @@ pub(crate) fn parse_float(text: &str) -> Option<f64> {
     text.parse::<f64>().ok().filter(|f| f.is_finite())
 }
 
+/// The end of the run of string bytes from `i` that need no attention: the index of the first
+/// `"`, `\\` or control character (or the end), found eight bytes at a time.
+#[inline(always)]
 fn plain_run(bytes: &[u8], mut i: usize) -> usize {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
