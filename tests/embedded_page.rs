@@ -106,7 +106,14 @@ fn references(path: &str, text: &str) -> Vec<String> {
     } else {
         names.extend(quoted_after("from \""));
         names.extend(quoted_after("import(\""));
-        if text.contains("new URL('agentwire_bg.wasm', import.meta.url)") {
+        // wasm-bindgen's `new URL('agentwire_bg.wasm', import.meta.url)`, as written or
+        // minified (double quotes, no blanks).
+        let compact: String = text
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .map(|c| if c == '\'' { '"' } else { c })
+            .collect();
+        if compact.contains(r#"newURL("agentwire_bg.wasm",import.meta.url)"#) {
             names.push("./agentwire_bg.wasm");
         }
     }
