@@ -21,7 +21,6 @@
 //!   state it leaves is the state before the frame.
 //! - Memory per session is the timeline plus bounded filters: nothing here keeps the frames.
 
-use std::collections::HashMap;
 use std::mem;
 
 use serde::Serialize;
@@ -372,7 +371,7 @@ pub struct Projector {
     keep_events: bool,
     kept: Vec<Event>,
     /// `message_part`s being reassembled, by session.
-    parts: HashMap<String, MessageParts>,
+    parts: FastMap<String, MessageParts>,
 }
 
 impl Default for Projector {
@@ -396,7 +395,7 @@ impl Projector {
             notes: Vec::new(),
             keep_events: false,
             kept: Vec::new(),
-            parts: HashMap::new(),
+            parts: FastMap::default(),
         }
     }
 

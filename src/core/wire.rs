@@ -6,8 +6,6 @@
 //! Everything is JSON text frames tagged by `t`. Sans-IO: the server and the clients own the
 //! sockets; this module only encodes, decodes and checks.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -983,9 +981,6 @@ impl Cursor {
             .map_err(|e| DecodeError::Malformed(format!("event {sequence} reassembled badly: {e}")))
     }
 }
-
-/// Cursors for several sessions, by id.
-pub type Cursors = HashMap<String, Cursor>;
 
 #[cfg(test)]
 mod tests {

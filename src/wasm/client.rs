@@ -8,7 +8,6 @@
 //! page code (promise settlements, `onChange`), so page code may call back in.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
 use js_sys::{Function, Promise, Reflect};
@@ -18,6 +17,7 @@ use web_sys::{MessageEvent, WebSocket};
 use super::{error, from_json, now_ms, wire_error};
 use crate::core::client::{Action, Client as Core, ClientConfig};
 use crate::core::error::ErrorCode;
+use crate::core::hash::FastMap;
 use crate::core::json::to_json;
 use crate::core::wire::{Decision, Thinking, WireError};
 
@@ -106,7 +106,7 @@ struct Inner {
     token: String,
     socket: Option<Socket>,
     on_change: Function,
-    pending: HashMap<String, (Function, Function, Resolve)>,
+    pending: FastMap<String, (Function, Function, Resolve)>,
     timer: Option<JsValue>,
     on_timer: Option<Closure<dyn FnMut()>>,
     frame: Option<FrameRequest>,
@@ -259,7 +259,7 @@ impl Inner {
             token: options.token,
             socket: None,
             on_change: options.on_change,
-            pending: HashMap::new(),
+            pending: FastMap::default(),
             timer: None,
             on_timer: None,
             frame: None,

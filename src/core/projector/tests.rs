@@ -1,6 +1,8 @@
 //! Projector tests: scripted frames through one `check` helper, and the replay invariance
 //! property over a real transcript. They run natively and in Chromium (wasm-bindgen-test).
 
+use std::collections::HashMap;
+
 use expect_test::{expect, Expect};
 use proptest::prelude::*;
 use serde_json::Value;
