@@ -23,6 +23,7 @@ use super::event_ref::{EventRef, EventView};
 use super::json::{
     json_names, json_write, json_write_names, FromJson, JsonError, JsonObject, Reader, ToJson,
 };
+use super::quoted::Quoted;
 use super::time::Timestamp;
 
 /// The version of the event schema written into every event.
@@ -361,11 +362,11 @@ impl Fnv128 {
 pub enum EventError {
     #[error("session_id is required and must not be empty")]
     EmptySessionId,
-    #[error("invalid event id {0:?}: expected \"evt_\" followed by 32 lowercase hex digits")]
+    #[error("invalid event id {}: expected \"evt_\" followed by 32 lowercase hex digits", Quoted(.0))]
     InvalidId(String),
-    #[error("unknown event type {0:?}")]
+    #[error("unknown event type {}", Quoted(.0))]
     UnknownType(String),
-    #[error("invalid timestamp {0:?}: expected RFC 3339")]
+    #[error("invalid timestamp {}: expected RFC 3339", Quoted(.0))]
     InvalidTimestamp(String),
     #[error("`{field}` must be a JSON object")]
     NotAnObject { field: &'static str },

@@ -217,7 +217,8 @@ impl<'a> EventRef<'a> {
             data,
             self.metadata.into_owned(),
         )
-        .expect("an EventRef is checked as Event::new checks")
+        // (Display, not `expect`'s Debug: see `core::quoted`.)
+        .unwrap_or_else(|e| panic!("an EventRef is checked as Event::new checks: {e}"))
     }
 }
 

@@ -49,6 +49,7 @@ use super::event_ref::EventView;
 use super::hash::{FastMap, FastSet};
 use super::json::{json_names, json_struct, json_write, json_write_names};
 use super::provider_error::{ErrorKind, ProviderError};
+use super::quoted::Quoted;
 use super::sorted;
 use super::time::Timestamp;
 
@@ -174,7 +175,7 @@ pub enum StartError {
     ForegroundTurnActive(String),
     #[error("the session is not connected (lifecycle {0})")]
     NotConnected(Lifecycle),
-    #[error("turn id {0:?} was already used")]
+    #[error("turn id {} was already used", Quoted(.0))]
     TurnIdUsed(String),
 }
 

@@ -55,6 +55,7 @@ pub mod lifecycle;
 pub mod normalize;
 pub mod projector;
 pub mod provider_error;
+pub mod quoted;
 pub mod render;
 pub mod snapshot;
 mod sorted;

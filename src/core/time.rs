@@ -8,6 +8,8 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::quoted::Quoted;
+
 /// A point in time, in whole milliseconds since 1970-01-01T00:00:00Z.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Timestamp(i64);
@@ -154,8 +156,9 @@ impl Serialize for Timestamp {
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
         let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        Timestamp::parse_rfc3339(&s)
-            .ok_or_else(|| serde::de::Error::custom(format!("invalid RFC 3339 timestamp {s:?}")))
+        Timestamp::parse_rfc3339(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!("invalid RFC 3339 timestamp {}", Quoted(&s)))
+        })
     }
 }
 
@@ -163,7 +166,7 @@ impl<'a> super::json::FromJson<'a> for Timestamp {
     fn read(r: &mut super::json::Reader<'a>) -> Result<Timestamp, super::json::JsonError> {
         let s = r.string()?;
         Timestamp::parse_rfc3339(&s)
-            .ok_or_else(|| r.error(format_args!("invalid RFC 3339 timestamp {s:?}")))
+            .ok_or_else(|| r.error(format_args!("invalid RFC 3339 timestamp {}", Quoted(&s))))
     }
 }
 

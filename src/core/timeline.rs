@@ -41,6 +41,7 @@ use super::json::{
     FromJson, JsonError, Reader,
 };
 use super::normalize::excerpt;
+use super::quoted::Quoted;
 use super::sorted;
 use super::sorted::SortedSet;
 use super::tagged::{self, Tagged, Variant};
@@ -1295,7 +1296,7 @@ fn cut(s: &str) -> Cow<'_, str> {
 
 /// Cut and quoted, newlines escaped.
 fn quote(s: &str) -> String {
-    format!("{:?}", cut(s))
+    Quoted(&cut(s)).to_string()
 }
 
 /// The telling part of a tool input: its command, path, pattern… or else compact JSON.

@@ -16,6 +16,7 @@ use super::json::{
     json_fields, json_names, json_struct, json_write, json_write_names, json_write_tagged, to_json,
     JsonError, Reader,
 };
+use super::quoted::Quoted;
 use super::snapshot::{Snapshot, SnapshotRequest};
 use super::sorted::SortedMap;
 use super::time::Timestamp;
@@ -432,7 +433,7 @@ pub enum DecodeError {
     TooLarge { size: usize, limit: usize },
     #[error("malformed frame: {0}")]
     Malformed(String),
-    #[error("unknown message type {0:?}")]
+    #[error("unknown message type {}", Quoted(.0))]
     UnknownType(String),
 }
 

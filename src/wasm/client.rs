@@ -19,6 +19,7 @@ use crate::core::client::{Action, Client as Core, ClientConfig};
 use crate::core::error::ErrorCode;
 use crate::core::hash::FastMap;
 use crate::core::json::to_json;
+use crate::core::quoted::Quoted;
 use crate::core::wire::{Decision, Thinking, WireError};
 
 #[wasm_bindgen]
@@ -147,10 +148,14 @@ impl Options {
     fn read(options: &JsValue) -> Result<Options, JsValue> {
         let get = |key: &str| Reflect::get(options, &key.into()).unwrap_or(JsValue::UNDEFINED);
         let bad = |message: &str| error(ErrorCode::BadOptions, message);
-        let url = get("url")
-            .as_string()
-            .filter(|u| u.starts_with("ws://") || u.starts_with("wss://"));
-        let url = url.ok_or_else(|| bad("options.url must be a ws:// or wss:// URL"))?;
+        let url = get("url").as_string().unwrap_or_default();
+        let (scheme, rest) = match (url.strip_prefix("wss://"), url.strip_prefix("ws://")) {
+            (Some(rest), _) => ("https", rest),
+            (None, Some(rest)) => ("http", rest),
+            (None, None) => return Err(bad("options.url must be a ws:// or wss:// URL")),
+        };
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        let base = format!("{scheme}://{authority}");
         let token = get("token")
             .as_string()
             .ok_or_else(|| bad("options.token must be a string"))?;
@@ -195,14 +200,6 @@ impl Options {
             config.snapshot = Some(items.map_or(200, |n| n.max(1.0) as usize));
         }
         let sep = if url.contains('?') { '&' } else { '?' };
-        let authority = url.split_once("://").map_or("", |(_, rest)| rest);
-        let authority = authority.split(['/', '?', '#']).next().unwrap_or("");
-        let scheme = if url.starts_with("wss://") {
-            "https"
-        } else {
-            "http"
-        };
-        let base = format!("{scheme}://{authority}");
         let raw_token = token.clone();
         let token = String::from(js_sys::encode_uri_component(&token));
         Ok(Options {
@@ -385,7 +382,10 @@ impl Client {
             "allow" => Decision::Allow,
             "deny" => Decision::Deny,
             other => {
-                let message = format!("decision {other:?} is neither \"allow\" nor \"deny\"");
+                let message = format!(
+                    "decision {} is neither \"allow\" nor \"deny\"",
+                    Quoted(other)
+                );
                 return Promise::reject(&error(ErrorCode::BadDecision, &message));
             }
         };

@@ -56,7 +56,7 @@ fn coded_error(code: &str, message: &str) -> JsValue {
 
 /// Parses JSON made by the core into JS values, in one engine call.
 pub(crate) fn from_json(json: &str) -> JsValue {
-    js_sys::JSON::parse(json).expect("the core always makes valid JSON")
+    js_sys::JSON::parse(json).unwrap_or_else(|_| panic!("the core always makes valid JSON"))
 }
 
 pub(crate) fn now_ms() -> i64 {

@@ -99,7 +99,8 @@ impl JsonObject {
         };
         forms.map.get_or_init(|| {
             let text = forms.text.get().expect("an object holds one of its forms");
-            Reader::read_all(text).expect("a kept text is canonical JSON, so it reads")
+            Reader::read_all(text)
+                .unwrap_or_else(|e| panic!("a kept text is canonical JSON, so it reads: {e}"))
         })
     }
 
