@@ -504,9 +504,9 @@ pub(super) trait Fields {
         self.either(snake, camel).and_then(Value::as_str)
     }
 
-    /// A copy of a field, if present.
-    fn owned(&self, key: &str) -> Option<Value> {
-        self.get(key).cloned()
+    /// A field as it is written, if present (a string not copied into a `Value`).
+    fn json(&self, key: &str) -> Option<FieldJson<'_>> {
+        self.get(key).map(FieldJson::Value)
     }
 }
 
@@ -687,11 +687,11 @@ impl Fields for ItemFields<'_> {
         field(snake).or_else(|| field(camel))?.as_str()
     }
 
-    fn owned(&self, key: &str) -> Option<Value> {
-        match self.field(key)? {
-            Field::Str(s, _) => Some(Value::String(s.0.to_string())),
-            Field::Value(value) => Some(value.clone()),
-        }
+    fn json(&self, key: &str) -> Option<FieldJson<'_>> {
+        Some(match self.field(key)? {
+            Field::Str(s, _) => FieldJson::Str(s),
+            Field::Value(value) => FieldJson::Value(value),
+        })
     }
 }
 
@@ -863,84 +863,150 @@ pub(super) fn tool_kind(ty: &str) -> Option<ToolKind> {
     })
 }
 
-/// Inserts `key: value` when `value` is present and not null.
-fn put(map: &mut Map<String, Value>, key: &str, value: Option<&Value>) {
-    if let Some(v) = value.filter(|v| !v.is_null()) {
-        map.insert(key.into(), v.clone());
+/// A field of a tool item as it is written: a string borrowed from the line, or a `Value`.
+#[derive(Clone, Copy)]
+pub(super) enum FieldJson<'i> {
+    Str(&'i str),
+    Value(&'i Value),
+}
+
+impl FieldJson<'_> {
+    fn non_null(self) -> Option<Self> {
+        (!matches!(self, FieldJson::Value(Value::Null))).then_some(self)
+    }
+
+    fn to_value(self) -> Value {
+        match self {
+            FieldJson::Str(s) => Value::String(s.to_owned()),
+            FieldJson::Value(v) => v.clone(),
+        }
     }
 }
 
-/// [`put`] of the field `key` of `item`, copied once (not read into a `Value` first).
-fn put_field<F: Fields + ?Sized>(map: &mut Map<String, Value>, key: &str, item: &F) {
-    if let Some(v) = item.owned(key).filter(|v| !v.is_null()) {
-        map.insert(key.into(), v);
+impl ToJson for FieldJson<'_> {
+    fn write_json(&self, out: &mut String) {
+        match *self {
+            FieldJson::Str(s) => s.write_json(out),
+            FieldJson::Value(v) => v.write_json(out),
+        }
+    }
+}
+
+/// A tool item's input, from its fields: one source for the `Value` a started tool keeps
+/// ([`ToolInput::to_value`]) and the text a tool call's end writes straight from the line
+/// (its [`ToJson`], no map).
+enum ToolInput<'i> {
+    /// A field of the item as the whole input (`{}` when absent or null).
+    Whole(Option<FieldJson<'i>>),
+    /// An object of the fields that are present and not null; keys in order.
+    Object([(&'static str, Option<FieldJson<'i>>); 3]),
+}
+
+impl<'i> ToolInput<'i> {
+    fn of<F: Fields + ?Sized>(kind: ToolKind, item: &'i F) -> ToolInput<'i> {
+        let field = |key| item.json(key).and_then(FieldJson::non_null);
+        let either = |snake, camel| item.either(snake, camel).map(FieldJson::Value);
+        let object = ToolInput::Object;
+        match kind {
+            ToolKind::Command => object([("command", field("command")), ("cwd", field("cwd")), NO]),
+            ToolKind::FileChange => {
+                // `changes` as it is (null included), `[]` when absent.
+                let changes = item.json("changes");
+                let changes = changes.unwrap_or(FieldJson::Value(&EMPTY_LIST));
+                object([("changes", Some(changes)), NO, NO])
+            }
+            ToolKind::Mcp | ToolKind::Dynamic => ToolInput::Whole(field("arguments")),
+            ToolKind::WebSearch => {
+                object([("action", field("action")), ("query", field("query")), NO])
+            }
+            ToolKind::Collab => object([
+                ("model", field("model")),
+                ("prompt", field("prompt")),
+                (
+                    "receiver_thread_ids",
+                    either("receiver_thread_ids", "receiverThreadIds"),
+                ),
+            ]),
+            ToolKind::ImageView => object([("path", field("path")), NO, NO]),
+            ToolKind::ImageGeneration => object([
+                ("revised_prompt", either("revised_prompt", "revisedPrompt")),
+                NO,
+                NO,
+            ]),
+        }
+    }
+
+    fn to_value(&self) -> Value {
+        match self {
+            ToolInput::Whole(Some(value)) => value.to_value(),
+            ToolInput::Whole(None) => Value::Object(Map::new()),
+            ToolInput::Object(fields) => Value::Object(
+                fields
+                    .iter()
+                    .filter_map(|(k, v)| Some(((*k).to_owned(), v.as_ref()?.to_value())))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// An unused slot of [`ToolInput::Object`].
+const NO: (&str, Option<FieldJson<'_>>) = ("", None);
+
+static EMPTY_LIST: Value = Value::Array(Vec::new());
+
+impl ToJson for ToolInput<'_> {
+    fn write_json(&self, out: &mut String) {
+        match self {
+            ToolInput::Whole(Some(value)) => value.write_json(out),
+            ToolInput::Whole(None) => out.push_str("{}"),
+            ToolInput::Object(fields) => {
+                out.push('{');
+                let mut first = true;
+                for (key, value) in fields {
+                    if let Some(value) = value {
+                        if !first {
+                            out.push(',');
+                        }
+                        first = false;
+                        crate::core::json::write_str(out, key);
+                        out.push(':');
+                        value.write_json(out);
+                    }
+                }
+                out.push('}');
+            }
+        }
+    }
+}
+
+/// The tool name of a tool item.
+pub(super) fn tool_name<F: Fields + ?Sized>(kind: ToolKind, item: &F) -> String {
+    match kind {
+        ToolKind::Command => "shell".to_owned(),
+        ToolKind::FileChange => "apply_patch".to_owned(),
+        ToolKind::Mcp => {
+            let server = item.str("server").unwrap_or("mcp");
+            let tool = item.str("tool").unwrap_or("unknown");
+            format!("{server}.{tool}")
+        }
+        ToolKind::WebSearch => "web_search".to_owned(),
+        ToolKind::Collab => item.str("tool").unwrap_or("collab").to_owned(),
+        ToolKind::Dynamic => {
+            let tool = item.str("tool").unwrap_or("unknown");
+            match item.str("namespace") {
+                Some(ns) if !ns.is_empty() => format!("{ns}.{tool}"),
+                _ => tool.to_owned(),
+            }
+        }
+        ToolKind::ImageView => "view_image".to_owned(),
+        ToolKind::ImageGeneration => "image_generation".to_owned(),
     }
 }
 
 /// The tool name and input of a tool item.
 pub(super) fn tool_call<F: Fields + ?Sized>(kind: ToolKind, item: &F) -> (String, Value) {
-    let mut input = Map::new();
-    let name = match kind {
-        ToolKind::Command => {
-            put_field(&mut input, "command", item);
-            put_field(&mut input, "cwd", item);
-            "shell".to_owned()
-        }
-        ToolKind::FileChange => {
-            let changes = item.get("changes").cloned().unwrap_or(json!([]));
-            input.insert("changes".into(), changes);
-            "apply_patch".to_owned()
-        }
-        ToolKind::Mcp => {
-            let server = item.str("server").unwrap_or("mcp");
-            let tool = item.str("tool").unwrap_or("unknown");
-            return match item.get("arguments").filter(|a| !a.is_null()) {
-                Some(args) => (format!("{server}.{tool}"), args.clone()),
-                None => (format!("{server}.{tool}"), json!({})),
-            };
-        }
-        ToolKind::WebSearch => {
-            put_field(&mut input, "query", item);
-            put_field(&mut input, "action", item);
-            "web_search".to_owned()
-        }
-        ToolKind::Collab => {
-            put_field(&mut input, "prompt", item);
-            put(
-                &mut input,
-                "receiver_thread_ids",
-                item.either("receiver_thread_ids", "receiverThreadIds"),
-            );
-            put_field(&mut input, "model", item);
-            item.str("tool").unwrap_or("collab").to_owned()
-        }
-        ToolKind::Dynamic => {
-            let tool = item.str("tool").unwrap_or("unknown");
-            let name = match item.str("namespace") {
-                Some(ns) if !ns.is_empty() => format!("{ns}.{tool}"),
-                _ => tool.to_owned(),
-            };
-            let args = item
-                .get("arguments")
-                .filter(|a| !a.is_null())
-                .cloned()
-                .unwrap_or(json!({}));
-            return (name, args);
-        }
-        ToolKind::ImageView => {
-            put_field(&mut input, "path", item);
-            "view_image".to_owned()
-        }
-        ToolKind::ImageGeneration => {
-            put(
-                &mut input,
-                "revised_prompt",
-                item.either("revised_prompt", "revisedPrompt"),
-            );
-            "image_generation".to_owned()
-        }
-    };
-    (name, Value::Object(input))
+    (tool_name(kind, item), ToolInput::of(kind, item).to_value())
 }
 
 /// A tool call's `tool_output`: a string of the item (not copied), or a value.
@@ -1255,7 +1321,7 @@ impl TurnState {
         out.emit(kind, Some(run), Value::Object(data));
     }
 
-    fn emit_started(out: &mut Out<'_>, run: &str, id: &str, name: &str, input: &Value) {
+    fn emit_started(out: &mut Out<'_>, run: &str, id: &str, name: &str, input: &impl ToJson) {
         let data = tool_started_data(id, name, input);
         let kind = EventType::ToolCallStarted;
         out.emit_object(kind, Some(run), data, Some(id), JsonObject::new());
@@ -1364,7 +1430,8 @@ impl TurnState {
         kind: ToolKind,
         item: &F,
     ) {
-        let (name, input) = tool_call(kind, item);
+        let name = tool_name(kind, item);
+        let input = ToolInput::of(kind, item);
         if self.tools.close(id).is_none() {
             Self::emit_started(out, run, id, &name, &input);
         }
@@ -1642,6 +1709,45 @@ mod tests {
                   2 t1 tool_approval_requested tool_name="request_user_input" tool_call_id="call_9" tool_input={"questions":[{"id":"q","question":"Which?"}]} request_id="call_9"
             "#]],
         );
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_tool_input_writes_the_text_of_its_value() {
+        use super::{ToolInput, ToolKind};
+        use crate::core::json::to_json;
+        use serde_json::json;
+
+        let kinds = [
+            ToolKind::Command,
+            ToolKind::FileChange,
+            ToolKind::Mcp,
+            ToolKind::WebSearch,
+            ToolKind::Collab,
+            ToolKind::Dynamic,
+            ToolKind::ImageView,
+            ToolKind::ImageGeneration,
+        ];
+        let items = [
+            json!({}),
+            json!({"command": "ls", "cwd": "/tmp", "changes": null, "arguments": null}),
+            json!({"command": null, "cwd": 1, "changes": [{"path": "a"}], "arguments": "x"}),
+            json!({"query": "q", "action": {"type": "search"}, "arguments": {"b": 1, "a": [2]}}),
+            json!({"prompt": "p", "model": "m", "receiver_thread_ids": null,
+                   "receiverThreadIds": ["t"], "path": "/i.png", "revisedPrompt": "r"}),
+            json!({"prompt": null, "model": "m", "receiver_thread_ids": ["s"],
+                   "revised_prompt": null, "revisedPrompt": null, "path": null}),
+        ];
+        let mut objects = 0;
+        for kind in kinds {
+            for item in &items {
+                let input = ToolInput::of(kind, item);
+                let value = input.to_value();
+                objects += usize::from(value.as_object().is_some_and(|m| m.len() > 1));
+                assert_eq!(to_json(&input), to_json(&value), "{item}");
+            }
+        }
+        // Objects of several keys, whose order the writer must get right.
+        assert!(objects >= 4, "{objects}");
     }
 
     #[wasm_bindgen_test(unsupported = test)]

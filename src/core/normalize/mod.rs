@@ -38,7 +38,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::event::{hex32, Event, EventId, EventType, Fnv128, Provider};
-use super::json::{JsonObject, ObjectWriter};
+use super::json::{JsonObject, ObjectWriter, ToJson};
 use super::time::Timestamp;
 
 pub use alias::{canonical_type, filter_by_run, filter_by_type, normalize_batch, sort_events};
@@ -989,7 +989,11 @@ pub(crate) trait Decoder: Send {
 }
 
 /// The `data` of `tool_call_started`, written with no map (and no copy of the input).
-pub(crate) fn tool_started_data(id: &str, name: &str, input: &Value) -> JsonObject {
+pub(crate) fn tool_started_data(
+    id: &str,
+    name: &str,
+    input: &(impl ToJson + ?Sized),
+) -> JsonObject {
     ObjectWriter::with_capacity(64 + id.len() + name.len())
         .field("tool_call_id", id)
         .field("tool_input", input)
