@@ -539,6 +539,24 @@ impl<'a> Reader<'a> {
         Err(self.missing(tag))
     }
 
+    /// Reads the open object to its end: a key that is one of `keys` has its value read by
+    /// `read`, given the key's index; any other key's value is skipped. One loop for every
+    /// struct `json_fields!` reads (its key matching was inlined into each: issue 14, goal 2).
+    #[inline(never)]
+    pub fn fields(
+        &mut self,
+        keys: &[&str],
+        read: &mut dyn FnMut(&mut Self, usize) -> Result<(), JsonError>,
+    ) -> Result<(), JsonError> {
+        while let Some(key) = self.key()? {
+            match keys.iter().position(|&k| k == key) {
+                Some(i) => read(self, i)?,
+                None => self.skip()?,
+            }
+        }
+        Ok(())
+    }
+
     /// Reads a field's value into its slot, refusing a second one.
     pub fn field<T: FromJson<'a>>(
         &mut self,
@@ -805,23 +823,25 @@ macro_rules! json_struct {
 pub(crate) use json_struct;
 
 /// The fields of the open object as the struct (or struct-like variant) `$path`, to its end.
-/// A field's key is `as "key"` when it is not the field's name. (Shaped for size: the reading
-/// loop is a closure that only borrows the slots, and every missing field is found before any
-/// is moved, so an early return drops the same slots wherever it leaves.)
+/// A field's key is `as "key"` when it is not the field's name. (Shaped for size: the loop
+/// over the keys is [`Reader::fields`], one function for every struct, which hands each known
+/// key's index to a closure that only borrows the slots; every missing field is found before
+/// any is moved, so an early return drops the same slots wherever it leaves.)
 macro_rules! json_fields {
     ($r:ident, $($path:ident)::+ { $($field:ident $(as $key:literal)? $(= $default:expr)?),* $(,)? }) => {{
+        const KEYS: &[&str] = &[$($crate::core::json::json_key!($field $($key)?)),*];
         $(let mut $field = None;)*
-        (|| {
-            while let Some(key) = $r.key()? {
-                match &*key {
-                    $($crate::core::json::json_key!($field $($key)?) => {
-                        $r.field(&mut $field, $crate::core::json::json_key!($field $($key)?))?
-                    })*
-                    _ => $r.skip()?,
+        $r.fields(KEYS, &mut |r, i| {
+            let mut n = 0usize;
+            $(
+                if i == n {
+                    return r.field(&mut $field, KEYS[n]);
                 }
-            }
-            Ok::<(), $crate::core::json::JsonError>(())
-        })()?;
+                n += 1;
+            )*
+            let _ = n;
+            Ok(())
+        })?;
         $($(if $field.is_none() {
             $field = Some($default);
         })?)*
