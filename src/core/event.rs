@@ -465,14 +465,14 @@ impl Event {
             init.sequence,
             init.timestamp,
             init.provider,
-            init.correlation_id.as_deref(),
+            init.correlation_id.map(Arc::from),
             init.data.into(),
             init.metadata.into(),
         )
     }
 
-    /// [`Event::new`] for a normalizer: the id is given and the session and run ids are
-    /// shared handles (checked as `new` checks them).
+    /// [`Event::new`] for a normalizer: the id is given and the session, run and correlation
+    /// ids are shared handles (checked as `new` checks them).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn from_parts(
         id: EventId,
@@ -482,7 +482,7 @@ impl Event {
         sequence: u64,
         timestamp: Timestamp,
         provider: Provider,
-        correlation_id: Option<&str>,
+        correlation_id: Option<Arc<str>>,
         data: JsonObject,
         metadata: JsonObject,
     ) -> Result<Event, EventError> {
@@ -500,7 +500,7 @@ impl Event {
             sequence,
             timestamp,
             provider,
-            correlation_id: correlation_id.map(Arc::from),
+            correlation_id,
             data,
             metadata,
             schema_version: SCHEMA_VERSION,
@@ -707,7 +707,7 @@ impl TryFrom<RawEvent<'_>> for Event {
             raw.sequence,
             timestamp,
             raw.provider,
-            raw.correlation_id.as_deref(),
+            raw.correlation_id.as_deref().map(Arc::from),
             object(raw.data).into(),
             object(raw.metadata).into(),
         )

@@ -213,7 +213,7 @@ impl<'a> EventRef<'a> {
             self.sequence,
             self.timestamp,
             self.provider,
-            self.correlation_id.as_deref(),
+            self.correlation_id.as_deref().map(Arc::from),
             data,
             self.metadata.into_owned(),
         )

@@ -298,6 +298,7 @@ impl Normalizer {
             state: EmitState {
                 session_id: Arc::from(config.session_id.as_str()),
                 run: None,
+                correlation: None,
                 id_prefix: {
                     let mut h = Fnv128::new();
                     h.part(config.session_id.as_bytes());
@@ -745,6 +746,9 @@ struct EmitState {
     session_id: Arc<str>,
     /// The run id of the last event emitted with one, shared by the events of that run.
     run: Option<Arc<str>>,
+    /// The correlation id of the last event emitted with one, shared the same way (a tool
+    /// call's start, deltas and end come in a row).
+    correlation: Option<Arc<str>>,
     /// The id hash after the parts every event id shares: the session and the source.
     id_prefix: Fnv128,
     provider: Provider,
@@ -862,15 +866,12 @@ impl Out<'_> {
         id
     }
 
-    /// The shared handle of `run`: the last one's when it is the same run.
-    fn run_handle(state: &mut EmitState, run: &str) -> Arc<str> {
-        match &state.run {
-            Some(last) if **last == *run => Arc::clone(last),
-            _ => {
-                let handle: Arc<str> = Arc::from(run);
-                state.run = Some(Arc::clone(&handle));
-                handle
-            }
+    /// The shared handle of `id`: `last`'s when it is the same id, else a new one, kept in
+    /// `last` for the next event.
+    fn shared(last: &mut Option<Arc<str>>, id: &str) -> Arc<str> {
+        match last {
+            Some(last) if **last == *id => Arc::clone(last),
+            _ => Arc::clone(last.insert(Arc::from(id))),
         }
     }
 
@@ -918,7 +919,8 @@ impl Out<'_> {
         self.index += 1;
         let run_id = run_id
             .filter(|r| !r.is_empty())
-            .map(|r| Out::run_handle(state, r));
+            .map(|r| Out::shared(&mut state.run, r));
+        let correlation_id = correlation_id.map(|c| Out::shared(&mut state.correlation, c));
         let event = Event::from_parts(
             id,
             kind,
