@@ -31,7 +31,7 @@ fn main() {
     paths.sort();
     let mut one = Vec::new();
     for p in paths {
-        one.extend(std::fs::read(&p).expect("readable file"));
+        one.extend(filled(std::fs::read(&p).expect("readable file")));
         if one.last() != Some(&b'\n') {
             one.push(b'\n');
         }
@@ -54,4 +54,18 @@ fn main() {
         "{format}: {iterations} x {} bytes, {events} events",
         input.len()
     );
+}
+
+/// A file of the corpus with the snapshot placeholders of the Gemini CLI's test transcripts
+/// (`"<TIMESTAMP>"`, `<DURATION>`, which make their `result` lines invalid JSON) filled with
+/// values of the kind the CLI writes there, so that the corpus costs what a real session
+/// does (the test data under tests/ keeps them).
+fn filled(bytes: Vec<u8>) -> Vec<u8> {
+    match String::from_utf8(bytes) {
+        Ok(text) => text
+            .replace("\"<TIMESTAMP>\"", "\"2025-10-07T09:15:42.123Z\"")
+            .replace("<DURATION>", "1834")
+            .into_bytes(),
+        Err(e) => e.into_bytes(),
+    }
 }

@@ -207,8 +207,15 @@ impl<'k> ObjectWriter<'k> {
         if !first {
             self.text.push(',');
         }
-        super::write_str(&mut self.text, key);
-        self.text.push(':');
+        // A normalizer's own key needs no escape: written as it is, without `write_str`'s scan.
+        if key.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+            self.text.push('"');
+            self.text.push_str(key);
+            self.text.push_str("\":");
+        } else {
+            super::write_str(&mut self.text, key);
+            self.text.push(':');
+        }
         value.write_json(&mut self.text);
         self
     }

@@ -99,11 +99,6 @@ impl Decoder for Gemini {
         if leading.is_some_and(|ty| !typed.contains(&ty)) {
             return false;
         }
-        // A `result` whose stats the CLI's snapshots replaced by placeholders is not JSON:
-        // found before its stats are built.
-        if leading == Some("result") && !out.check(text) {
-            return false;
-        }
         let Some(line) = out.read::<Line<'_>>(text) else {
             return false;
         };
@@ -447,7 +442,7 @@ impl Gemini {
         // Calls that never got a result ended with the turn.
         self.tools.cancel_all(out, &run, terminal);
         if let Some(stats) = stats {
-            out.emit(EventType::TokenUsageUpdated, Some(&run), usage(stats));
+            out.emit_data(EventType::TokenUsageUpdated, Some(&run), usage(stats));
         }
         let duration = stats.and_then(|s| s.get("duration_ms")).cloned();
         if failed {
@@ -505,32 +500,27 @@ impl Gemini {
     }
 }
 
-/// `token_usage_updated.data` from `result.stats`.
-fn usage(stats: &Map<String, Value>) -> Value {
-    let mut data = Map::new();
-    for (from, to) in [
-        ("input_tokens", "input_tokens"),
-        ("output_tokens", "output_tokens"),
-        ("cached", "cache_read_input_tokens"),
-    ] {
-        if let Some(v) = stats.get(from) {
-            data.insert(to.into(), v.clone());
-        }
-    }
-    let details: Map<String, Value> = [
-        "total_tokens",
-        "input",
+/// `token_usage_updated.data` from `result.stats`, written as text (keys in order): the
+/// counts under their canonical names, the rest of the stats under `details`.
+fn usage(stats: &Map<String, Value>) -> JsonObject {
+    const DETAILS: [&str; 5] = [
         "duration_ms",
-        "tool_calls",
+        "input",
         "models",
-    ]
-    .iter()
-    .filter_map(|k| stats.get(*k).map(|v| ((*k).to_owned(), v.clone())))
-    .collect();
-    if !details.is_empty() {
-        data.insert("details".into(), Value::Object(details));
-    }
-    Value::Object(data)
+        "tool_calls",
+        "total_tokens",
+    ];
+    let details = (DETAILS.into_iter())
+        .fold(ObjectWriter::with_capacity(128), |w, k| {
+            w.field_if(k, stats.get(k))
+        })
+        .finish();
+    ObjectWriter::with_capacity(192)
+        .field_if("cache_read_input_tokens", stats.get("cached"))
+        .field_if("details", (!details.is_empty()).then_some(&details))
+        .field_if("input_tokens", stats.get("input_tokens"))
+        .field_if("output_tokens", stats.get("output_tokens"))
+        .finish()
 }
 
 /// The tool name in a Gemini tool id: `run_shell_command__run_shell_command_1795987868186_0`

@@ -313,7 +313,6 @@ impl Normalizer {
                 diagnostics: VecDeque::new(),
                 stats: Stats::default(),
                 unreadable: false,
-                invalid: None,
             },
             config,
             partial: Vec::new(),
@@ -524,9 +523,6 @@ impl Normalizer {
                 self.state.unreadable = false;
                 if decoder.record_text(text, &mut self.state.out(line_no, now)) {
                     return;
-                }
-                if let Some(e) = self.state.invalid.take() {
-                    return self.invalid_json(line_no, text, &e);
                 }
                 // The typed read met invalid JSON: `fast::Valid` finds the error `Value`
                 // would (the same parse, building nothing), so the line is read only once
@@ -761,8 +757,6 @@ struct EmitState {
     /// Set by [`Out::read`] when a typed read failed on invalid JSON (not on a shape it does
     /// not take).
     unreadable: bool,
-    /// Set by [`Out::check`]: the error `Value` would give for the line.
-    invalid: Option<serde_json::Error>,
 }
 
 impl EmitState {
@@ -813,19 +807,6 @@ impl Out<'_> {
             Err(e) => {
                 self.state.unreadable |= e.is_syntax() || e.is_eof();
                 None
-            }
-        }
-    }
-
-    /// `false` when `text` is not JSON, found without building anything ([`fast::Valid`]);
-    /// the normalizer then reports the error. For a record kind whose typed read would
-    /// build much before it reached an error.
-    pub(crate) fn check(&mut self, text: &str) -> bool {
-        match serde_json::from_str::<fast::Valid>(text) {
-            Ok(_) => true,
-            Err(e) => {
-                self.state.invalid = Some(e);
-                false
             }
         }
     }
