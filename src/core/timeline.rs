@@ -417,6 +417,8 @@ pub struct Timeline {
     usage_changed: bool,
     approvals_changed: bool,
     last_sequence: u64,
+    /// Every id applied, as its 128 bits (ids are `evt_` + 32 hex digits), so the set stays
+    /// small.
     seen: FastSet<u128>,
     counts: Counts,
 }
@@ -611,7 +613,6 @@ fn owned(s: Option<&str>) -> Option<String> {
     s.map(str::to_owned)
 }
 
-/// The id as its 128 bits (ids are `evt_` + 32 hex digits), so the seen-set stays small.
 impl Timeline {
     pub fn new() -> Self {
         Timeline::default()
