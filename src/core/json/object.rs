@@ -207,8 +207,8 @@ impl<'k> ObjectWriter<'k> {
         if !first {
             self.text.push(',');
         }
-        // A normalizer's own key needs no escape: written as it is, without `write_str`'s scan.
-        if key.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        // A normalizer's own key needs no escape: written as it is, without `write_str`'s loop.
+        if plain_run(key.as_bytes(), 0) == key.len() {
             self.text.push('"');
             self.text.push_str(key);
             self.text.push_str("\":");
