@@ -70,10 +70,10 @@ fn main() {
             for (i, frame) in frames.iter().enumerate() {
                 p.handle_frame_bytes(frame.as_bytes(), 0).expect("a frame");
                 if i % 16 == 15 {
-                    drained += p.drain().to_json().len();
+                    drained += p.drain_json().len();
                 }
             }
-            drained += p.drain().to_json().len();
+            drained += p.drain_json().len();
             best = best.min(start.elapsed().as_secs_f64());
             assert!(drained > 0);
             drained_total = drained;
@@ -112,10 +112,10 @@ fn main() {
             for (i, frame) in packed.iter().enumerate() {
                 p.handle_frame_bytes(frame, 0).expect("a frame");
                 if i % 16 == 15 {
-                    drained += p.drain().to_json().len();
+                    drained += p.drain_json().len();
                 }
             }
-            drained += p.drain().to_json().len();
+            drained += p.drain_json().len();
             best = best.min(start.elapsed().as_secs_f64());
             assert_eq!(
                 drained, drained_total,

@@ -33,7 +33,7 @@ use serde_json::Value;
 
 use super::error::ErrorCode;
 use super::json::{json_write, json_write_names, to_json};
-use super::projector::{Batch, Projector, Signal};
+use super::projector::{Batch, Projector, SessionBatch, Signal};
 use super::sorted::{SortedMap, SortedSet};
 use super::wire::{
     is_turn_id, ClientMsg, Decision, ServerMsg, Thinking, WireError, DEFAULT_MAX_FRAME,
@@ -168,28 +168,30 @@ pub enum Action {
 
 /// One drain for the page: the connection state when it changed, and the projector's batch.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct ClientBatch {
+pub struct ClientBatch<S = SessionBatch> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<ConnectionState>,
     /// The transport, when it changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transport: Option<Transport>,
     #[serde(flatten)]
-    pub batch: Batch,
+    pub batch: Batch<S>,
 }
 
-impl ClientBatch {
+impl<S> ClientBatch<S> {
     pub fn is_empty(&self) -> bool {
         self.state.is_none() && self.transport.is_none() && self.batch.is_empty()
     }
+}
 
+impl ClientBatch {
     /// The batch as JSON: what serde's `Serialize` writes, by `core::json`'s writer.
     pub fn to_json(&self) -> String {
         to_json(self)
     }
 }
 
-json_write!(ClientBatch {
+json_write!(ClientBatch<S> {
     state?,
     transport?,
     ..batch
@@ -721,6 +723,30 @@ impl Client {
 
     /// The changes since the previous drain, with the connection state if it changed.
     pub fn drain(&mut self) -> ClientBatch {
+        let (state, transport) = self.take_reported();
+        ClientBatch {
+            state,
+            transport,
+            batch: self.projector.drain(),
+        }
+    }
+
+    /// [`Client::drain`] as JSON (`drain().to_json()` byte for byte), `None` when it is
+    /// empty; written without copying the changed items into a batch first.
+    pub fn drain_json(&mut self) -> Option<String> {
+        let (state, transport) = self.take_reported();
+        self.projector.drain_borrowed(|batch| {
+            let batch = ClientBatch {
+                state,
+                transport,
+                batch,
+            };
+            (!batch.is_empty()).then(|| to_json(&batch))
+        })
+    }
+
+    /// The connection state and the transport, each when it changed since last reported.
+    fn take_reported(&mut self) -> (Option<ConnectionState>, Option<Transport>) {
         let state = (self.reported_state != Some(self.state)).then(|| {
             self.reported_state = Some(self.state);
             self.state
@@ -729,11 +755,7 @@ impl Client {
             self.reported_transport = Some(self.transport);
             self.transport
         });
-        ClientBatch {
-            state,
-            transport,
-            batch: self.projector.drain(),
-        }
+        (state, transport)
     }
 
     fn is_current(&self, conn: u64) -> bool {

@@ -31,12 +31,12 @@ use super::error::ErrorCode;
 use super::event::{Event, Provider};
 use super::event_ref::{packed, EventRef, EventView, EventsRef};
 use super::hash::FastMap;
-use super::json::{json_write, json_write_names, json_write_tagged, to_json};
+use super::json::{json_write, json_write_names, json_write_tagged, to_json, ToJson};
 use super::lifecycle::{Lifecycle, LifecycleConfig, Stall, TurnProjector, ViolationKind};
 use super::normalize::{Config, DiagnosticKind, Format, Normalizer};
 use super::snapshot::{Projection, Snapshot};
 use super::time::Timestamp;
-use super::timeline::{Change, Item, Timeline};
+use super::timeline::{Change, Drained, Item, Timeline};
 use super::wire::{
     frame_text, Cursor, DecodeError, MessageParts, ServerMsg, StoreStatus, WireError,
 };
@@ -134,14 +134,15 @@ impl LifecycleState {
     }
 }
 
-/// What changed in one session since the previous drain.
+/// What changed in one session since the previous drain (`C`: the changes, as `Change`s or,
+/// when a drain is written straight to JSON, read from the timeline).
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct SessionBatch {
+pub struct SessionBatch<C = Vec<Change>> {
     pub session: String,
     /// Drop every item held for this session before applying `changes`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub reset: bool,
-    pub changes: Vec<Change>,
+    pub changes: C,
     /// Present when the lifecycle or the active turn changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<LifecycleState>,
@@ -163,18 +164,66 @@ pub struct SessionBatch {
 
 /// One drain: the sessions that changed, in order of first change, and notes that belong to
 /// no session (protocol errors).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Batch {
-    pub sessions: Vec<SessionBatch>,
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Batch<S = SessionBatch> {
+    pub sessions: Vec<S>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<Note>,
 }
 
-impl Batch {
+impl<S> Default for Batch<S> {
+    fn default() -> Batch<S> {
+        Batch {
+            sessions: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+}
+
+impl<S> SessionBatch<S> {
+    /// The same batch with its changes made by `f` from these.
+    fn map_changes<T>(self, f: impl FnOnce(S) -> T) -> SessionBatch<T> {
+        SessionBatch {
+            session: self.session,
+            reset: self.reset,
+            changes: f(self.changes),
+            lifecycle: self.lifecycle,
+            start: self.start,
+            older: self.older,
+            after: self.after,
+            epoch: self.epoch,
+            notes: self.notes,
+        }
+    }
+}
+
+/// The changes of a session's drain, written as JSON straight from its timeline (as the
+/// `Vec<Change>` they would be is written, without copying each changed item out first).
+pub(crate) struct ChangesOf<'a> {
+    timeline: &'a Timeline,
+    drained: Drained,
+}
+
+impl ToJson for ChangesOf<'_> {
+    fn write_json(&self, out: &mut String) {
+        out.push('[');
+        for (i, change) in self.timeline.changes(&self.drained).enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            change.write_json(out);
+        }
+        out.push(']');
+    }
+}
+
+impl<S> Batch<S> {
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty() && self.notes.is_empty()
     }
+}
 
+impl Batch {
     /// The batch as JSON: what the wasm package hands the page (what serde's `Serialize`
     /// writes, by `core::json`'s writer).
     pub fn to_json(&self) -> String {
@@ -182,8 +231,8 @@ impl Batch {
     }
 }
 
-json_write!(Batch { sessions, notes? });
-json_write!(SessionBatch {
+json_write!(Batch<S> { sessions, notes? });
+json_write!(SessionBatch<C> {
     session,
     reset?,
     changes,
@@ -310,8 +359,19 @@ impl Session {
     }
 
     fn drain(&mut self) -> Option<SessionBatch> {
+        let batch = self.take()?;
+        let timeline = &self.timeline;
+        Some(batch.map_changes(|drained| {
+            (timeline.changes(&drained))
+                .map(|c| c.to_change())
+                .collect()
+        }))
+    }
+
+    /// What [`Session::drain`] drains, the changes not yet read from the timeline.
+    fn take(&mut self) -> Option<SessionBatch<Drained>> {
         self.touched = false;
-        let changes = self.timeline.drain();
+        let changes = self.timeline.take_changes();
         let now = self.lifecycle_state();
         let lifecycle = (self.reported_lifecycle.as_ref() != Some(&now)).then(|| {
             self.reported_lifecycle = Some(now.clone());
@@ -746,6 +806,31 @@ impl Projector {
             sessions,
             notes: mem::take(&mut self.notes),
         }
+    }
+
+    /// [`Projector::drain`] as JSON, `drain().to_json()` byte for byte, written from the
+    /// timelines without copying each changed item into the batch first.
+    pub fn drain_json(&mut self) -> String {
+        self.drain_borrowed(|batch| to_json(&batch))
+    }
+
+    /// [`Projector::drain`], its changes borrowed from the timelines, for `f` to write.
+    pub(crate) fn drain_borrowed<R>(
+        &mut self,
+        f: impl FnOnce(Batch<SessionBatch<ChangesOf<'_>>>) -> R,
+    ) -> R {
+        let mut taken = Vec::with_capacity(self.touched.len());
+        for i in self.touched.drain(..) {
+            taken.extend(self.sessions[i].take().map(|batch| (i, batch)));
+        }
+        let notes = mem::take(&mut self.notes);
+        // A loop, not `collect`: its in-place specialization is 0.9 KB of wasm.
+        let mut sessions = Vec::with_capacity(taken.len());
+        for (i, batch) in taken {
+            let timeline = &self.sessions[i].timeline;
+            sessions.push(batch.map_changes(|drained| ChangesOf { timeline, drained }));
+        }
+        f(Batch { sessions, notes })
     }
 
     /// The sessions known, in order of first appearance.

@@ -38,7 +38,7 @@ use super::event_ref::EventView;
 use super::hash::{FastMap, FastSet};
 use super::json::{
     json_fields, json_names, json_struct, json_write, json_write_names, json_write_tagged, to_json,
-    FromJson, JsonError, Reader,
+    FromJson, JsonError, Reader, ToJson,
 };
 use super::normalize::excerpt;
 use super::quoted::Quoted;
@@ -190,13 +190,20 @@ json_write!(Approval {
     run_id?
 });
 json_write_names!(ApprovalStatus);
-json_write_tagged!(Change: "op" {
+json_write_tagged!(ChangeRef<'a>: "op" {
     Insert "insert" { index, item },
     AppendText "append" { index, text },
     Update "update" { index, item },
     Usage "usage" { totals },
     Approvals "approvals" { pending },
 });
+
+/// A change is written as its borrowed form is (one writer for both).
+impl ToJson for Change {
+    fn write_json(&self, out: &mut String) {
+        ChangeRef::of(self).write_json(out);
+    }
+}
 json_write!(Usage {
     input_tokens,
     output_tokens,
@@ -385,6 +392,77 @@ pub enum Change {
     Usage { totals: Usage },
     /// The request ids of the approvals now pending, in the order they were requested.
     Approvals { pending: Vec<String> },
+}
+
+/// A [`Change`] that borrows the item or text it carries (from the timeline, when a drain is
+/// written straight to JSON: [`Timeline::take_changes`]). Written as the `Change` is.
+#[derive(Clone, Debug)]
+pub enum ChangeRef<'a> {
+    Insert { index: usize, item: &'a Item },
+    AppendText { index: usize, text: &'a str },
+    Update { index: usize, item: &'a Item },
+    Usage { totals: Usage },
+    Approvals { pending: Vec<&'a str> },
+}
+
+impl<'a> ChangeRef<'a> {
+    pub fn of(change: &'a Change) -> ChangeRef<'a> {
+        match change {
+            Change::Insert { index, item } => ChangeRef::Insert {
+                index: *index,
+                item,
+            },
+            Change::AppendText { index, text } => ChangeRef::AppendText {
+                index: *index,
+                text,
+            },
+            Change::Update { index, item } => ChangeRef::Update {
+                index: *index,
+                item,
+            },
+            Change::Usage { totals } => ChangeRef::Usage { totals: *totals },
+            Change::Approvals { pending } => ChangeRef::Approvals {
+                pending: pending.iter().map(String::as_str).collect(),
+            },
+        }
+    }
+
+    pub fn to_change(&self) -> Change {
+        match self {
+            ChangeRef::Insert { index, item } => Change::Insert {
+                index: *index,
+                item: Item::clone(item),
+            },
+            ChangeRef::AppendText { index, text } => Change::AppendText {
+                index: *index,
+                text: (*text).to_owned(),
+            },
+            ChangeRef::Update { index, item } => Change::Update {
+                index: *index,
+                item: Item::clone(item),
+            },
+            ChangeRef::Usage { totals } => Change::Usage { totals: *totals },
+            ChangeRef::Approvals { pending } => Change::Approvals {
+                pending: pending.iter().map(|&p| p.to_owned()).collect(),
+            },
+        }
+    }
+}
+
+/// What a drain took from a timeline ([`Timeline::take_changes`]): which items changed and
+/// how, and whether the usage and the approvals did; the changes themselves are read from
+/// the timeline ([`Timeline::changes`]) until it changes again.
+#[derive(Debug, Default)]
+pub struct Drained {
+    items: Vec<(usize, Dirty)>,
+    usage: bool,
+    approvals: bool,
+}
+
+impl Drained {
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty() && !self.usage && !self.approvals
+    }
 }
 
 /// How many events the timeline saw.
@@ -641,46 +719,51 @@ impl Timeline {
     /// The changes since the previous drain, coalesced: at most one per item, then at most
     /// one usage and one approvals change. Costs O(what changed), not O(timeline).
     pub fn drain(&mut self) -> Vec<Change> {
-        let extra = usize::from(self.usage_changed) + usize::from(self.approvals_changed);
-        let mut out = Vec::with_capacity(self.dirt.list.len() + extra);
+        let drained = self.take_changes();
+        self.changes(&drained).map(|c| c.to_change()).collect()
+    }
+
+    /// What [`Timeline::drain`] drains, taken without copying the changes out: they are
+    /// read, borrowed, by [`Timeline::changes`] (before the timeline changes again).
+    pub fn take_changes(&mut self) -> Drained {
+        let mut items = Vec::with_capacity(self.dirt.list.len());
         for index in self.dirt.list.drain(..) {
+            items.push((
+                index,
+                mem::replace(&mut self.dirt.state[index], Dirty::Clean),
+            ));
+        }
+        Drained {
+            items,
+            usage: mem::take(&mut self.usage_changed),
+            approvals: mem::take(&mut self.approvals_changed),
+        }
+    }
+
+    /// The changes `drained` took, in drain order, borrowing what they carry.
+    pub fn changes<'a>(&'a self, drained: &'a Drained) -> impl Iterator<Item = ChangeRef<'a>> {
+        let items = drained.items.iter().map(|&(index, dirty)| {
             let item = &self.items[index];
-            match mem::replace(&mut self.dirt.state[index], Dirty::Clean) {
-                Dirty::Inserted => out.push(Change::Insert {
-                    index,
-                    item: item.clone(),
-                }),
+            match dirty {
+                Dirty::Inserted => ChangeRef::Insert { index, item },
                 Dirty::Appended { from } => match item.growing_text().and_then(|t| t.get(from..)) {
-                    Some(text) => out.push(Change::AppendText {
-                        index,
-                        text: text.to_owned(),
-                    }),
+                    Some(text) => ChangeRef::AppendText { index, text },
                     None => {
                         debug_assert!(false, "an append offset is always inside the text");
-                        out.push(Change::Update {
-                            index,
-                            item: item.clone(),
-                        });
+                        ChangeRef::Update { index, item }
                     }
                 },
-                Dirty::Updated => out.push(Change::Update {
-                    index,
-                    item: item.clone(),
-                }),
+                Dirty::Updated => ChangeRef::Update { index, item },
                 Dirty::Clean => unreachable!("only dirty items are listed"),
             }
-        }
-        if mem::take(&mut self.usage_changed) {
-            out.push(Change::Usage {
-                totals: self.usage(),
-            });
-        }
-        if mem::take(&mut self.approvals_changed) {
-            out.push(Change::Approvals {
-                pending: self.pending_approvals().map(str::to_owned).collect(),
-            });
-        }
-        out
+        });
+        let usage = (drained.usage).then(|| ChangeRef::Usage {
+            totals: self.usage(),
+        });
+        let approvals = (drained.approvals).then(|| ChangeRef::Approvals {
+            pending: self.pending_approvals().collect(),
+        });
+        items.chain(usage).chain(approvals)
     }
 
     /// The items held: every item, unless the timeline was restored from a snapshot (then

@@ -619,11 +619,10 @@ fn deliver(inner: &Rc<RefCell<Inner>>) {
     let (batch, on_change) = {
         let mut s = inner.borrow_mut();
         s.frame = None;
-        let batch = s.core.drain();
-        if batch.is_empty() {
+        let Some(batch) = s.core.drain_json() else {
             return;
-        }
-        (batch.to_json(), s.on_change.clone())
+        };
+        (batch, s.on_change.clone())
     };
     if let Err(e) = on_change.call1(&JsValue::NULL, &from_json(&batch)) {
         // The page's handler threw: report it like an uncaught error, keep running.

@@ -63,13 +63,13 @@ impl Projector {
     /// The changes since the previous drain, as one object.
     #[wasm_bindgen(unchecked_return_type = "Batch")]
     pub fn drain(&mut self) -> JsValue {
-        from_json(&self.0.drain().to_json())
+        from_json(&self.0.drain_json())
     }
 
     /// The same batch as JSON text (to post to another thread as is).
     #[wasm_bindgen(js_name = drainJson)]
     pub fn drain_json(&mut self) -> String {
-        self.0.drain().to_json()
+        self.0.drain_json()
     }
 
     /// The session's items now (for a view that mounts late).

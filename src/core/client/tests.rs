@@ -754,3 +754,33 @@ fn a_snapshot_is_asked_for_once_and_reconnects_resume_from_its_cursor() {
         [r#"{"t":"subscribe","session":"s1","after":0,"epoch":"e2","snapshot":{"items":3}}"#]
     );
 }
+
+/// `drain_json` is `drain().to_json()` byte for byte (the connection state and transport,
+/// the changes written from the timeline, notes), and `None` where that batch is empty: a
+/// client and its twin, fed the same, drained after every step, one each way.
+#[wasm_bindgen_test(unsupported = test)]
+fn a_drain_as_json_is_the_drained_batch_written() {
+    let log = log();
+    let (mut c, mut twin) = (Client::new(ws_only(), 0), Client::new(ws_only(), 0));
+    let mut drains = 0;
+    let mut step = |f: &dyn Fn(&mut Client)| {
+        f(&mut c);
+        f(&mut twin);
+        let batch = c.drain();
+        let json = twin.drain_json();
+        assert_eq!(json, (!batch.is_empty()).then(|| batch.to_json()));
+        drains += usize::from(json.is_some());
+    };
+    step(&|c| c.subscribe("s1"));
+    step(&|c| {
+        outbox(c);
+        handshake(c, 1, 0);
+    });
+    for f in encode_events("s1", "e1", &log, 4096) {
+        step(&|c| c.handle_frame(1, &f.text, 0));
+    }
+    step(&|c| c.handle_frame(1, &caught_up(log.len() as u64), 0));
+    step(&|c| c.handle_frame(1, "not json", 0));
+    step(&|c| c.handle_close(1, 0));
+    assert!(drains > 10, "{drains} batches that were not empty");
+}

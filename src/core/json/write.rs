@@ -305,14 +305,14 @@ impl<A: ToJson, B: ToJson> ToJson for (A, B) {
 }
 
 /// `ToJson` for a struct of named fields, in declaration order as serde writes them:
-/// `json_write!(Type { a, b?, c as "key", d as "key"? })`. `?` leaves the field out where
+/// `json_write!(Type { a, b?, c as "key", d as "key"? })` (or `Type<T>`, for `T: ToJson`). `?` leaves the field out where
 /// serde's `skip_serializing_if` does ([`Omit`]); `as` is serde's `rename`. `..flat` at the
 /// end writes a `#[serde(flatten)]` struct's fields (its type's `write_fields`). Also gives
 /// `write_fields`, the fields without the braces (for a tagged enum's variant or a
 /// flattening struct).
 macro_rules! json_write {
-    ($ty:ident { $($field:ident $(as $key:literal)? $(? $(@$omit:ident)?)?),* $(, ..$flat:ident)? $(,)? }) => {
-        impl $crate::core::json::ToJson for $ty {
+    ($ty:ident $(<$g:ident>)? { $($field:ident $(as $key:literal)? $(? $(@$omit:ident)?)?),* $(, ..$flat:ident)? $(,)? }) => {
+        impl$(<$g: $crate::core::json::ToJson>)? $crate::core::json::ToJson for $ty$(<$g>)? {
             fn write_json(&self, out: &mut String) {
                 out.push('{');
                 self.write_fields(out, true);
@@ -320,7 +320,7 @@ macro_rules! json_write {
             }
         }
 
-        impl $ty {
+        impl$(<$g: $crate::core::json::ToJson>)? $ty$(<$g>)? {
             /// Its fields, each after a comma but the object's first when `first`; whether
             /// the object is still empty after them.
             #[allow(dead_code, unused_mut)]
@@ -359,11 +359,12 @@ pub(crate) use json_write_field;
 /// `ToJson` for an internally tagged enum (`#[serde(tag = "t")]`): the tag first, then the
 /// variant's fields. A variant is `Name "wire_name" { fields as in json_write! }` or, for a
 /// newtype variant of a struct, `Name "wire_name" (Struct)` (the struct's `write_fields`).
+/// The enum may borrow (`Type<'a>`).
 macro_rules! json_write_tagged {
-    ($ty:ident: $tag:literal {
+    ($ty:ident $(<$lt:lifetime>)?: $tag:literal {
         $($variant:ident $name:literal $({ $($field:ident $(as $key:literal)? $(? $(@$omit:ident)?)?),* $(,)? })? $(($inner:ident))?),* $(,)?
     }) => {
-        impl $crate::core::json::ToJson for $ty {
+        impl$(<$lt>)? $crate::core::json::ToJson for $ty$(<$lt>)? {
             #[allow(unused_mut, unused_variables)]
             fn write_json(&self, out: &mut String) {
                 let mut first = false;

@@ -120,22 +120,30 @@ fn render(batch: &Batch) -> String {
 }
 
 /// Feeds each frame (a `---` line drains) and renders the signals and drained batches.
+/// A twin projector drained as JSON (`drain_json`) gives each batch's text byte for byte.
 fn check(script: &[&str], expect: Expect) {
     let mut p = Projector::new();
+    let mut twin = Projector::new();
     let mut out = String::new();
+    let drain = |p: &mut Projector, twin: &mut Projector| {
+        let batch = p.drain();
+        assert_eq!(twin.drain_json(), batch.to_json());
+        render(&batch)
+    };
     for frame in script {
         if *frame == "---" {
-            out.push_str(&render(&p.drain()));
+            out.push_str(&drain(&mut p, &mut twin));
             out.push_str("---\n");
             continue;
         }
+        let _ = twin.handle_frame(frame, 0);
         match p.handle_frame(frame, 0) {
             Ok(Signal::None) => {}
             Ok(signal) => out.push_str(&format!("> {signal:?}\n")),
             Err(e) => out.push_str(&format!("> Err({})\n", e.code())),
         }
     }
-    out.push_str(&render(&p.drain()));
+    out.push_str(&drain(&mut p, &mut twin));
     expect.assert_eq(&out);
 }
 
@@ -297,6 +305,8 @@ fn a_whole_log_projects_like_one_pass_and_batches_rebuild_it() {
     // the same signals and batches.
     let mut bytes = Projector::new();
     let mut packed = Projector::new();
+    // And drained as JSON text (`drain_json`): the batches' text.
+    let mut as_json = Projector::new();
     let mut packs = 0;
     let mut model = HashMap::new();
     for frame in frames(&log, 0, 4096) {
@@ -314,9 +324,11 @@ fn a_whole_log_projects_like_one_pass_and_batches_rebuild_it() {
             None => frame.into_bytes(),
         };
         assert_eq!(packed.handle_frame_bytes(&frame, 0), Ok(Signal::None));
+        assert_eq!(as_json.handle_frame_bytes(&frame, 0), Ok(Signal::None));
         let batch = p.drain();
         assert_eq!(bytes.drain(), batch);
         assert_eq!(packed.drain(), batch);
+        assert_eq!(as_json.drain_json(), batch.to_json());
         apply(&mut model, &batch);
     }
     assert!(packs > 10, "{packs} frames packed");
@@ -421,6 +433,8 @@ proptest! {
     ) {
         let log = log(DEBUSSY);
         let mut p = Projector::new();
+        // Fed the same, drained as JSON: each batch's text.
+        let mut twin = Projector::new();
         let mut model = HashMap::new();
         let mut all = connections;
         // The last connection stays up until caught up.
@@ -432,13 +446,18 @@ proptest! {
                 for _ in 0..=usize::from(duplicate) {
                     let signal = p.handle_frame(frame, 0).unwrap();
                     prop_assert_eq!(signal, Signal::None);
+                    twin.handle_frame(frame, 0).unwrap();
                 }
                 if drains[i % drains.len()] {
-                    apply(&mut model, &p.drain());
+                    let batch = p.drain();
+                    prop_assert_eq!(twin.drain_json(), batch.to_json());
+                    apply(&mut model, &batch);
                 }
             }
         }
-        apply(&mut model, &p.drain());
+        let batch = p.drain();
+        prop_assert_eq!(twin.drain_json(), batch.to_json());
+        apply(&mut model, &batch);
         let (items, lifecycle) = reference(&log);
         prop_assert_eq!(p.items("s1"), items.as_slice());
         prop_assert_eq!(&model["s1"], &items);
