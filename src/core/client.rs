@@ -32,7 +32,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::error::ErrorCode;
-use super::json::{json_write, json_write_names, to_json};
+use super::json::{json_write, json_write_names, to_json, to_json_sized};
 use super::projector::{Batch, Projector, SessionBatch, Signal};
 use super::sorted::{SortedMap, SortedSet};
 use super::wire::{
@@ -236,6 +236,8 @@ pub struct Client {
     /// The transport of the current (or next) connection, and the last one reported.
     transport: Transport,
     reported_transport: Option<Transport>,
+    /// The size to write the next batch's JSON in (`json::to_json_sized`).
+    drain_size: usize,
     /// WebSocket connections in a row that could not be opened, or were cut soon; when the
     /// current one was welcomed.
     ws_failures: u32,
@@ -286,6 +288,7 @@ impl Client {
             probe_until: None,
             transport: Transport::WebSocket,
             reported_transport: None,
+            drain_size: 0,
             ws_failures: 0,
             ws_cuts: 0,
             welcomed_at: 0,
@@ -735,14 +738,17 @@ impl Client {
     /// empty; written without copying the changed items into a batch first.
     pub fn drain_json(&mut self) -> Option<String> {
         let (state, transport) = self.take_reported();
-        self.projector.drain_borrowed(|batch| {
+        let mut size = self.drain_size;
+        let json = self.projector.drain_borrowed(|batch| {
             let batch = ClientBatch {
                 state,
                 transport,
                 batch,
             };
-            (!batch.is_empty()).then(|| to_json(&batch))
-        })
+            (!batch.is_empty()).then(|| to_json_sized(&batch, &mut size))
+        });
+        self.drain_size = size;
+        json
     }
 
     /// The connection state and the transport, each when it changed since last reported.

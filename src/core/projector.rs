@@ -31,7 +31,9 @@ use super::error::ErrorCode;
 use super::event::{Event, Provider};
 use super::event_ref::{packed, EventRef, EventView, EventsRef};
 use super::hash::FastMap;
-use super::json::{json_write, json_write_names, json_write_tagged, to_json, ToJson};
+use super::json::{
+    json_write, json_write_names, json_write_tagged, to_json, to_json_sized, ToJson,
+};
 use super::lifecycle::{Lifecycle, LifecycleConfig, Stall, TurnProjector, ViolationKind};
 use super::normalize::{Config, DiagnosticKind, Format, Normalizer};
 use super::snapshot::{Projection, Snapshot};
@@ -432,6 +434,8 @@ pub struct Projector {
     kept: Vec<Event>,
     /// `message_part`s being reassembled, by session.
     parts: FastMap<String, MessageParts>,
+    /// The size to write the next drain's JSON in ([`to_json_sized`]).
+    drain_size: usize,
 }
 
 impl Default for Projector {
@@ -456,6 +460,7 @@ impl Projector {
             keep_events: false,
             kept: Vec::new(),
             parts: FastMap::default(),
+            drain_size: 0,
         }
     }
 
@@ -811,7 +816,10 @@ impl Projector {
     /// [`Projector::drain`] as JSON, `drain().to_json()` byte for byte, written from the
     /// timelines without copying each changed item into the batch first.
     pub fn drain_json(&mut self) -> String {
-        self.drain_borrowed(|batch| to_json(&batch))
+        let mut size = self.drain_size;
+        let json = self.drain_borrowed(|batch| to_json_sized(&batch, &mut size));
+        self.drain_size = size;
+        json
     }
 
     /// [`Projector::drain`], its changes borrowed from the timelines, for `f` to write.

@@ -35,6 +35,16 @@ pub fn to_json<T: ToJson + ?Sized>(value: &T) -> String {
     out
 }
 
+/// [`to_json`] into a buffer of the size `hint` says, which then says this text's size and a
+/// quarter: for texts written one after another that are much alike (a page's drains), which
+/// grow from empty by doubling otherwise, about eight times each.
+pub fn to_json_sized<T: ToJson + ?Sized>(value: &T, hint: &mut usize) -> String {
+    let mut out = String::with_capacity(*hint);
+    value.write_json(&mut out);
+    *hint = out.len() + out.len() / 4;
+    out
+}
+
 /// Whether a field marked `?` is left out: what serde's `skip_serializing_if` says for the
 /// field's type (`None`, an empty list, `false`).
 pub trait Omit {
