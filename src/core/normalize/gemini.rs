@@ -148,10 +148,7 @@ impl Decoder for Gemini {
                 );
             }
             "result" => {
-                let stats = match &line.stats {
-                    Some(Value::Object(stats)) => Some(stats),
-                    _ => None,
-                };
+                let stats = line.stats.as_ref().filter(|s| s.object);
                 out.set_timestamp(line.timestamp);
                 let status = line.status.as_ref().and_then(Value::as_str);
                 self.result_parts(status, line.error.as_ref(), stats, out);
@@ -204,8 +201,102 @@ struct Line<'a> {
     category: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     reason: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    stats: Option<Value>,
+    #[serde(default)]
+    stats: Option<StatsRead>,
+}
+
+/// A `result` line's `stats`: the fields [`usage`] and the terminal read, each the `Value`
+/// serde_json reads (an integer, or `models`' object; a repeated one keeps the last, as a map
+/// does), the others checked as `Value` checks them ([`fast::Valid`]) and dropped unbuilt,
+/// without the map and its keys. Stats that are not an object are none, as on the `Value`
+/// path (read, then dropped).
+#[derive(Default)]
+struct StatsRead {
+    object: bool,
+    fields: [Option<Value>; STATS.len()],
+}
+
+/// The `stats` fields a result's events are made of.
+const STATS: [&str; 8] = [
+    "cached",
+    "duration_ms",
+    "input",
+    "input_tokens",
+    "models",
+    "output_tokens",
+    "tool_calls",
+    "total_tokens",
+];
+
+impl<'de> Deserialize<'de> for StatsRead {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{self, MapAccess, SeqAccess, Visitor};
+
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StatsRead;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any valid JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StatsRead, A::Error> {
+                let mut stats = StatsRead {
+                    object: true,
+                    ..StatsRead::default()
+                };
+                while let Some(key) = map.next_key::<Str<'de>>()? {
+                    match STATS.iter().position(|&k| k == &*key) {
+                        Some(i) => stats.fields[i] = Some(map.next_value()?),
+                        None => {
+                            map.next_value::<fast::Valid>()?;
+                        }
+                    }
+                }
+                Ok(stats)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<StatsRead, A::Error> {
+                while seq.next_element::<fast::Valid>()?.is_some() {}
+                Ok(StatsRead::default())
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<StatsRead, E> {
+                Ok(StatsRead::default())
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<StatsRead, E> {
+                Ok(StatsRead::default())
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<StatsRead, E> {
+                Ok(StatsRead::default())
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<StatsRead, E> {
+                Ok(StatsRead::default())
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<StatsRead, E> {
+                Ok(StatsRead::default())
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<StatsRead, E> {
+                Ok(StatsRead::default())
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A result's stats, as a `Value` map or read typed ([`StatsRead`]).
+trait Stats {
+    fn stat(&self, key: &str) -> Option<&Value>;
+}
+
+impl Stats for Map<String, Value> {
+    fn stat(&self, key: &str) -> Option<&Value> {
+        self.get(key)
+    }
+}
+
+impl Stats for StatsRead {
+    fn stat(&self, key: &str) -> Option<&Value> {
+        let slot = STATS.iter().position(|&k| k == key);
+        debug_assert!(slot.is_some(), "stats field {key:?} is not read typed");
+        self.fields[slot?].as_ref()
+    }
 }
 
 /// The fields of an `error` line that are kept as its `details` (present, even as null).
@@ -424,11 +515,11 @@ impl Gemini {
         self.result_parts(status, obj.get("error"), stats, out);
     }
 
-    fn result_parts(
+    fn result_parts<S: Stats>(
         &mut self,
         status: Option<&str>,
         error: Option<&Value>,
-        stats: Option<&Map<String, Value>>,
+        stats: Option<&S>,
         out: &mut Out<'_>,
     ) {
         self.flush(out);
@@ -444,7 +535,7 @@ impl Gemini {
         if let Some(stats) = stats {
             out.emit_data(EventType::TokenUsageUpdated, Some(&run), usage(stats));
         }
-        let duration = stats.and_then(|s| s.get("duration_ms")).cloned();
+        let duration = stats.and_then(|s| s.stat("duration_ms")).cloned();
         if failed {
             let kind = error
                 .and_then(|e| e.get("type"))
@@ -502,7 +593,7 @@ impl Gemini {
 
 /// `token_usage_updated.data` from `result.stats`, written as text (keys in order): the
 /// counts under their canonical names, the rest of the stats under `details`.
-fn usage(stats: &Map<String, Value>) -> JsonObject {
+fn usage(stats: &impl Stats) -> JsonObject {
     const DETAILS: [&str; 5] = [
         "duration_ms",
         "input",
@@ -512,14 +603,14 @@ fn usage(stats: &Map<String, Value>) -> JsonObject {
     ];
     let details = (DETAILS.into_iter())
         .fold(ObjectWriter::with_capacity(128), |w, k| {
-            w.field_if(k, stats.get(k))
+            w.field_if(k, stats.stat(k))
         })
         .finish();
     ObjectWriter::with_capacity(192)
-        .field_if("cache_read_input_tokens", stats.get("cached"))
+        .field_if("cache_read_input_tokens", stats.stat("cached"))
         .field_if("details", (!details.is_empty()).then_some(&details))
-        .field_if("input_tokens", stats.get("input_tokens"))
-        .field_if("output_tokens", stats.get("output_tokens"))
+        .field_if("input_tokens", stats.stat("input_tokens"))
+        .field_if("output_tokens", stats.stat("output_tokens"))
         .finish()
 }
 

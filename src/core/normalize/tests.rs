@@ -378,6 +378,17 @@ fn the_fast_paths_read_every_record_as_the_value_path_does() {
         r#"{"type":"error","error":[1],"category":"c"}"#,
         r#"{"type":"error","message":"a","message":"b"}"#,
         r#"{"type":"result","status":"success","stats":{"total_tokens":3,"input_tokens":1,"output_tokens":2,"cached":0,"input":1,"duration_ms":5,"tool_calls":0,"models":{"m":{"a":1}}}}"#,
+        // Stats read typed: of every JSON type, a field repeated, unknown or escaped, a
+        // number that is not an integer, an invalid value where the map skips it.
+        r#"{"type":"result","status":"success","stats":null}"#,
+        r#"{"type":"result","status":"success","stats":[1,{"input_tokens":2}]}"#,
+        r#"{"type":"result","status":"success","stats":"none"}"#,
+        r#"{"type":"result","status":"success","stats":7}"#,
+        r#"{"type":"result","status":"success","stats":{}}"#,
+        r#"{"type":"result","status":"success","stats":{"input_tokens":1,"input_tokens":9,"cached":null}}"#,
+        r#"{"type":"result","status":"success","stats":{"extra":{"deep":[1,2]},"output_tokens":2.50,"duration_ms":-1}}"#,
+        r#"{"type":"result","status":"error","stats":{"dur\u0061tion_ms":12,"models":[]},"error":{"message":"m"}}"#,
+        r#"{"type":"result","status":"success","stats":{"extra":1e999,"input_tokens":1}}"#,
         r#"{"type":"tool_use","tool_id":"t20","tool_name":"n"}"#,
         r#"{"type":"result","status":"error","error":{"type":"FatalTurnLimitedError","message":"m","code":53},"stats":{"duration_ms":1}}"#,
         r#"{"type":"result","error":null,"stats":[1]}"#,
