@@ -843,7 +843,7 @@ impl Out<'_> {
         hash.part_u64(self.state.turn_counter);
         let mut id = String::with_capacity(36);
         id.push_str("run_");
-        id.extend(hex32(hash.finish()).iter().map(|&b| char::from(b)));
+        id.push_str(std::str::from_utf8(&hex32(hash.finish())).unwrap_or_default());
         id
     }
 
