@@ -95,25 +95,32 @@ impl Dedup {
     /// Decides whether `event` is new, and if so, remembers it. O(1) amortized.
     pub fn admit(&mut self, event: &impl EventView) -> Admission {
         let key = event.id_bits();
-        if self.ids.contains(&key) {
+        let sequence = event.sequence();
+        // The sequence rule first, changing nothing, so that an admitted event's id is looked
+        // up once: by the insert that remembers it.
+        let mark = match sequence {
+            0 => None,
+            _ => self.high_water.get_mut(event.session_id()),
+        };
+        if mark.as_deref().is_some_and(|&mark| sequence <= mark) {
+            let by = match self.ids.contains(&key) {
+                true => DuplicateBy::Id,
+                false => DuplicateBy::Sequence,
+            };
+            return Admission::Duplicate { by };
+        }
+        if self.id_window > 0 && !self.ids.insert(key) {
             return Admission::Duplicate {
                 by: DuplicateBy::Id,
             };
         }
-        let sequence = event.sequence();
-        if sequence > 0 {
-            match self.high_water.get_mut(event.session_id()) {
-                Some(mark) if sequence <= *mark => {
-                    return Admission::Duplicate {
-                        by: DuplicateBy::Sequence,
-                    }
-                }
-                Some(mark) => *mark = sequence,
-                None => {
-                    self.high_water
-                        .insert(event.session_id().to_owned(), sequence);
-                }
+        match mark {
+            Some(mark) => *mark = sequence,
+            None if sequence > 0 => {
+                self.high_water
+                    .insert(event.session_id().to_owned(), sequence);
             }
+            None => {}
         }
         if self.id_window > 0 {
             if self.order.len() == self.id_window {
@@ -121,7 +128,6 @@ impl Dedup {
                     self.ids.remove(&old);
                 }
             }
-            self.ids.insert(key);
             self.order.push_back(key);
         }
         Admission::New
