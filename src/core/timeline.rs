@@ -395,7 +395,7 @@ pub enum Change {
 }
 
 /// A [`Change`] that borrows the item or text it carries (from the timeline, when a drain is
-/// written straight to JSON: [`Timeline::take_changes`]). Written as the `Change` is.
+/// written straight to JSON: `Projector::drain_json`). Written as the `Change` is.
 #[derive(Clone, Debug)]
 pub enum ChangeRef<'a> {
     Insert { index: usize, item: &'a Item },
@@ -406,6 +406,7 @@ pub enum ChangeRef<'a> {
 }
 
 impl<'a> ChangeRef<'a> {
+    /// `change`, borrowed.
     pub fn of(change: &'a Change) -> ChangeRef<'a> {
         match change {
             Change::Insert { index, item } => ChangeRef::Insert {
@@ -427,6 +428,7 @@ impl<'a> ChangeRef<'a> {
         }
     }
 
+    /// The change, owned (what it borrows copied).
     pub fn to_change(&self) -> Change {
         match self {
             ChangeRef::Insert { index, item } => Change::Insert {
@@ -453,14 +455,14 @@ impl<'a> ChangeRef<'a> {
 /// how, and whether the usage and the approvals did; the changes themselves are read from
 /// the timeline ([`Timeline::changes`]) until it changes again.
 #[derive(Debug, Default)]
-pub struct Drained {
+pub(crate) struct Drained {
     items: Vec<(usize, Dirty)>,
     usage: bool,
     approvals: bool,
 }
 
 impl Drained {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.items.is_empty() && !self.usage && !self.approvals
     }
 }
@@ -725,7 +727,7 @@ impl Timeline {
 
     /// What [`Timeline::drain`] drains, taken without copying the changes out: they are
     /// read, borrowed, by [`Timeline::changes`] (before the timeline changes again).
-    pub fn take_changes(&mut self) -> Drained {
+    pub(crate) fn take_changes(&mut self) -> Drained {
         let mut items = Vec::with_capacity(self.dirt.list.len());
         for index in self.dirt.list.drain(..) {
             items.push((
@@ -741,7 +743,10 @@ impl Timeline {
     }
 
     /// The changes `drained` took, in drain order, borrowing what they carry.
-    pub fn changes<'a>(&'a self, drained: &'a Drained) -> impl Iterator<Item = ChangeRef<'a>> {
+    pub(crate) fn changes<'a>(
+        &'a self,
+        drained: &'a Drained,
+    ) -> impl Iterator<Item = ChangeRef<'a>> {
         let items = drained.items.iter().map(|&(index, dirty)| {
             let item = &self.items[index];
             match dirty {
