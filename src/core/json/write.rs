@@ -315,11 +315,11 @@ impl<A: ToJson, B: ToJson> ToJson for (A, B) {
 }
 
 /// `ToJson` for a struct of named fields, in declaration order as serde writes them:
-/// `json_write!(Type { a, b?, c as "key", d as "key"? })` (or `Type<T>`, for `T: ToJson`). `?` leaves the field out where
-/// serde's `skip_serializing_if` does ([`Omit`]); `as` is serde's `rename`. `..flat` at the
-/// end writes a `#[serde(flatten)]` struct's fields (its type's `write_fields`). Also gives
-/// `write_fields`, the fields without the braces (for a tagged enum's variant or a
-/// flattening struct).
+/// `json_write!(Type { a, b?, c as "key", d as "key"? })`, or `Type<T>` for `T: ToJson`. `?`
+/// leaves the field out where serde's `skip_serializing_if` does ([`Omit`]); `as` is serde's
+/// `rename`. `..flat` at the end writes a `#[serde(flatten)]` struct's fields (its type's
+/// `write_fields`). Also gives `write_fields`, the fields without the braces (for a tagged
+/// enum's variant or a flattening struct).
 macro_rules! json_write {
     ($ty:ident $(<$g:ident>)? { $($field:ident $(as $key:literal)? $(? $(@$omit:ident)?)?),* $(, ..$flat:ident)? $(,)? }) => {
         impl$(<$g: $crate::core::json::ToJson>)? $crate::core::json::ToJson for $ty$(<$g>)? {
