@@ -9,10 +9,12 @@
 
 use std::time::Instant;
 
-use agentwire::companion::seed::{events, SeedOptions};
 use agentwire::core::event_ref::packed;
 use agentwire::core::projector::Projector;
-use agentwire::core::wire::{self, ServerMsg};
+use agentwire::core::wire::ServerMsg;
+
+#[path = "common/seeded.rs"]
+mod seeded;
 
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
@@ -23,24 +25,9 @@ fn arg(name: &str, default: u64) -> u64 {
 
 fn main() {
     let (count, reps) = (arg("--events", 100_000), arg("--reps", 7));
-    let options = SeedOptions {
-        session: "ses_bench".into(),
-        events: count,
-        tool_updates: None,
-    };
-    let log: Vec<(u64, String)> = events(&options)
-        .zip(1..)
-        .map(|(e, seq)| (seq, e.into_sequenced(seq).to_json()))
-        .collect();
+    let log = seeded::log(count);
     for (name, per_frame) in [("live", 1), ("catchup", 100)] {
-        let frames: Vec<String> = log
-            .chunks(per_frame)
-            .flat_map(|chunk| {
-                let events = chunk.iter().map(|(seq, json)| (*seq, json.as_str()));
-                wire::frame_encoded("ses_bench", "bench", events, usize::MAX)
-            })
-            .map(|f| f.text)
-            .collect();
+        let frames: Vec<String> = seeded::frames(&log, per_frame).collect();
         let bytes: usize = frames.iter().map(String::len).sum();
         let mut best = f64::MAX;
         for _ in 0..reps {

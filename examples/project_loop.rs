@@ -20,13 +20,17 @@ fn main() {
 fn main() {}
 
 #[cfg(not(target_arch = "wasm32"))]
+#[path = "../benches/common/seeded.rs"]
+mod seeded;
+
+#[cfg(not(target_arch = "wasm32"))]
 mod native {
     use std::hint::black_box;
 
-    use agentwire::companion::seed::{events, SeedOptions};
     use agentwire::core::event_ref::packed;
     use agentwire::core::projector::Projector;
-    use agentwire::core::wire;
+
+    use super::seeded;
 
     pub fn main() {
         let args: Vec<String> = std::env::args().skip(1).collect();
@@ -34,22 +38,9 @@ mod native {
         let mut numbers = args.iter().filter_map(|a| a.parse::<u64>().ok());
         let count = numbers.next().unwrap_or(20_000);
         let per_frame = numbers.next().unwrap_or(1) as usize;
-        let options = SeedOptions {
-            session: "ses_bench".into(),
-            events: count,
-            tool_updates: None,
-        };
-        let log: Vec<(u64, String)> = events(&options)
-            .zip(1..)
-            .map(|(e, seq)| (seq, e.into_sequenced(seq).to_json()))
-            .collect();
-        let frames: Vec<Vec<u8>> = log
-            .chunks(per_frame)
-            .flat_map(|chunk| {
-                let events = chunk.iter().map(|(seq, json)| (*seq, json.as_str()));
-                wire::frame_encoded("ses_bench", "bench", events, usize::MAX)
-            })
-            .map(|f| packed::pack(&f.text).expect("an events frame"))
+        let log = seeded::log(count);
+        let frames: Vec<Vec<u8>> = seeded::frames(&log, per_frame)
+            .map(|f| packed::pack(&f).expect("an events frame"))
             .collect();
         if frames_only {
             println!("{} frames", frames.len());
