@@ -45,7 +45,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::fast::{present, Stamp, Str, Valid};
+use super::fast::{present, SlotKeys, Slots, Stamp, Str, Valid};
 use super::turn::OpenTools;
 use super::{text_data, tool_started_data};
 use super::{Decoder, Out};
@@ -758,14 +758,13 @@ fn usage_object<F: Fields + ?Sized>(u: &F) -> Option<JsonObject> {
     Some(counts.fold(writer, |w, (key, n)| w.field(key, n)).finish())
 }
 
-/// The `usage` of a `turn.completed` line read typed: the fields [`USAGE_KEYS`] reads, each
-/// the `Value` serde_json builds for it (a repeated one keeps the last, as a `Value` map
-/// does), the others checked as `Value` would check them ([`Valid`]) and dropped unbuilt.
-/// Anything but an object has no counts, as `Value::get` finds none in it.
-#[derive(Default)]
-struct UsageRead([Option<Value>; 2 * USAGE_KEYS.len()]);
+/// The `usage` of a `turn.completed` line read typed, for the fields [`USAGE_KEYS`] reads
+/// ([`fast::Slots`]). Anything but an object has no counts, as `Value::get` finds none in it.
+type UsageRead = Slots<UsageKeys, { 2 * USAGE_KEYS.len() }>;
 
-impl UsageRead {
+struct UsageKeys;
+
+impl SlotKeys for UsageKeys {
     /// Where `key` is kept: `2 * i` for the snake_case spelling of `USAGE_KEYS[i]`, `2 * i + 1`
     /// for its camelCase one.
     fn slot(key: &str) -> Option<usize> {
@@ -782,56 +781,7 @@ impl UsageRead {
 
 impl Fields for UsageRead {
     fn get(&self, key: &str) -> Option<&Value> {
-        self.0[UsageRead::slot(key)?].as_ref()
-    }
-}
-
-impl<'de> Deserialize<'de> for UsageRead {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::{self, MapAccess, SeqAccess, Visitor};
-
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = UsageRead;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("any valid JSON value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<UsageRead, A::Error> {
-                let mut usage = UsageRead::default();
-                while let Some(key) = map.next_key::<Str<'de>>()? {
-                    match UsageRead::slot(&key) {
-                        Some(slot) => usage.0[slot] = Some(map.next_value()?),
-                        None => {
-                            map.next_value::<Valid>()?;
-                        }
-                    }
-                }
-                Ok(usage)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<UsageRead, A::Error> {
-                while seq.next_element::<Valid>()?.is_some() {}
-                Ok(UsageRead::default())
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<UsageRead, E> {
-                Ok(UsageRead::default())
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<UsageRead, E> {
-                Ok(UsageRead::default())
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<UsageRead, E> {
-                Ok(UsageRead::default())
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<UsageRead, E> {
-                Ok(UsageRead::default())
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<UsageRead, E> {
-                Ok(UsageRead::default())
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<UsageRead, E> {
-                Ok(UsageRead::default())
-            }
-        }
-        d.deserialize_any(V)
+        Slots::get(self, key)
     }
 }
 

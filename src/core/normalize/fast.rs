@@ -10,9 +10,11 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::marker::PhantomData;
 
 use crate::core::time::Timestamp;
 use serde::de::{self, Deserialize, Deserializer, Visitor};
+use serde_json::Value;
 
 /// A JSON string, borrowed from the line unless it has escapes.
 pub(crate) struct Str<'a>(pub(crate) Cow<'a, str>);
@@ -188,5 +190,85 @@ impl<'de> Visitor<'de> for ValidVisitor {
             map.next_value::<Valid>()?;
         }
         Ok(Valid)
+    }
+}
+
+/// Where a typed read keeps the fields of an object it reads as [`Slots`]: each kept key's
+/// place, `None` for the others.
+pub(crate) trait SlotKeys {
+    fn slot(key: &str) -> Option<usize>;
+}
+
+/// An object read for a few of its fields (`K` says which, and where each is kept): each the
+/// `Value` serde_json reads for it (a repeated one keeps the last, as a `Value` map does), the
+/// others checked as `Value` checks them ([`Valid`]) and dropped unbuilt, with no map and no
+/// keys built. Anything but an object keeps no field, and is not `object`.
+pub(crate) struct Slots<K, const N: usize> {
+    pub(crate) object: bool,
+    values: [Option<Value>; N],
+    keys: PhantomData<K>,
+}
+
+impl<K: SlotKeys, const N: usize> Slots<K, N> {
+    fn new(object: bool) -> Self {
+        Slots {
+            object,
+            values: std::array::from_fn(|_| None),
+            keys: PhantomData,
+        }
+    }
+
+    /// The field `key`, one of those `K` keeps (a test build panics on any other).
+    pub(crate) fn get(&self, key: &str) -> Option<&Value> {
+        let slot = K::slot(key);
+        debug_assert!(slot.is_some(), "field {key:?} is not read typed");
+        self.values[slot?].as_ref()
+    }
+}
+
+impl<'de, K: SlotKeys, const N: usize> Deserialize<'de> for Slots<K, N> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<K, const N: usize>(PhantomData<K>);
+        impl<'de, K: SlotKeys, const N: usize> Visitor<'de> for V<K, N> {
+            type Value = Slots<K, N>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any valid JSON value")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut slots = Slots::new(true);
+                while let Some(key) = map.next_key::<Str<'de>>()? {
+                    match K::slot(&key) {
+                        Some(slot) => slots.values[slot] = Some(map.next_value()?),
+                        None => {
+                            map.next_value::<Valid>()?;
+                        }
+                    }
+                }
+                Ok(slots)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<Valid>()?.is_some() {}
+                Ok(Slots::new(false))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Slots::new(false))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Slots::new(false))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Slots::new(false))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Slots::new(false))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(Slots::new(false))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Slots::new(false))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
     }
 }

@@ -205,16 +205,9 @@ struct Line<'a> {
     stats: Option<StatsRead>,
 }
 
-/// A `result` line's `stats`: the fields [`usage`] and the terminal read, each the `Value`
-/// serde_json reads (an integer, or `models`' object; a repeated one keeps the last, as a map
-/// does), the others checked as `Value` checks them ([`fast::Valid`]) and dropped unbuilt,
-/// without the map and its keys. Stats that are not an object are none, as on the `Value`
-/// path (read, then dropped).
-#[derive(Default)]
-struct StatsRead {
-    object: bool,
-    fields: [Option<Value>; STATS.len()],
-}
+/// A `result` line's `stats`, read for the fields [`usage`] and the terminal read
+/// ([`STATS`]), without the map; stats that are not an object are none, as on the `Value` path.
+type StatsRead = fast::Slots<StatsKeys, { STATS.len() }>;
 
 /// The `stats` fields a result's events are made of.
 const STATS: [&str; 8] = [
@@ -228,55 +221,11 @@ const STATS: [&str; 8] = [
     "total_tokens",
 ];
 
-impl<'de> Deserialize<'de> for StatsRead {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::{self, MapAccess, SeqAccess, Visitor};
+struct StatsKeys;
 
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = StatsRead;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("any valid JSON value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StatsRead, A::Error> {
-                let mut stats = StatsRead {
-                    object: true,
-                    ..StatsRead::default()
-                };
-                while let Some(key) = map.next_key::<Str<'de>>()? {
-                    match STATS.iter().position(|&k| k == &*key) {
-                        Some(i) => stats.fields[i] = Some(map.next_value()?),
-                        None => {
-                            map.next_value::<fast::Valid>()?;
-                        }
-                    }
-                }
-                Ok(stats)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<StatsRead, A::Error> {
-                while seq.next_element::<fast::Valid>()?.is_some() {}
-                Ok(StatsRead::default())
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<StatsRead, E> {
-                Ok(StatsRead::default())
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<StatsRead, E> {
-                Ok(StatsRead::default())
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<StatsRead, E> {
-                Ok(StatsRead::default())
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<StatsRead, E> {
-                Ok(StatsRead::default())
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<StatsRead, E> {
-                Ok(StatsRead::default())
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<StatsRead, E> {
-                Ok(StatsRead::default())
-            }
-        }
-        d.deserialize_any(V)
+impl fast::SlotKeys for StatsKeys {
+    fn slot(key: &str) -> Option<usize> {
+        STATS.iter().position(|&k| k == key)
     }
 }
 
@@ -293,9 +242,7 @@ impl Stats for Map<String, Value> {
 
 impl Stats for StatsRead {
     fn stat(&self, key: &str) -> Option<&Value> {
-        let slot = STATS.iter().position(|&k| k == key);
-        debug_assert!(slot.is_some(), "stats field {key:?} is not read typed");
-        self.fields[slot?].as_ref()
+        self.get(key)
     }
 }
 
