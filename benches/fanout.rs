@@ -8,7 +8,12 @@
 //!   the store acknowledges them: deliveries/s at saturation;
 //! * `line 1x1000` and `line 100x5`: the same two live loads through the whole pipeline: demo
 //!   agents (`agentwire demo-agent`, a chunk every 20 ms) hosted by a real `Hub`, their lines
-//!   read, normalized and queued by each session's task as in `agentwire serve`.
+//!   read, normalized and queued by each session's task as in `agentwire serve`;
+//! * `floor 1x1000` and `floor 100x5`, the baseline of the live loads, measured in the same run:
+//!   what this machine's kernel takes to put the same frame on every socket with no server at
+//!   all. Plain loopback TCP sockets, the frame's bytes written by one thread with `write(2)`
+//!   (no runtime, no WebSocket framing, no store), read by another over `epoll`; latency from
+//!   the start of the event's writes. The live loads' `fan-out` part is compared with it.
 //!
 //! Latency is per event and subscriber. In the append loads, from the start of `Store::append`
 //! (durable: WAL + fsync) to the subscriber's socket receiving it, split where the store
@@ -25,9 +30,9 @@
 //! numbers go to BENCHMARKS.md.
 //!
 //! Run: `cargo bench --bench fanout` (`-- --quick` for 3 s loads, `-- --seconds N` for the live
-//! loads' length, `-- --only NAME` for one load (`live1000`, `live100x5`, `burst`, `line1000`,
-//! `line100x5`), `-- --client tungstenite` (see above), `-- --store postgres` for a PostgreSQL
-//! store on a throwaway server started as the tests do).
+//! loads' length, `-- --only NAME` for one load (`floor1000`, `floor100x5`, `live1000`,
+//! `live100x5`, `burst`, `line1000`, `line100x5`), `-- --client tungstenite` (see above),
+//! `-- --store postgres` for a PostgreSQL store on a throwaway server started as the tests do).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -583,7 +588,8 @@ enum Feed {
     Agents { seconds: f64 },
 }
 
-/// Runs one load; prints its figures and BENCH lines under `id`.
+/// Runs one load; prints its figures and BENCH lines under `id`. Returns the p99 of its
+/// `fan-out` part, in ms.
 async fn load(
     backend: &str,
     client: Client,
@@ -592,7 +598,7 @@ async fn load(
     subscribers: usize,
     feed: Feed,
     target: &[(f64, f64)],
-) {
+) -> f64 {
     let bench = Bench::start(backend).await;
     let mut clients = Vec::new();
     let mut ids = Vec::new();
@@ -721,6 +727,169 @@ async fn load(
         );
     }
     bench_line(&format!("{id}.rate"), rate, "deliveries/s", None, &note);
+    pct_ms(&after, 0.99)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn floor(id: &str, _: usize, _: usize, _: usize, _: Duration) -> f64 {
+    println!("{id:<16} skipped: the floor reads with epoll (Linux only)");
+    f64::NAN
+}
+
+/// The fan-out's p99 against the floor's, measured in the same run (see [`floor`]).
+fn over_floor(id: &str, fan_out: f64, floor: Option<f64>) {
+    if let Some(floor) = floor.filter(|f| f.is_finite()) {
+        println!(
+            "{:<16}   fan-out p99 is {:.2}x the floor's ({floor:.2} ms)",
+            "",
+            fan_out / floor
+        );
+        let note = format!("fan-out p99 / floor p99 ({floor:.2} ms), same run");
+        bench_line(
+            &format!("{id}.fanout_over_floor"),
+            fan_out / floor,
+            "x",
+            None,
+            &note,
+        );
+    }
+}
+
+/// The floor of `sessions` × `subscribers` (see the module docs): `events` frames per session,
+/// `every` apart, each as long as the append loads' frame and written to the session's
+/// sockets by one thread, read by another over epoll. Prints p50/p99/max and a BENCH line per
+/// quantile; returns the p99 in ms. Linux only (epoll).
+#[cfg(target_os = "linux")]
+fn floor(id: &str, sessions: usize, subscribers: usize, events: usize, every: Duration) -> f64 {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    // The frame the append loads deliver: one `message_streamed` event in an `events` frame.
+    let session = "ses_fa000";
+    let mut init = EventInit::new(
+        EventType::MessageStreamed,
+        session,
+        Provider::Demo,
+        Timestamp::EPOCH,
+    );
+    init.id = Some(EventId::derive(&[session, "0"]));
+    init.data
+        .insert("delta".into(), json!("twenty chars of text"));
+    let event = Event::new(init).unwrap().into_sequenced(1).to_json();
+    let frame_len =
+        agentwire::core::wire::frame_encoded(session, "bench", [(1, event.as_str())], usize::MAX)
+            [0]
+        .text
+        .len();
+
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (mut writers, mut readers) = (Vec::new(), Vec::new());
+    for _ in 0..sessions * subscribers {
+        let reader = TcpStream::connect(addr).unwrap();
+        let (writer, _) = listener.accept().unwrap();
+        writer.set_nodelay(true).unwrap();
+        reader.set_nonblocking(true).unwrap();
+        writers.push(writer);
+        readers.push(reader);
+    }
+    // Each frame starts with its (session, event) number, so the reader knows when it was sent.
+    let epoch = Instant::now();
+    let sent: Arc<Vec<AtomicU64>> =
+        Arc::new((0..sessions * events).map(|_| AtomicU64::new(0)).collect());
+    let expected = sessions * subscribers * events;
+    let reader_sent = sent.clone();
+    let reader = std::thread::spawn(move || {
+        // SAFETY (every `unsafe` below): plain epoll calls on sockets this thread owns, with
+        // buffers it owns.
+        let ep = unsafe { libc::epoll_create1(0) };
+        assert!(ep >= 0, "epoll_create1");
+        for (i, r) in readers.iter().enumerate() {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: i as u64,
+            };
+            let added = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, r.as_raw_fd(), &mut ev) };
+            assert_eq!(added, 0, "epoll_ctl");
+        }
+        let mut latencies = Vec::with_capacity(expected);
+        let mut ready = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+        let mut buf = vec![0u8; 64 * 1024];
+        // Per socket, how much of the current frame was read, and its number's bytes.
+        let mut at_frame = vec![(0usize, [0u8; 4]); readers.len()];
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while latencies.len() < expected && Instant::now() < deadline {
+            let n = unsafe { libc::epoll_wait(ep, ready.as_mut_ptr(), ready.len() as i32, 100) };
+            let now = epoch.elapsed().as_nanos() as u64;
+            for ev in &ready[..n.max(0) as usize] {
+                let i = ev.u64 as usize;
+                while let Ok(got) = readers[i].read(&mut buf) {
+                    if got == 0 {
+                        break;
+                    }
+                    let (pos, head) = &mut at_frame[i];
+                    let mut at = 0;
+                    while at < got {
+                        let take = if *pos < 4 {
+                            let take = (4 - *pos).min(got - at);
+                            head[*pos..*pos + take].copy_from_slice(&buf[at..at + take]);
+                            if *pos + take == 4 {
+                                let k = u32::from_le_bytes(*head) as usize;
+                                let start = reader_sent[k].load(Ordering::Acquire);
+                                latencies.push(now.saturating_sub(start));
+                            }
+                            take
+                        } else {
+                            (frame_len - *pos).min(got - at)
+                        };
+                        at += take;
+                        *pos = (*pos + take) % frame_len;
+                    }
+                }
+            }
+        }
+        unsafe { libc::close(ep) };
+        latencies
+    });
+    let started = Instant::now();
+    let mut frame = vec![b' '; frame_len];
+    for round in 0..events {
+        for s in 0..sessions {
+            // The sessions' ticks spread over one period, as the append loads do.
+            let due = started + every.mul_f64(round as f64 + s as f64 / sessions as f64);
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            let k = s * events + round;
+            sent[k].store(epoch.elapsed().as_nanos() as u64, Ordering::Release);
+            frame[..4].copy_from_slice(&(k as u32).to_le_bytes());
+            for w in &mut writers[s * subscribers..(s + 1) * subscribers] {
+                w.write_all(&frame).unwrap();
+            }
+        }
+    }
+    let mut latencies = reader.join().unwrap();
+    latencies.sort_unstable();
+    println!(
+        "{id:<16} (no server): {sessions} x {subscribers} sockets, {} frames of {frame_len} bytes \
+         delivered; write->read p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        latencies.len(),
+        pct_ms(&latencies, 0.5),
+        pct_ms(&latencies, 0.99),
+        pct_ms(&latencies, 1.0),
+    );
+    let note =
+        format!("plain loopback sockets, {sessions}x{subscribers}, the live loads' baseline");
+    for (q, p) in [("p50", 0.5), ("p99", 0.99)] {
+        bench_line(
+            &format!("{id}.{q}"),
+            pct_ms(&latencies, p),
+            "ms",
+            None,
+            &note,
+        );
+    }
+    pct_ms(&latencies, 0.99)
 }
 
 #[tokio::main]
@@ -745,8 +914,25 @@ async fn main() {
     // Issue 14's targets: (quantile, ms).
     let one = [(0.99, 10.0)];
     let hundred = [(0.5, 5.0), (0.99, 20.0)];
+    // The baselines first, on threads of their own (no tokio worker is busy meanwhile).
+    let floor_one = match run("floor1000") {
+        true => Some(
+            tokio::task::spawn_blocking(move || floor("fanout.floor.1x1000", 1, 1000, live, tick))
+                .await
+                .unwrap(),
+        ),
+        false => None,
+    };
+    let floor_hundred = match run("floor100x5") {
+        true => Some(
+            tokio::task::spawn_blocking(move || floor("fanout.floor.100x5", 100, 5, live, tick))
+                .await
+                .unwrap(),
+        ),
+        false => None,
+    };
     if run("live1000") {
-        load(
+        let fan_out = load(
             &backend,
             client,
             "fanout.append.1x1000",
@@ -756,9 +942,10 @@ async fn main() {
             &one,
         )
         .await;
+        over_floor("fanout.append.1x1000", fan_out, floor_one);
     }
     if run("live100x5") {
-        load(
+        let fan_out = load(
             &backend,
             client,
             "fanout.append.100x5",
@@ -768,10 +955,11 @@ async fn main() {
             &hundred,
         )
         .await;
+        over_floor("fanout.append.100x5", fan_out, floor_hundred);
     }
     if run("line1000") {
         let agents = Feed::Agents { seconds };
-        load(
+        let fan_out = load(
             &backend,
             client,
             "fanout.line.1x1000",
@@ -781,10 +969,11 @@ async fn main() {
             &one,
         )
         .await;
+        over_floor("fanout.line.1x1000", fan_out, floor_one);
     }
     if run("line100x5") {
         let agents = Feed::Agents { seconds };
-        load(
+        let fan_out = load(
             &backend,
             client,
             "fanout.line.100x5",
@@ -794,6 +983,7 @@ async fn main() {
             &hundred,
         )
         .await;
+        over_floor("fanout.line.100x5", fan_out, floor_hundred);
     }
     if run("burst") {
         let burst = Feed::Appends {
