@@ -11,6 +11,8 @@
 //! when it has one and it differs, is kept in `data.details.kind`. docs/events.md lists the
 //! values; a test checks that the list and the enum agree.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
@@ -100,7 +102,7 @@ impl ErrorKind {
     /// `internalServerError`, `overloaded_error`…), mapped onto the vocabulary.
     pub fn classify(own: &str) -> Classified {
         let full = if own.is_empty() {
-            String::new()
+            Cow::Borrowed("")
         } else {
             snake_case(own)
         };
@@ -303,15 +305,27 @@ pub enum Classified {
 }
 
 /// `APIError` → `api_error`, `FatalTurnLimitedError` → `fatal_turn_limited_error`,
-/// `RESOURCE_EXHAUSTED` → `resource_exhausted`, `rate limit` → `rate_limit`.
-pub(crate) fn snake_case(name: &str) -> String {
-    let chars: Vec<char> = name.chars().collect();
+/// `RESOURCE_EXHAUSTED` → `resource_exhausted`, `rate limit` → `rate_limit`. A name that is
+/// snake_case already (most are) comes back as it is, borrowed.
+pub(crate) fn snake_case(name: &str) -> Cow<'_, str> {
+    let bytes = name.as_bytes();
+    let plain = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_';
+    if bytes.iter().all(plain)
+        && !bytes.is_empty()
+        && bytes[0] != b'_'
+        && bytes[bytes.len() - 1] != b'_'
+        && !name.contains("__")
+    {
+        return Cow::Borrowed(name);
+    }
+    // Byte by byte: a byte of a non-ASCII character is not alphanumeric, as the character is
+    // not, and the separators it makes collapse into one, as the character's one does.
     let mut out = String::with_capacity(name.len() + 4);
-    for (i, &c) in chars.iter().enumerate() {
-        if c.is_ascii_alphanumeric() {
-            if c.is_ascii_uppercase() && i > 0 {
-                let prev = chars[i - 1];
-                let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
+    for (i, &b) in bytes.iter().enumerate() {
+        if b.is_ascii_alphanumeric() {
+            if b.is_ascii_uppercase() && i > 0 {
+                let prev = bytes[i - 1];
+                let next_lower = bytes.get(i + 1).is_some_and(u8::is_ascii_lowercase);
                 let boundary = prev.is_ascii_lowercase()
                     || prev.is_ascii_digit()
                     || (prev.is_ascii_uppercase() && next_lower);
@@ -319,7 +333,7 @@ pub(crate) fn snake_case(name: &str) -> String {
                     out.push('_');
                 }
             }
-            out.push(c.to_ascii_lowercase());
+            out.push(char::from(b.to_ascii_lowercase()));
         } else if !out.is_empty() && !out.ends_with('_') {
             out.push('_');
         }
@@ -330,7 +344,7 @@ pub(crate) fn snake_case(name: &str) -> String {
     if out.is_empty() {
         out.push_str("error");
     }
-    out
+    Cow::Owned(out)
 }
 
 /// Where stderr is cut before it goes into `provider_error.stderr`: first to `max_lines`
@@ -454,15 +468,18 @@ impl ProviderError {
         fields: &[(&str, &dyn ToJson)],
         details: Option<Value>,
     ) -> JsonObject {
-        // `details` made as `to_data` and the caller's `add_details` make it.
-        let mut holder = Map::new();
-        if let Some(own) = &self.provider_kind {
-            add_details(&mut holder, json!({ "kind": own }));
-        }
-        if let Some(details) = details {
-            add_details(&mut holder, details);
-        }
-        let details = holder.remove("details");
+        // `details` as `to_data` and the caller's `add_details` make it: the own kind, then the
+        // fields of `details` over it when it is an object (anything else is dropped); without
+        // an own kind, `details` as it is.
+        let details = match (&self.provider_kind, details) {
+            (None, details) => details.map(Details::Given),
+            (Some(own), Some(Value::Object(mut more))) => {
+                more.entry("kind")
+                    .or_insert_with(|| Value::String(own.clone()));
+                Some(Details::Given(Value::Object(more)))
+            }
+            (Some(own), _) => Some(Details::Kind(own)),
+        };
         let mapped = AsMapped(self);
         let mut all: Vec<(&str, &dyn ToJson)> = Vec::with_capacity(fields.len() + 3);
         if let Some(details) = &details {
@@ -478,6 +495,26 @@ impl ProviderError {
                 w.field(key, value)
             })
             .finish()
+    }
+}
+
+/// `data.details` of a failure event: the caller's, or only the provider's own kind.
+enum Details<'a> {
+    Given(Value),
+    /// `{"kind": own}`.
+    Kind(&'a str),
+}
+
+impl ToJson for Details<'_> {
+    fn write_json(&self, out: &mut String) {
+        match self {
+            Details::Given(value) => value.write_json(out),
+            Details::Kind(own) => {
+                out.push_str("{\"kind\":");
+                write_str(out, own);
+                out.push('}');
+            }
+        }
     }
 }
 
@@ -839,8 +876,50 @@ pub(crate) mod tests {
             ("already_snake", "already_snake"),
             ("", "error"),
             ("HTTP2Error", "http2_error"),
+            ("_lead__double_", "lead_double"),
+            ("caf\u{e9}Cr\u{e8}meError", "caf_cr_me_error"),
         ] {
             assert_eq!(snake_case(raw), want, "{raw}");
+        }
+        assert!(matches!(snake_case("turn_failed"), Cow::Borrowed(_)));
+    }
+
+    /// The name as the char-by-char reading made it before names were read as bytes.
+    fn snake_case_by_chars(name: &str) -> String {
+        let chars: Vec<char> = name.chars().collect();
+        let mut out = String::new();
+        for (i, &c) in chars.iter().enumerate() {
+            if c.is_ascii_alphanumeric() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    let prev = chars[i - 1];
+                    let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
+                    let boundary = prev.is_ascii_lowercase()
+                        || prev.is_ascii_digit()
+                        || (prev.is_ascii_uppercase() && next_lower);
+                    if boundary && !out.ends_with('_') {
+                        out.push('_');
+                    }
+                }
+                out.push(c.to_ascii_lowercase());
+            } else if !out.is_empty() && !out.ends_with('_') {
+                out.push('_');
+            }
+        }
+        while out.ends_with('_') {
+            out.pop();
+        }
+        if out.is_empty() {
+            out.push_str("error");
+        }
+        out
+    }
+
+    proptest::proptest! {
+        /// Bytes or characters, the same name: every mix of cases, digits, separators and
+        /// characters of two to four bytes.
+        #[wasm_bindgen_test(unsupported = test)]
+        fn snake_case_by_bytes_is_by_chars(name in "[a-zA-Z0-9_ \\-.\u{e9}\u{4e2d}\u{1f600}]{0,24}") {
+            proptest::prop_assert_eq!(snake_case(&name), snake_case_by_chars(&name));
         }
     }
 
