@@ -148,7 +148,7 @@ impl Decoder for Gemini {
                 );
             }
             "result" => {
-                let stats = line.stats.as_ref().filter(|s| s.object);
+                let stats = line.stats.as_deref().filter(|s| s.object);
                 out.set_timestamp(line.timestamp);
                 let status = line.status.as_ref().and_then(Value::as_str);
                 self.result_parts(status, line.error.as_ref(), stats, out);
@@ -201,8 +201,9 @@ struct Line<'a> {
     category: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     reason: Option<Value>,
+    /// Boxed: it is large (eight values), and the line is moved a few times as it is read.
     #[serde(default)]
-    stats: Option<StatsRead>,
+    stats: Option<Box<StatsRead>>,
 }
 
 /// A `result` line's `stats`, read for the fields [`usage`] and the terminal read
