@@ -756,9 +756,10 @@ fn over_floor(id: &str, fan_out: f64, floor: Option<f64>) {
 }
 
 /// The floor of `sessions` × `subscribers` (see the module docs): `events` frames per session,
-/// `every` apart, each as long as the append loads' frame and written to the session's
-/// sockets by one thread, read by another over epoll. Prints p50/p99/max and a BENCH line per
-/// quantile; returns the p99 in ms. Linux only (epoll).
+/// `every` apart, each as long as the append loads' frame (the same event in an `events`
+/// frame, under an epoch as long as the store's; the WebSocket header aside), written to the
+/// session's sockets by one thread and read by another over epoll. Prints p50/p99/max and a
+/// BENCH line per quantile; returns the p99 in ms. Linux only (epoll).
 #[cfg(target_os = "linux")]
 fn floor(id: &str, sessions: usize, subscribers: usize, events: usize, every: Duration) -> f64 {
     use std::io::{Read, Write};
@@ -778,11 +779,14 @@ fn floor(id: &str, sessions: usize, subscribers: usize, events: usize, every: Du
     init.data
         .insert("delta".into(), json!("twenty chars of text"));
     let event = Event::new(init).unwrap().into_sequenced(1).to_json();
-    let frame_len =
-        agentwire::core::wire::frame_encoded(session, "bench", [(1, event.as_str())], usize::MAX)
-            [0]
-        .text
-        .len();
+    let frame_len = agentwire::core::wire::frame_encoded(
+        session,
+        &"e".repeat(32),
+        [(1, event.as_str())],
+        usize::MAX,
+    )[0]
+    .text
+    .len();
 
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();

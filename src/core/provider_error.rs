@@ -918,7 +918,9 @@ pub(crate) mod tests {
         /// Bytes or characters, the same name: every mix of cases, digits, separators and
         /// characters of two to four bytes.
         #[wasm_bindgen_test(unsupported = test)]
-        fn snake_case_by_bytes_is_by_chars(name in "[a-zA-Z0-9_ \\-.\u{e9}\u{4e2d}\u{1f600}]{0,24}") {
+        fn snake_case_by_bytes_is_by_chars(
+            name in "[a-zA-Z0-9_ \\-.\u{e9}\u{4e2d}\u{1f600}]{0,24}",
+        ) {
             proptest::prop_assert_eq!(snake_case(&name), snake_case_by_chars(&name));
         }
     }
