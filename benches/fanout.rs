@@ -918,21 +918,18 @@ async fn main() {
     // Issue 14's targets: (quantile, ms).
     let one = [(0.99, 10.0)];
     let hundred = [(0.5, 5.0), (0.99, 20.0)];
-    // The baselines first, on threads of their own (no tokio worker is busy meanwhile).
+    // The baselines first, on a thread of their own (no tokio worker is busy meanwhile).
+    let floor_of = |id: &'static str, sessions: usize, subscribers: usize| async move {
+        tokio::task::spawn_blocking(move || floor(id, sessions, subscribers, live, tick))
+            .await
+            .unwrap()
+    };
     let floor_one = match run("floor1000") {
-        true => Some(
-            tokio::task::spawn_blocking(move || floor("fanout.floor.1x1000", 1, 1000, live, tick))
-                .await
-                .unwrap(),
-        ),
+        true => Some(floor_of("fanout.floor.1x1000", 1, 1000).await),
         false => None,
     };
     let floor_hundred = match run("floor100x5") {
-        true => Some(
-            tokio::task::spawn_blocking(move || floor("fanout.floor.100x5", 100, 5, live, tick))
-                .await
-                .unwrap(),
-        ),
+        true => Some(floor_of("fanout.floor.100x5", 100, 5).await),
         false => None,
     };
     if run("live1000") {
