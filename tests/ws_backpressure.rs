@@ -133,3 +133,122 @@ async fn a_slow_subscriber_is_resynced_from_the_store_not_skipped() {
     let seqs: Vec<u64> = got.iter().map(Event::sequence).collect();
     assert_eq!(seqs, (1..=600).collect::<Vec<u64>>());
 }
+
+/// The same over a real WebSocket, where a subscription writes to the socket itself: a client
+/// that stops reading fills the socket's buffer, and the subscription is told it fell behind
+/// (`resync`), goes on from the store, and the client gets every event exactly once, then a
+/// `caught_up` at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_websocket_reader_is_resynced_not_skipped() {
+    use agentwire::companion::server::{self, AppState};
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+    let session = "ses_5101";
+    let at = Timestamp::from_unix_millis(0);
+    store
+        .create_session(SessionRecord::new(
+            session,
+            "demo",
+            "/",
+            SessionState::Running,
+            "local",
+            at,
+        ))
+        .await
+        .unwrap();
+    let hub = Hub::new(
+        store.clone(),
+        HubConfig::new(std::env::current_exe().unwrap()),
+    );
+    let token = "t".repeat(16);
+    let config = ServerConfig::new(token.clone(), dir.path().into());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = AppState::new(hub, Arc::new(config));
+    tokio::spawn(server::serve(listener, state, std::future::pending()));
+
+    // A small receive buffer: the server's side fills soon after the client stops reading.
+    let tcp = tokio::net::TcpSocket::new_v4().unwrap();
+    tcp.set_recv_buffer_size(4096).unwrap();
+    let stream = tcp.connect(addr).await.unwrap();
+    let url = format!("ws://{addr}/ws?token={token}");
+    let (mut ws, _) = tokio_tungstenite::client_async(url, stream).await.unwrap();
+    async fn next(ws: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>) -> ServerMsg {
+        let frame = tokio::time::timeout(Duration::from_secs(30), ws.next());
+        match frame.await.expect("a frame in time") {
+            Some(Ok(Message::Text(t))) => ServerMsg::decode(&t, usize::MAX).unwrap(),
+            other => panic!("expected a text frame, got {other:?}"),
+        }
+    }
+    let hello = ClientMsg::Hello {
+        protocols: vec![1],
+        max_frame: None,
+        client: None,
+        features: Vec::new(),
+    };
+    let subscribe = ClientMsg::Subscribe {
+        session: session.into(),
+        after: 0,
+        epoch: None,
+        snapshot: None,
+    };
+    for msg in [hello.encode(), subscribe.encode()] {
+        ws.send(Message::Text(msg.into())).await.unwrap();
+    }
+    assert!(matches!(next(&mut ws).await, ServerMsg::Welcome { .. }));
+    assert!(matches!(
+        next(&mut ws).await,
+        ServerMsg::CaughtUp { latest: 0, .. }
+    ));
+
+    // About 10 MB of events, appended one at a time (each its own live page), while the
+    // client reads nothing.
+    let big = "x".repeat(8 << 10);
+    let total = 1200;
+    for n in 0..total {
+        let mut init = EventInit::new(EventType::MessageStreamed, session, Provider::Demo, at);
+        init.id = Some(event(session, n).id().clone());
+        init.data.insert("delta".into(), json!(big));
+        store
+            .append(session, vec![Event::new(init).unwrap()])
+            .await
+            .unwrap();
+    }
+    let mut cursor = Cursor::default();
+    let mut got = 0u64;
+    let mut resyncs = 0;
+    let read = async {
+        loop {
+            match next(&mut ws).await {
+                ServerMsg::Events { epoch, events, .. } => {
+                    let accepted = cursor.accept(&epoch, events);
+                    assert!(accepted.gap.is_none(), "gap: {:?}", accepted.gap);
+                    assert_eq!(accepted.duplicates, 0);
+                    got += accepted.events.len() as u64;
+                }
+                ServerMsg::Resync { after, .. } => {
+                    assert_eq!(after, cursor.after, "resync resumes after what was sent");
+                    resyncs += 1;
+                }
+                ServerMsg::CaughtUp { latest, .. } => {
+                    assert!(resyncs > 0, "caught_up again only after a resync");
+                    if latest == total as u64 {
+                        return;
+                    }
+                }
+                ServerMsg::Heartbeat { .. } => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    };
+    // Heartbeats keep the socket busy: the whole read has its own deadline.
+    tokio::time::timeout(Duration::from_secs(60), read)
+        .await
+        .unwrap_or_else(|_| panic!("no caught_up after a resync; {got} events, {resyncs} resyncs"));
+    assert_eq!(got, total as u64);
+    assert!(resyncs >= 1, "the subscriber was told it fell behind");
+    assert_eq!(cursor.after, total as u64);
+}

@@ -1,12 +1,15 @@
-//! The WebSocket protocol (docs/protocol.md), written over plain channels of text frames so
-//! tests can drive it without a socket; [`handle_socket`] is the axum glue.
+//! The WebSocket protocol (docs/protocol.md), written to an [`Outlet`]: the socket itself
+//! ([`handle_socket`], the axum glue), or a channel of text frames, so that tests and
+//! `POST /api/wire` drive it without a socket ([`run_connection`]).
 //!
 //! Every subscription is a [`Follower`] (see [`super::fanout`]): it reads the session's log
 //! from the client's cursor in pages, then waits for the store's next commit and reads again,
-//! and sends the frames that every subscriber of the session at the same cursor shares. A
-//! subscriber that cannot keep up is simply still catching up from the store: its outgoing
-//! queue is bounded, and when it is found full the subscriber is told (`resync`) and keeps
-//! reading by cursor. Nothing is skipped.
+//! and sends the frames that every subscriber of the session at the same cursor shares. On a
+//! WebSocket it writes them itself, under the socket's lock: the commit wakes it, and it puts
+//! the frame on the socket, with no queue and no other task between. A subscriber that cannot
+//! keep up is simply still catching up from the store: when the socket could not take a live
+//! page at once (or, over a channel, the bounded queue is found full), the subscriber is told
+//! (`resync`) and keeps reading by cursor. Nothing is skipped.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -14,7 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
-use futures_util::{SinkExt, Stream, StreamExt};
+use futures_util::stream::SplitSink;
+use futures_util::{FutureExt, SinkExt, Stream, StreamExt};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -26,7 +30,7 @@ use super::store::Store;
 use crate::core::error::ErrorCode;
 use crate::core::wire::{self, ClientMsg, ServerMsg, StoreStatus, WireError};
 
-/// Frames a connection may have queued for sending before its subscriptions wait.
+/// Frames a channel connection (`/api/wire`) may have queued before its subscriptions wait.
 pub const OUTGOING_FRAMES: usize = 32;
 /// Events read from the store per page.
 const PAGE: usize = 512;
@@ -88,8 +92,10 @@ pub struct ConnectionLimits {
     pub heartbeat_ms: u64,
 }
 
-/// The axum side: splits the socket, runs the send loop (frames and heartbeats) and feeds
-/// received text frames to [`run_connection`].
+/// The axum side: splits the socket, feeds received text frames to the protocol, and sends
+/// heartbeats. Every task with a frame for this connection writes it to the socket itself
+/// ([`Outlet::Socket`]): a subscription at the live edge is woken by the store's commit and
+/// writes its frame, with no queue and no second task between.
 /// `drops` closes the connection when it fires (`POST /api/connections/drop`); `open` counts
 /// it while it lives.
 pub async fn handle_socket(
@@ -100,38 +106,33 @@ pub async fn handle_socket(
     open: StreamGuard,
 ) {
     let _open = open;
-    let (mut sink, stream) = socket.split();
-    let (tx, mut rx) = mpsc::channel::<Outgoing>(OUTGOING_FRAMES);
+    let (sink, stream) = socket.split();
+    let socket = Arc::new(SocketOut {
+        sink: tokio::sync::Mutex::new(sink),
+        binary: AtomicBool::new(false),
+    });
     let heartbeat = Duration::from_millis(limits.heartbeat_ms);
     // Set when the connection must close with a code (a frame over the hard cap).
-    let (close_tx, mut close_rx) = tokio::sync::oneshot::channel::<CloseFrame>();
-    // Set by the protocol when the hello asks for `binary_frames` (before the welcome is
-    // queued): from then on each frame goes as a binary message of the same bytes. (An events
-    // frame that carries its packed form goes packed: `packed_events`, decided by `follow`.)
-    let binary = Arc::new(AtomicBool::new(false));
-    let as_binary = binary.clone();
-    let sender = tokio::spawn(async move {
-        let message = |frame: Outgoing| to_message(frame, as_binary.load(Ordering::Acquire));
+    let (close_tx, close_rx) = tokio::sync::oneshot::channel::<CloseFrame>();
+    // Dropped when the protocol is done: the heartbeats stop and the socket closes.
+    let (done_tx, mut done) = tokio::sync::oneshot::channel::<()>();
+    let beating = socket.clone();
+    let heartbeats = tokio::spawn(async move {
         let mut ticker = tokio::time::interval(heartbeat);
         ticker.tick().await;
         loop {
-            let frame = tokio::select! {
-                frame = rx.recv() => match frame {
-                    Some(f) => f,
-                    None => break,
-                },
-                _ = ticker.tick() => ServerMsg::Heartbeat { now_ms: now().unix_millis() }.encode().into(),
-            };
-            // What is queued goes out in one write: a page and its `caught_up`, say.
-            let mut feed = sink.feed(message(frame)).await.is_ok();
-            while let (true, Ok(frame)) = (feed, rx.try_recv()) {
-                feed = sink.feed(message(frame)).await.is_ok();
-            }
-            if !feed || sink.flush().await.is_err() {
-                break;
+            tokio::select! {
+                _ = &mut done => break,
+                _ = ticker.tick() => {
+                    let beat = ServerMsg::Heartbeat { now_ms: now().unix_millis() }.encode();
+                    if beating.write(Batch::Own(vec![beat.into()])).await.is_err() {
+                        break;
+                    }
+                }
             }
         }
-        match close_rx.try_recv() {
+        let mut sink = beating.sink.lock().await;
+        match close_rx.await {
             Ok(frame) => drop(sink.send(Message::Close(Some(frame))).await),
             Err(_) => drop(sink.close().await),
         }
@@ -164,8 +165,88 @@ pub async fn handle_socket(
                 other => other,
             }
         });
-    serve(Box::pin(incoming), tx, hub, limits, Some(binary)).await;
-    let _ = sender.await;
+    serve(Box::pin(incoming), Outlet::Socket(socket), hub, limits).await;
+    drop(done_tx);
+    let _ = heartbeats.await;
+}
+
+/// Where a connection's frames go: a channel that its owner drains ([`run_connection`]: tests,
+/// `POST /api/wire`), or the WebSocket itself, written under its lock by the task that has
+/// the frame, in the order that task writes them.
+#[derive(Clone)]
+enum Outlet {
+    Channel(mpsc::Sender<Outgoing>),
+    Socket(Arc<SocketOut>),
+}
+
+/// A WebSocket's sending half, shared by the tasks that write to it.
+struct SocketOut {
+    sink: tokio::sync::Mutex<SplitSink<WebSocket, Message>>,
+    /// Set by the protocol when the hello asks for `binary_frames` (before the welcome is
+    /// written): from then on each frame goes as a binary message of the same bytes. (An
+    /// events frame that carries its packed form goes packed: `packed_events`.)
+    binary: AtomicBool,
+}
+
+/// The socket's answer to a write: whether it had to wait for the peer to read.
+type Written = Result<bool, ()>;
+
+/// The frames of one write.
+enum Batch<'a> {
+    /// A page of a session's frames, shared with its other subscribers, and whether this
+    /// connection takes them packed.
+    Page(&'a [OutFrame], bool),
+    Own(Vec<Outgoing>),
+}
+
+impl SocketOut {
+    /// Writes the frames in order and flushes them in one go; `Ok(true)` if the socket could
+    /// not take them at once (its buffer was full: the peer reads slower than it is sent to),
+    /// `Err` once the connection is gone.
+    async fn write(&self, batch: Batch<'_>) -> Written {
+        let binary = self.binary.load(Ordering::Acquire);
+        let mut sink = self.sink.lock().await;
+        let mut write = std::pin::pin!(async {
+            match batch {
+                Batch::Page(frames, packs) => {
+                    for frame in frames {
+                        sink.feed(to_message(frame.outgoing(packs), binary)).await?;
+                    }
+                }
+                Batch::Own(frames) => {
+                    for frame in frames {
+                        sink.feed(to_message(frame, binary)).await?;
+                    }
+                }
+            }
+            sink.flush().await
+        });
+        match write.as_mut().now_or_never() {
+            Some(done) => done.map(|()| false).map_err(drop),
+            None => write.await.map(|()| true).map_err(drop),
+        }
+    }
+}
+
+impl Outlet {
+    /// Sends frames in order; false once the connection is gone.
+    async fn send_all(&self, frames: Vec<Outgoing>) -> bool {
+        match self {
+            Outlet::Channel(tx) => {
+                for frame in frames {
+                    if tx.send(frame).await.is_err() {
+                        return false;
+                    }
+                }
+                true
+            }
+            Outlet::Socket(socket) => socket.write(Batch::Own(frames)).await.is_ok(),
+        }
+    }
+
+    async fn send(&self, frame: Outgoing) -> bool {
+        self.send_all(vec![frame]).await
+    }
 }
 
 /// One received frame.
@@ -187,7 +268,7 @@ pub async fn run_connection<I>(
 ) where
     I: Stream<Item = Incoming> + Unpin,
 {
-    serve(incoming, out, hub, limits, None).await
+    serve(incoming, Outlet::Channel(out), hub, limits).await
 }
 
 /// The WebSocket message of a frame: packed when it carries its packed form (only a
@@ -201,23 +282,18 @@ fn to_message(frame: Outgoing, binary: bool) -> Message {
     }
 }
 
-/// [`run_connection`], with `binary` set when the client asks for `binary_frames` (a
-/// transport that can send binary messages passes one; the others ignore that feature and
-/// `packed_events`).
-async fn serve<I>(
-    mut incoming: I,
-    out: mpsc::Sender<Outgoing>,
-    hub: Arc<Hub>,
-    limits: ConnectionLimits,
-    binary: Option<Arc<AtomicBool>>,
-) where
+/// [`run_connection`] over either outlet. Only a WebSocket ([`Outlet::Socket`]) can send
+/// binary messages: over a channel the `binary_frames` and `packed_events` features are
+/// ignored.
+async fn serve<I>(mut incoming: I, out: Outlet, hub: Arc<Hub>, limits: ConnectionLimits)
+where
     I: Stream<Item = Incoming> + Unpin,
 {
     let store = hub.store().clone();
     let fanout = hub.fanout();
     let send = |msg: ServerMsg| {
         let out = out.clone();
-        async move { out.send(msg.encode().into()).await.is_ok() }
+        async move { out.send(msg.encode().into()).await }
     };
     let error = |code: ErrorCode, message: String| ServerMsg::Error {
         error: WireError::new(code, message),
@@ -257,9 +333,13 @@ async fn serve<I>(
                     };
                     let asked = |feature| features.iter().any(|f| f == feature);
                     // Packed frames go only where binary messages can.
-                    let packs = binary.is_some() && asked(wire::FEATURE_PACKED_EVENTS);
-                    if let Some(binary) = binary.filter(|_| asked(wire::FEATURE_BINARY_FRAMES)) {
-                        binary.store(true, Ordering::Release);
+                    let socket = match &out {
+                        Outlet::Socket(socket) => Some(socket),
+                        Outlet::Channel(_) => None,
+                    };
+                    let packs = socket.is_some() && asked(wire::FEATURE_PACKED_EVENTS);
+                    if let Some(socket) = socket.filter(|_| asked(wire::FEATURE_BINARY_FRAMES)) {
+                        socket.binary.store(true, Ordering::Release);
                     }
                     if !send(welcome).await {
                         return;
@@ -511,7 +591,7 @@ async fn history(
     hub: Arc<Hub>,
     page: HistoryPage,
     max_frame: usize,
-    out: mpsc::Sender<Outgoing>,
+    out: Outlet,
     parts: Arc<tokio::sync::Mutex<()>>,
 ) {
     let HistoryPage {
@@ -548,11 +628,8 @@ async fn history(
         },
     };
     let _parts = parts.lock().await;
-    for frame in frames {
-        if out.send(frame.into()).await.is_err() {
-            return;
-        }
-    }
+    out.send_all(frames.into_iter().map(Outgoing::from).collect())
+        .await;
 }
 
 /// Where a subscription starts: the client's cursor, and whether (and from which
@@ -584,7 +661,7 @@ async fn follow(
     session: String,
     start: Start,
     framing: Framing,
-    out: mpsc::Sender<Outgoing>,
+    out: Outlet,
     mut status: Option<watch::Receiver<StoreStatus>>,
 ) {
     let Start {
@@ -632,7 +709,7 @@ async fn follow(
             epoch: current.clone(),
             reason: reason.into(),
         };
-        if out.send(reset.encode().into()).await.is_err() {
+        if !out.send(reset.encode().into()).await {
             return;
         }
     }
@@ -647,10 +724,12 @@ async fn follow(
         after = snapshot.after;
         let msg = ServerMsg::Snapshot(Box::new(snapshot));
         let _parts = parts.lock().await;
-        for frame in wire::encode_message(&session, &msg, max_frame) {
-            if out.send(frame.into()).await.is_err() {
-                return;
-            }
+        let frames = wire::encode_message(&session, &msg, max_frame);
+        if !out
+            .send_all(frames.into_iter().map(Outgoing::from).collect())
+            .await
+        {
+            return;
         }
     }
     let status_frame = |store: StoreStatus| -> Outgoing {
@@ -662,7 +741,7 @@ async fn follow(
     if let Some(rx) = &mut status {
         let now = rx.borrow_and_update().clone();
         told_available = now.is_available();
-        if out.send(status_frame(now)).await.is_err() {
+        if !out.send(status_frame(now)).await {
             return;
         }
     }
@@ -676,7 +755,7 @@ async fn follow(
                 // "Available" twice is no news; every word while unavailable is.
                 if !(now.is_available() && told_available) {
                     told_available = now.is_available();
-                    if out.send(status_frame(now)).await.is_err() {
+                    if !out.send(status_frame(now)).await {
                         return;
                     }
                 }
@@ -685,6 +764,9 @@ async fn follow(
         };
         let frames: Arc<[OutFrame]> = match page {
             Ok(Page::Events(frames)) => frames,
+            // Said once per catch-up: at the live edge, each page ends with nothing more stored,
+            // which the client already knows.
+            Ok(Page::CaughtUp(_)) if live => continue,
             Ok(Page::CaughtUp(latest)) => {
                 live = true;
                 Arc::new([OutFrame::single(follower.caught_up(latest))])
@@ -694,14 +776,37 @@ async fn follow(
                 return;
             }
         };
+        let tx = match &out {
+            Outlet::Socket(socket) => {
+                // At the live edge this is the whole path from the commit to the socket.
+                let Ok(waited) = socket.write(Batch::Page(&frames, packs)).await else {
+                    return;
+                };
+                sent = frames.iter().fold(sent, |s, f| s.max(f.last_sequence));
+                if waited && live {
+                    // The socket's buffer was full: this subscriber reads slower than the
+                    // live tail moves. It goes on from the store by its cursor, and is told.
+                    live = false;
+                    let resync = ServerMsg::Resync {
+                        session: session.clone(),
+                        after: sent,
+                    };
+                    if !out.send(resync.encode().into()).await {
+                        return;
+                    }
+                }
+                continue;
+            }
+            Outlet::Channel(tx) => tx,
+        };
         for frame in frames.iter() {
-            let permit = match out.try_reserve() {
+            let permit = match tx.try_reserve() {
                 Ok(permit) => permit,
                 Err(mpsc::error::TrySendError::Full(())) if live => {
                     // This subscriber fell behind the live tail: it is back to catching up
                     // from the store, and is told where that resumes.
                     live = false;
-                    let Ok(permit) = out.reserve().await else {
+                    let Ok(permit) = tx.reserve().await else {
                         return;
                     };
                     permit.send(
@@ -712,13 +817,13 @@ async fn follow(
                         .encode()
                         .into(),
                     );
-                    let Ok(permit) = out.reserve().await else {
+                    let Ok(permit) = tx.reserve().await else {
                         return;
                     };
                     permit
                 }
                 Err(mpsc::error::TrySendError::Full(())) => {
-                    let Ok(permit) = out.reserve().await else {
+                    let Ok(permit) = tx.reserve().await else {
                         return;
                     };
                     permit
