@@ -1,4 +1,4 @@
-//! The WebSocket protocol (docs/protocol.md), written to an [`Outlet`]: the socket itself
+//! The WebSocket protocol (docs/protocol.md), written to an `Outlet`: the socket itself
 //! ([`handle_socket`], the axum glue), or a channel of text frames, so that tests and
 //! `POST /api/wire` drive it without a socket ([`run_connection`]).
 //!
@@ -94,7 +94,7 @@ pub struct ConnectionLimits {
 
 /// The axum side: splits the socket, feeds received text frames to the protocol, and sends
 /// heartbeats. Every task with a frame for this connection writes it to the socket itself
-/// ([`Outlet::Socket`]): a subscription at the live edge is woken by the store's commit and
+/// (`Outlet::Socket`): a subscription at the live edge is woken by the store's commit and
 /// writes its frame, with no queue and no second task between.
 /// `drops` closes the connection when it fires (`POST /api/connections/drop`); `open` counts
 /// it while it lives.
