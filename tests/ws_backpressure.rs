@@ -38,6 +38,25 @@ fn event(session: &str, n: usize) -> Event {
     Event::new(init).unwrap()
 }
 
+/// A SQLite store in `dir` holding one running session, and a hub over it.
+async fn hub_with_session(dir: &std::path::Path, session: &str) -> (Arc<dyn Store>, Arc<Hub>) {
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.join("a.db")).unwrap());
+    let record = SessionRecord::new(
+        session,
+        "demo",
+        "/",
+        SessionState::Running,
+        "local",
+        Timestamp::from_unix_millis(0),
+    );
+    store.create_session(record).await.unwrap();
+    let hub = Hub::new(
+        store.clone(),
+        HubConfig::new(std::env::current_exe().unwrap()),
+    );
+    (store, hub)
+}
+
 async fn next(rx: &mut mpsc::Receiver<Outgoing>) -> ServerMsg {
     let frame = tokio::time::timeout(Duration::from_secs(30), rx.recv())
         .await
@@ -49,24 +68,8 @@ async fn next(rx: &mut mpsc::Receiver<Outgoing>) -> ServerMsg {
 #[tokio::test]
 async fn a_slow_subscriber_is_resynced_from_the_store_not_skipped() {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("a.db")).unwrap());
-    let at = Timestamp::from_unix_millis(0);
     let session = "ses_5100";
-    store
-        .create_session(SessionRecord::new(
-            session,
-            "demo",
-            "/",
-            SessionState::Running,
-            "local",
-            at,
-        ))
-        .await
-        .unwrap();
-    let hub = Hub::new(
-        store.clone(),
-        HubConfig::new(std::env::current_exe().unwrap()),
-    );
+    let (store, hub) = hub_with_session(dir.path(), session).await;
     let limits = ServerConfig::new("t".repeat(16), dir.path().into()).limits;
 
     let (in_tx, in_rx) = mpsc::channel::<Incoming>(8);
@@ -145,24 +148,9 @@ async fn a_slow_websocket_reader_is_resynced_not_skipped() {
     use tokio_tungstenite::tungstenite::Message;
 
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
     let session = "ses_5101";
+    let (store, hub) = hub_with_session(dir.path(), session).await;
     let at = Timestamp::from_unix_millis(0);
-    store
-        .create_session(SessionRecord::new(
-            session,
-            "demo",
-            "/",
-            SessionState::Running,
-            "local",
-            at,
-        ))
-        .await
-        .unwrap();
-    let hub = Hub::new(
-        store.clone(),
-        HubConfig::new(std::env::current_exe().unwrap()),
-    );
     let token = "t".repeat(16);
     let config = ServerConfig::new(token.clone(), dir.path().into());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
