@@ -549,9 +549,19 @@ impl<'a> Reader<'a> {
         keys: &[&str],
         read: &mut dyn FnMut(&mut Self, usize) -> Result<(), JsonError>,
     ) -> Result<(), JsonError> {
+        // Keys mostly come in the table's order (as this crate writes them): the one after the
+        // last key found is tried first, and the table scanned only when it is not that one.
+        let mut next = 0;
         while let Some(key) = self.key()? {
-            match keys.iter().position(|&k| k == key) {
-                Some(i) => read(self, i)?,
+            let found = match keys.get(next) {
+                Some(&k) if k == key => Some(next),
+                _ => keys.iter().position(|&k| k == key),
+            };
+            match found {
+                Some(i) => {
+                    next = i + 1;
+                    read(self, i)?
+                }
                 None => self.skip()?,
             }
         }
