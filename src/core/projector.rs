@@ -352,7 +352,7 @@ impl Session {
         // Only timeouts, interrupts and closes synthesize events, and a client calls none.
         while self.lifecycle.poll_event().is_some() {}
         // As `agentwire project` does: the timeline sees every event of the log.
-        self.timeline.handle_event(event);
+        self.timeline.handle_admitted(event);
         true
     }
 

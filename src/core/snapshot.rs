@@ -115,7 +115,7 @@ impl Projection {
         self.lifecycle.handle_event(event, now_ms);
         while self.lifecycle.poll_violation().is_some() {}
         while self.lifecycle.poll_event().is_some() {}
-        self.timeline.handle_event(event);
+        self.timeline.handle_admitted(event);
         true
     }
 

@@ -351,6 +351,9 @@ fn a_whole_log_projects_like_one_pass_and_batches_rebuild_it() {
     assert_eq!(p.lifecycle("s1").unwrap().state, lifecycle);
     assert_eq!(p.cursor("s1").unwrap().after, log.len() as u64);
     assert!(p.drain().is_empty(), "nothing left after a drain");
+    // Ids are remembered by the dedup's bounded window, not again by the timeline.
+    assert_eq!(p.timeline("s1").unwrap().remembered_ids(), 0);
+    assert_eq!(packed.timeline("s1").unwrap().remembered_ids(), 0);
 }
 
 #[wasm_bindgen_test(unsupported = test)]

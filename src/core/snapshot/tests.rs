@@ -407,6 +407,8 @@ fn a_snapshot_holds_the_last_items_and_what_is_still_open() {
         p.handle_event(e, 0);
     }
     let total = p.timeline().len();
+    // Ids are remembered by the dedup's bounded window, not again by the timeline.
+    assert_eq!(p.timeline().remembered_ids(), 0);
     let s = p.snapshot("e1", 10);
     assert_eq!(
         s.start + s.items.len(),
