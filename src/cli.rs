@@ -136,7 +136,7 @@ struct ServeArgs {
     #[arg(long, default_value_t = 10_000, hide = true)]
     header_timeout_ms: u64,
     /// Milliseconds a write to a client that does not read may block before the connection
-    /// is closed.
+    /// is closed (an HTTP response or a WebSocket).
     #[arg(long, default_value_t = 30_000, hide = true)]
     write_timeout_ms: u64,
     /// Milliseconds one `GET /api/wire` event stream (the WebSocket fallback) lasts before
@@ -461,6 +461,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             std::time::Duration::from_millis(args.header_timeout_ms.max(10));
         config.listen.write_timeout =
             std::time::Duration::from_millis(args.write_timeout_ms.max(10));
+        config.limits.write_timeout = config.listen.write_timeout;
         config.limits.heartbeat_ms = args.heartbeat_ms.max(100);
         config.sse_recycle = std::time::Duration::from_millis(args.sse_recycle_ms.max(100));
         let listener = tokio::net::TcpListener::bind(args.addr)

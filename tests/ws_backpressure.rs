@@ -1,6 +1,7 @@
-//! The WebSocket protocol driven in-process over channels (the socket-free side of
-//! `companion::ws`), against a real SQLite store: a subscriber that stops reading is switched
-//! back to catch-up from the store, told so, and then gets every event exactly once.
+//! The WebSocket protocol against a real SQLite store, driven in-process over channels (the
+//! socket-free side of `companion::ws`) and over real WebSockets: a subscriber that stops
+//! reading is switched back to catch-up from the store, told so, and then gets every event
+//! exactly once; one that never reads again is closed after the write timeout.
 // Native only: `wasm-pack test` builds every test target for wasm32 too.
 #![cfg(not(target_arch = "wasm32"))]
 
@@ -239,4 +240,90 @@ async fn a_slow_websocket_reader_is_resynced_not_skipped() {
     assert_eq!(got, total as u64);
     assert!(resyncs >= 1, "the subscriber was told it fell behind");
     assert_eq!(cursor.after, total as u64);
+}
+
+/// A client that stops reading for good (its buffers full, its connection open) is closed once
+/// a write has been blocked for the write timeout: its socket, subscriptions and tasks go
+/// with it, and what it was sent before is all it reads before the end.
+#[tokio::test]
+async fn a_websocket_client_that_never_reads_again_is_closed_after_the_write_timeout() {
+    use std::sync::atomic::Ordering;
+
+    use agentwire::companion::server::{self, AppState};
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let dir = tempfile::tempdir().unwrap();
+    let session = "ses_5102";
+    let (store, hub) = hub_with_session(dir.path(), session).await;
+    let token = "t".repeat(16);
+    let mut config = ServerConfig::new(token.clone(), dir.path().into());
+    config.limits.write_timeout = Duration::from_millis(500);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = AppState::new(hub, Arc::new(config));
+    let streams = state.streams.clone();
+    tokio::spawn(server::serve(listener, state, std::future::pending()));
+
+    let tcp = tokio::net::TcpSocket::new_v4().unwrap();
+    tcp.set_recv_buffer_size(4096).unwrap();
+    let stream = tcp.connect(addr).await.unwrap();
+    let url = format!("ws://{addr}/ws?token={token}");
+    let (mut ws, _) = tokio_tungstenite::client_async(url, stream).await.unwrap();
+    let hello = ClientMsg::Hello {
+        protocols: vec![1],
+        max_frame: None,
+        client: None,
+        features: Vec::new(),
+    };
+    let subscribe = ClientMsg::Subscribe {
+        session: session.into(),
+        after: 0,
+        epoch: None,
+        snapshot: None,
+    };
+    for msg in [hello.encode(), subscribe.encode()] {
+        ws.send(Message::Text(msg.into())).await.unwrap();
+    }
+    for _ in 0..2 {
+        let frame = tokio::time::timeout(Duration::from_secs(30), ws.next()).await;
+        assert!(matches!(frame, Ok(Some(Ok(Message::Text(_))))), "{frame:?}");
+    }
+    assert_eq!(streams.websocket.load(Ordering::Relaxed), 1);
+
+    // Far more than the socket buffers on both sides hold, while the client reads nothing.
+    let big = "x".repeat(8 << 10);
+    for n in 0..400 {
+        let mut init = EventInit::new(
+            EventType::MessageStreamed,
+            session,
+            Provider::Demo,
+            Timestamp::from_unix_millis(0),
+        );
+        init.id = Some(event(session, n).id().clone());
+        init.data.insert("delta".into(), json!(big));
+        let events = vec![Event::new(init).unwrap()];
+        store.append(session, events).await.unwrap();
+    }
+    let closed = async {
+        while streams.websocket.load(Ordering::Relaxed) > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), closed)
+        .await
+        .expect("the connection closed after its write timeout");
+
+    // The client reads what reached it, then the end: no frame is left half-sent for ever.
+    let drained = async {
+        let mut frames = 0;
+        while let Some(Ok(_)) = ws.next().await {
+            frames += 1;
+        }
+        frames
+    };
+    let frames = tokio::time::timeout(Duration::from_secs(20), drained)
+        .await
+        .expect("the socket ends once read");
+    assert!(frames < 400, "{frames} frames read: the writes had stopped");
 }

@@ -69,7 +69,7 @@ impl Hasher for FxHasher {
 #[cfg(target_arch = "wasm32")]
 pub type Fast = std::hash::BuildHasherDefault<FxHasher>;
 #[cfg(not(target_arch = "wasm32"))]
-pub type Fast = std::collections::hash_map::RandomState;
+pub type Fast = std::hash::BuildHasherDefault<FxHasher>;
 
 pub type FastMap<K, V> = std::collections::HashMap<K, V, Fast>;
 pub type FastSet<K> = std::collections::HashSet<K, Fast>;
