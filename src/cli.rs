@@ -461,7 +461,6 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             std::time::Duration::from_millis(args.header_timeout_ms.max(10));
         config.listen.write_timeout =
             std::time::Duration::from_millis(args.write_timeout_ms.max(10));
-        config.limits.write_timeout = config.listen.write_timeout;
         config.limits.heartbeat_ms = args.heartbeat_ms.max(100);
         config.sse_recycle = std::time::Duration::from_millis(args.sse_recycle_ms.max(100));
         let listener = tokio::net::TcpListener::bind(args.addr)

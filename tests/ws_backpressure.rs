@@ -244,7 +244,8 @@ async fn a_slow_websocket_reader_is_resynced_not_skipped() {
 
 /// A client that stops reading for good (its buffers full, its connection open) is closed once
 /// a write has been blocked for the write timeout: its socket, subscriptions and tasks go
-/// with it, and what it was sent before is all it reads before the end.
+/// with it, and what it was sent before is all it reads before the end. (That a slow reader
+/// whose writes progress is not cut is `listen`'s unit test.)
 #[tokio::test]
 async fn a_websocket_client_that_never_reads_again_is_closed_after_the_write_timeout() {
     use std::sync::atomic::Ordering;
@@ -258,7 +259,7 @@ async fn a_websocket_client_that_never_reads_again_is_closed_after_the_write_tim
     let (store, hub) = hub_with_session(dir.path(), session).await;
     let token = "t".repeat(16);
     let mut config = ServerConfig::new(token.clone(), dir.path().into());
-    config.limits.write_timeout = Duration::from_millis(500);
+    config.listen.write_timeout = Duration::from_millis(500);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let state = AppState::new(hub, Arc::new(config));

@@ -7,9 +7,11 @@
 //! for its next request, so it is the idle timeout as well); at most `max_connections` are
 //! open at once, WebSockets included (the permit lives as long as the socket), and when the
 //! cap is reached the connection idle the longest is closed to make room; a connection whose
-//! client stopped reading (a write blocked for a second) is as good as idle, and one blocked
-//! for `write_timeout` is closed in any case. The soft limit on open files is raised to the
-//! hard one at start-up ([`raise_file_limit`]).
+//! client stopped reading (a write blocked for a second) is as good as idle, and a write
+//! that the client takes nothing of for `write_timeout` fails ([`Permitted`]), which closes
+//! the connection in any case: hyper's, and a WebSocket's, which outlives hyper's connection
+//! and whose writers end it when a write fails. The soft limit on open files is raised to
+//! the hard one at start-up ([`raise_file_limit`]).
 
 use std::collections::HashMap;
 use std::io;
@@ -288,6 +290,8 @@ async fn serve_connection(
         stream,
         _permit: permit,
         activity: handle.activity.clone(),
+        write_timeout: limits.write_timeout,
+        stalled: None,
     });
     let activity = handle.activity.clone();
     let app = app.layer(axum::Extension(axum::extract::ConnectInfo(peer)));
@@ -316,18 +320,13 @@ async fn serve_connection(
         .with_upgrades();
     tokio::pin!(conn);
     let mut closing = false;
-    let mut watch = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
+            // Also when a write gave up on a client that read nothing (`Permitted`).
             _ = conn.as_mut() => break,
             // Made room for another: it served nobody (idle, or its client is not reading),
             // so it is dropped at once.
             _ = handle.close.notified() => break,
-            _ = watch.tick() => {
-                if handle.activity.blocked_ms() > limits.write_timeout.as_millis() as u64 {
-                    break;
-                }
-            }
             changed = stop.changed(), if !closing => {
                 if changed.is_err() || *stop.borrow() {
                     closing = true;
@@ -388,12 +387,58 @@ impl Drop for Tracked {
 }
 
 /// A TCP stream that holds its connection slot for as long as it lives, also after a
-/// WebSocket upgrade has taken it from hyper.
+/// WebSocket upgrade has taken it from hyper. A write that the client takes nothing of for
+/// `write_timeout` fails (`TimedOut`): whoever writes (hyper, or a WebSocket's writers, which
+/// then end their connection) learns that the client stopped reading, and nothing waits on it
+/// for ever. A write that goes through, even slowly, restarts the wait.
 struct Permitted {
     stream: TcpStream,
     _permit: OwnedSemaphorePermit,
     /// Told whether writes go through.
     activity: Arc<Activity>,
+    write_timeout: Duration,
+    /// Armed when a write first finds the socket full, until one goes through.
+    stalled: Option<Stall>,
+}
+
+struct Stall {
+    timer: Pin<Box<tokio::time::Sleep>>,
+    /// Whether the timer runs for the write blocked now (it is kept to be reset next time).
+    armed: bool,
+}
+
+impl Permitted {
+    /// A write's answer, with the deadline applied: `Pending` that has lasted `write_timeout`
+    /// becomes `TimedOut`.
+    fn deadline<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        let poll = self.activity.wrote(poll);
+        if poll.is_ready() {
+            if let Some(stall) = &mut self.stalled {
+                stall.armed = false;
+            }
+            return poll;
+        }
+        let at = tokio::time::Instant::now() + self.write_timeout;
+        let stall = self.stalled.get_or_insert_with(|| Stall {
+            timer: Box::pin(tokio::time::sleep_until(at)),
+            armed: true,
+        });
+        if !stall.armed {
+            stall.timer.as_mut().reset(at);
+            stall.armed = true;
+        }
+        match std::future::Future::poll(stall.timer.as_mut(), cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client read nothing for the write timeout",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }
 
 impl AsyncRead for Permitted {
@@ -413,8 +458,8 @@ impl AsyncWrite for Permitted {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
-        this.activity
-            .wrote(Pin::new(&mut this.stream).poll_write(cx, buf))
+        let poll = Pin::new(&mut this.stream).poll_write(cx, buf);
+        this.deadline(cx, poll)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -431,11 +476,90 @@ impl AsyncWrite for Permitted {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
-        this.activity
-            .wrote(Pin::new(&mut this.stream).poll_write_vectored(cx, bufs))
+        let poll = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        this.deadline(cx, poll)
     }
 
     fn is_write_vectored(&self) -> bool {
         self.stream.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// One end of a real loopback connection whose send buffer is small, wrapped as the
+    /// accept loop wraps a client's socket, and the other end (the client).
+    async fn pair(write_timeout: Duration) -> (Permitted, TcpStream) {
+        // The client's receive buffer is small too (an accepted socket inherits it).
+        let listening = tokio::net::TcpSocket::new_v4().unwrap();
+        listening.set_recv_buffer_size(4096).unwrap();
+        listening.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = listening.listen(1).unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_send_buffer_size(4096).unwrap();
+        let (ours, theirs) = tokio::join!(socket.connect(listener.local_addr().unwrap()), async {
+            listener.accept().await.unwrap().0
+        });
+        let permit = Arc::new(Semaphore::new(1)).acquire_owned().await.unwrap();
+        let ours = Permitted {
+            stream: ours.unwrap(),
+            _permit: permit,
+            activity: Arc::new(Activity {
+                idle: AtomicBool::new(false),
+                idle_since: AtomicU64::new(0),
+                blocked_since: AtomicU64::new(0),
+                started: Instant::now(),
+            }),
+            write_timeout,
+            stalled: None,
+        };
+        (ours, theirs)
+    }
+
+    /// The write timeout is about progress: a client that reads slowly but steadily takes a
+    /// write that lasts several timeouts, and one that stops reading makes the next write
+    /// fail once the timeout has passed with nothing taken.
+    #[tokio::test]
+    async fn a_write_fails_once_the_client_took_nothing_for_the_timeout() {
+        let timeout = Duration::from_millis(400);
+        let (mut ours, mut theirs) = pair(timeout).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        // 1 KiB every 10 ms (≈ 100 KB/s) until told to stop, then nothing.
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 1024];
+            let mut read = 0;
+            while !stopped.load(Ordering::Relaxed) {
+                read += theirs.read(&mut buf).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            (theirs, read)
+        });
+        // 200 KB: two seconds of reading, five timeouts, with the writes waiting all along.
+        let started = Instant::now();
+        let slow = vec![b's'; 200 << 10];
+        ours.write_all(&slow)
+            .await
+            .expect("a slow reader's write goes through");
+        assert!(
+            started.elapsed() > timeout * 2,
+            "the write waited for the reader"
+        );
+        stop.store(true, Ordering::Relaxed);
+        let (theirs, _) = reader.await.unwrap();
+
+        let started = Instant::now();
+        let lots = vec![b'x'; 8 << 20];
+        let stuck = ours.write_all(&lots);
+        let stuck = tokio::time::timeout(Duration::from_secs(10), stuck).await;
+        let waited = started.elapsed();
+        let err = (stuck.expect("the write gave up")).expect_err("nothing is read any more");
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(waited >= timeout, "failed after {waited:?}");
+        drop(theirs);
     }
 }

@@ -78,7 +78,6 @@ impl ServerConfig {
                 max_frame: wire::DEFAULT_MAX_FRAME,
                 client_frame_limit: 1 << 20,
                 heartbeat_ms: 15_000,
-                write_timeout: ListenLimits::default().write_timeout,
             },
             body_limit: 1 << 20,
             max_wait_ms: 60_000,

@@ -9,9 +9,10 @@
 //! the frame on the socket, with no queue and no other task between. A subscriber that cannot
 //! keep up is simply still catching up from the store: when the socket could not take a live
 //! page at once (or, over a channel, the bounded queue is found full), the subscriber is told
-//! (`resync`) and keeps reading by cursor. Nothing is skipped. A socket that takes nothing for
-//! [`ConnectionLimits::write_timeout`] (a client that stopped reading but keeps its
-//! connection open) is closed: nothing stays stuck on it.
+//! (`resync`) and keeps reading by cursor. Nothing is skipped. A write that fails ends the
+//! connection, subscriptions and tasks with it: among them the write to a client that read
+//! nothing for `--write-timeout-ms` while keeping its connection open, which the connection's
+//! socket gives up on (`super::listen`), so nothing stays stuck on such a client.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -92,10 +93,6 @@ pub struct ConnectionLimits {
     /// The largest frame the server accepts from a client.
     pub client_frame_limit: usize,
     pub heartbeat_ms: u64,
-    /// How long a write to a WebSocket may stay blocked (the client reads nothing while its
-    /// buffers are full) before the connection is closed: a client that stopped reading holds
-    /// no subscription, task or socket for longer (`--write-timeout-ms`, as for HTTP).
-    pub write_timeout: Duration,
 }
 
 /// The axum side: splits the socket, feeds received text frames to the protocol, and sends
@@ -116,7 +113,6 @@ pub async fn handle_socket(
     let socket = Arc::new(SocketOut {
         sink: tokio::sync::Mutex::new(sink),
         binary: AtomicBool::new(false),
-        write_timeout: limits.write_timeout,
         dead: AtomicBool::new(false),
         died: tokio::sync::Notify::new(),
     });
@@ -140,21 +136,18 @@ pub async fn handle_socket(
                 }
             }
         }
-        // A socket whose writes timed out gets no closing handshake: dropping it closes it.
+        // A socket whose write failed gets no closing handshake: dropping it closes it.
         if beating.is_dead() {
             return;
         }
         let mut sink = beating.sink.lock().await;
-        let close = async {
-            match close_rx.await {
-                Ok(frame) => drop(sink.send(Message::Close(Some(frame))).await),
-                Err(_) => drop(sink.close().await),
-            }
-        };
-        let _ = tokio::time::timeout(beating.write_timeout, close).await;
+        match close_rx.await {
+            Ok(frame) => drop(sink.send(Message::Close(Some(frame))).await),
+            Err(_) => drop(sink.close().await),
+        }
     });
     // `POST /api/connections/drop` ends the incoming stream, which closes the connection, and
-    // so does a write that stayed blocked past the deadline (the client stopped reading).
+    // so does a failed write (the client is gone, or read nothing for the write timeout).
     let mut close_tx = Some(close_tx);
     let dying = socket.clone();
     let incoming = stream
@@ -209,10 +202,8 @@ struct SocketOut {
     /// written): from then on each frame goes as a binary message of the same bytes. (An
     /// events frame that carries its packed form goes packed: `packed_events`.)
     binary: AtomicBool,
-    /// How long one write may wait for the peer to read ([`ConnectionLimits::write_timeout`]).
-    write_timeout: Duration,
-    /// Set when a write waited past `write_timeout`: every write fails from then on, and the
-    /// connection ends (`died` wakes its reader).
+    /// Set when a write failed: every write fails from then on, and the connection ends
+    /// (`died` wakes its reader, which may otherwise wait for ever on a silent client).
     dead: AtomicBool,
     died: tokio::sync::Notify,
 }
@@ -253,24 +244,21 @@ impl SocketOut {
             }
             sink.flush().await
         });
-        match write.as_mut().now_or_never() {
-            Some(done) => done.map(|()| false).map_err(drop),
-            None => match tokio::time::timeout(self.write_timeout, write).await {
-                Ok(done) => done.map(|()| true).map_err(drop),
-                Err(_) => {
-                    self.dead.store(true, Ordering::Release);
-                    self.died.notify_one();
-                    Err(())
-                }
-            },
-        }
+        let written = match write.as_mut().now_or_never() {
+            Some(done) => done.map(|()| false),
+            None => write.await.map(|()| true),
+        };
+        written.map_err(|_| {
+            self.dead.store(true, Ordering::Release);
+            self.died.notify_one();
+        })
     }
 
     fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire)
     }
 
-    /// Resolves once a write has timed out (at once if one already has).
+    /// Resolves once a write has failed (at once if one already has).
     async fn died(&self) {
         let notified = self.died.notified();
         if !self.is_dead() {

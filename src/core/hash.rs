@@ -66,10 +66,12 @@ impl Hasher for FxHasher {
 }
 
 /// The maps' hasher: FxHash in the browser, std's SipHash natively (see the module docs).
-#[cfg(target_arch = "wasm32")]
+/// A native build for instruction counts that match the page's code sets
+/// `RUSTFLAGS="--cfg agentwire_fxhash"` (`examples/project_loop.rs`); nothing else may.
+#[cfg(any(target_arch = "wasm32", agentwire_fxhash))]
 pub type Fast = std::hash::BuildHasherDefault<FxHasher>;
-#[cfg(not(target_arch = "wasm32"))]
-pub type Fast = std::hash::BuildHasherDefault<FxHasher>;
+#[cfg(not(any(target_arch = "wasm32", agentwire_fxhash)))]
+pub type Fast = std::collections::hash_map::RandomState;
 
 pub type FastMap<K, V> = std::collections::HashMap<K, V, Fast>;
 pub type FastSet<K> = std::collections::HashSet<K, Fast>;
