@@ -8,7 +8,7 @@
 //! open at once, WebSockets included (the permit lives as long as the socket), and when the
 //! cap is reached the connection idle the longest is closed to make room; a connection whose
 //! client stopped reading (a write blocked for a second) is as good as idle, and a write
-//! that the client takes nothing of for `write_timeout` fails ([`Permitted`]), which closes
+//! that the client takes nothing of for `write_timeout` fails (`Permitted`), which closes
 //! the connection in any case: hyper's, and a WebSocket's, which outlives hyper's connection
 //! and whose writers end it when a write fails. The soft limit on open files is raised to
 //! the hard one at start-up ([`raise_file_limit`]).
