@@ -58,6 +58,39 @@ async fn hub_with_session(dir: &std::path::Path, session: &str) -> (Arc<dyn Stor
     (store, hub)
 }
 
+/// A WebSocket client of the server at `addr` that said hello and subscribed to `session` from
+/// its start. Its receive buffer is small: the server's side fills soon after it stops reading.
+async fn subscribed_client(
+    addr: std::net::SocketAddr,
+    token: &str,
+    session: &str,
+) -> tokio_tungstenite::WebSocketStream<tokio::net::TcpStream> {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let tcp = tokio::net::TcpSocket::new_v4().unwrap();
+    tcp.set_recv_buffer_size(4096).unwrap();
+    let stream = tcp.connect(addr).await.unwrap();
+    let url = format!("ws://{addr}/ws?token={token}");
+    let (mut ws, _) = tokio_tungstenite::client_async(url, stream).await.unwrap();
+    let hello = ClientMsg::Hello {
+        protocols: vec![1],
+        max_frame: None,
+        client: None,
+        features: Vec::new(),
+    };
+    let subscribe = ClientMsg::Subscribe {
+        session: session.into(),
+        after: 0,
+        epoch: None,
+        snapshot: None,
+    };
+    for msg in [hello.encode(), subscribe.encode()] {
+        ws.send(Message::Text(msg.into())).await.unwrap();
+    }
+    ws
+}
+
 async fn next(rx: &mut mpsc::Receiver<Outgoing>) -> ServerMsg {
     let frame = tokio::time::timeout(Duration::from_secs(30), rx.recv())
         .await
@@ -145,7 +178,7 @@ async fn a_slow_subscriber_is_resynced_from_the_store_not_skipped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_websocket_reader_is_resynced_not_skipped() {
     use agentwire::companion::server::{self, AppState};
-    use futures_util::{SinkExt, StreamExt};
+    use futures_util::StreamExt;
     use tokio_tungstenite::tungstenite::Message;
 
     let dir = tempfile::tempdir().unwrap();
@@ -159,33 +192,13 @@ async fn a_slow_websocket_reader_is_resynced_not_skipped() {
     let state = AppState::new(hub, Arc::new(config));
     tokio::spawn(server::serve(listener, state, std::future::pending()));
 
-    // A small receive buffer: the server's side fills soon after the client stops reading.
-    let tcp = tokio::net::TcpSocket::new_v4().unwrap();
-    tcp.set_recv_buffer_size(4096).unwrap();
-    let stream = tcp.connect(addr).await.unwrap();
-    let url = format!("ws://{addr}/ws?token={token}");
-    let (mut ws, _) = tokio_tungstenite::client_async(url, stream).await.unwrap();
+    let mut ws = subscribed_client(addr, &token, session).await;
     async fn next(ws: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>) -> ServerMsg {
         let frame = tokio::time::timeout(Duration::from_secs(30), ws.next());
         match frame.await.expect("a frame in time") {
             Some(Ok(Message::Text(t))) => ServerMsg::decode(&t, usize::MAX).unwrap(),
             other => panic!("expected a text frame, got {other:?}"),
         }
-    }
-    let hello = ClientMsg::Hello {
-        protocols: vec![1],
-        max_frame: None,
-        client: None,
-        features: Vec::new(),
-    };
-    let subscribe = ClientMsg::Subscribe {
-        session: session.into(),
-        after: 0,
-        epoch: None,
-        snapshot: None,
-    };
-    for msg in [hello.encode(), subscribe.encode()] {
-        ws.send(Message::Text(msg.into())).await.unwrap();
     }
     assert!(matches!(next(&mut ws).await, ServerMsg::Welcome { .. }));
     assert!(matches!(
@@ -251,7 +264,7 @@ async fn a_websocket_client_that_never_reads_again_is_closed_after_the_write_tim
     use std::sync::atomic::Ordering;
 
     use agentwire::companion::server::{self, AppState};
-    use futures_util::{SinkExt, StreamExt};
+    use futures_util::StreamExt;
     use tokio_tungstenite::tungstenite::Message;
 
     let dir = tempfile::tempdir().unwrap();
@@ -266,26 +279,7 @@ async fn a_websocket_client_that_never_reads_again_is_closed_after_the_write_tim
     let streams = state.streams.clone();
     tokio::spawn(server::serve(listener, state, std::future::pending()));
 
-    let tcp = tokio::net::TcpSocket::new_v4().unwrap();
-    tcp.set_recv_buffer_size(4096).unwrap();
-    let stream = tcp.connect(addr).await.unwrap();
-    let url = format!("ws://{addr}/ws?token={token}");
-    let (mut ws, _) = tokio_tungstenite::client_async(url, stream).await.unwrap();
-    let hello = ClientMsg::Hello {
-        protocols: vec![1],
-        max_frame: None,
-        client: None,
-        features: Vec::new(),
-    };
-    let subscribe = ClientMsg::Subscribe {
-        session: session.into(),
-        after: 0,
-        epoch: None,
-        snapshot: None,
-    };
-    for msg in [hello.encode(), subscribe.encode()] {
-        ws.send(Message::Text(msg.into())).await.unwrap();
-    }
+    let mut ws = subscribed_client(addr, &token, session).await;
     for _ in 0..2 {
         let frame = tokio::time::timeout(Duration::from_secs(30), ws.next()).await;
         assert!(matches!(frame, Ok(Some(Ok(Message::Text(_))))), "{frame:?}");
