@@ -859,6 +859,48 @@ fn clients_that_stop_reading_do_not_hold_the_cap() {
     drop(stuck);
 }
 
+/// A client that stops reading an HTTP response for good (its connection left open) is cut once
+/// a write has taken nothing for `--write-timeout-ms`: it then reads what was on its way, and
+/// the end, far short of what it asked for.
+#[test]
+fn an_http_client_that_stops_reading_is_cut_after_the_write_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let www = dir.path().join("www");
+    std::fs::create_dir(&www).unwrap();
+    let file = 4 << 20;
+    std::fs::write(www.join("big.bin"), vec![b'x'; file]).unwrap();
+    let server = Server::start(
+        &dir.path().join("log.db"),
+        0,
+        &["--www", www.to_str().unwrap(), "--write-timeout-ms", "300"],
+    );
+    // 32 MiB asked for: far more than the socket buffers on both sides hold.
+    let requests = 8;
+    let request = format!("GET /big.bin HTTP/1.1\r\nHost: {}\r\n\r\n", server.addr);
+    let mut stuck = tiny_window_connect(server.addr);
+    stuck
+        .write_all(request.repeat(requests).as_bytes())
+        .unwrap();
+    // Several timeouts with nothing read.
+    std::thread::sleep(Duration::from_millis(2_000));
+    stuck.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut read = 0;
+    let mut buf = vec![0; 64 << 10];
+    loop {
+        match stuck.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            // The server dropped the socket with data unsent: a reset ends it too.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("no end after {read} bytes: {e}"),
+        }
+    }
+    assert!(
+        read < requests * file / 2,
+        "{read} bytes read: the server kept writing"
+    );
+}
+
 /// A TCP connection whose receive buffer is 1 KiB (set before connecting, so the window the
 /// server sees is tiny): the server's writes to it block almost at once.
 fn tiny_window_connect(addr: SocketAddr) -> TcpStream {
