@@ -1,8 +1,10 @@
 //! The hasher of the projection's maps (message, tool and run ids, seen event ids).
 //!
-//! In the browser (wasm32) the maps use FxHash, the multiply-rotate hash of rustc: the keys
-//! come from the page's own server, and SipHash (std's default, built against flooding) was a
-//! good part of the per-event cost of the wasm `Projector` (tests/js/src/projector.bench.ts).
+//! In the browser (wasm32) the maps use FxHash, the multiply-rotate hash of rustc, finished by
+//! MurmurHash3's mixer so that ids differing only in their later bytes find different buckets
+//! ([`FxHasher::finish`]): the keys come from the page's own server, and SipHash (std's
+//! default, built against flooding) was a good part of the per-event cost of the wasm
+//! `Projector` (tests/js/src/projector.bench.ts).
 //! Natively, where the companion projects what providers print, the maps keep std's
 //! randomized SipHash.
 
@@ -59,9 +61,20 @@ impl Hasher for FxHasher {
         self.add(n as u64);
     }
 
+    /// The state through MurmurHash3's finalizer (`fmix64`), so that every bit of it depends
+    /// on every bit of the key. A multiply mixes only upward, and a short key's later bytes
+    /// (`msg_1` and `msg_2` differ in their fifth) reach only the state's high bits, while
+    /// hashbrown picks a key's bucket by the low bits and its tag by the 7 above bit 25 (on
+    /// wasm32, where `usize` is 32 bits). Without it 4,096 such ids shared 32 buckets, and
+    /// every lookup walked a long probe.
     #[inline]
     fn finish(&self) -> u64 {
-        self.0
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
     }
 }
 
@@ -105,5 +118,25 @@ mod tests {
         assert_eq!(hashes.len(), keys.len());
         assert_eq!(hash("msg_1"), hash("msg_1"));
         assert_ne!(hash(&1u128), hash(&(1u128 << 64)));
+    }
+
+    /// hashbrown finds a key's bucket by the hash's low bits: those of ids that differ only
+    /// in their later bytes (`msg_0` … `msg_4095`, `toolu_7_2`) must differ too, or the keys
+    /// pile into a few buckets and every lookup walks a long probe (random hashes spread 4,096
+    /// keys over ≈ 2,590 of 4,096 buckets).
+    #[wasm_bindgen_test(unsupported = test)]
+    fn ids_that_differ_in_later_bytes_spread_over_the_buckets() {
+        let buckets = |keys: &[String]| -> usize {
+            let low: FastSet<u64> = keys.iter().map(|k| hash(k.as_str()) & 4095).collect();
+            low.len()
+        };
+        let messages: Vec<String> = (0..4096).map(|i| format!("msg_{i}")).collect();
+        let tools: Vec<String> = (0..1024)
+            .flat_map(|i| (0..4).map(move |j| format!("toolu_{i}_{j}")))
+            .collect();
+        for keys in [messages, tools] {
+            let used = buckets(&keys);
+            assert!(used > 2_000, "{} keys in {used} buckets", keys.len());
+        }
     }
 }
