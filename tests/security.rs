@@ -828,9 +828,7 @@ fn an_agent_of_the_same_user_cannot_read_the_companion() {
 #[test]
 fn clients_that_stop_reading_do_not_hold_the_cap() {
     let dir = tempfile::tempdir().unwrap();
-    let www = dir.path().join("www");
-    std::fs::create_dir(&www).unwrap();
-    std::fs::write(www.join("big.bin"), vec![b'x'; 4 << 20]).unwrap();
+    let www = www_with_big_file(dir.path(), 4 << 20);
     let server = Server::start(
         &dir.path().join("log.db"),
         0,
@@ -865,10 +863,8 @@ fn clients_that_stop_reading_do_not_hold_the_cap() {
 #[test]
 fn an_http_client_that_stops_reading_is_cut_after_the_write_timeout() {
     let dir = tempfile::tempdir().unwrap();
-    let www = dir.path().join("www");
-    std::fs::create_dir(&www).unwrap();
     let file = 4 << 20;
-    std::fs::write(www.join("big.bin"), vec![b'x'; file]).unwrap();
+    let www = www_with_big_file(dir.path(), file);
     let server = Server::start(
         &dir.path().join("log.db"),
         0,
@@ -899,6 +895,14 @@ fn an_http_client_that_stops_reading_is_cut_after_the_write_timeout() {
         read < requests * file / 2,
         "{read} bytes read: the server kept writing"
     );
+}
+
+/// A `--www` directory in `dir` that holds `big.bin`, `size` bytes.
+fn www_with_big_file(dir: &std::path::Path, size: usize) -> std::path::PathBuf {
+    let www = dir.join("www");
+    std::fs::create_dir(&www).unwrap();
+    std::fs::write(www.join("big.bin"), vec![b'x'; size]).unwrap();
+    www
 }
 
 /// A TCP connection whose receive buffer is 1 KiB (set before connecting, so the window the

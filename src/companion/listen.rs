@@ -103,24 +103,30 @@ struct Activity {
 const BLOCKED_EVICTABLE_MS: u64 = 1_000;
 
 impl Activity {
+    /// A connection's, idle from now on: `started` is when the accept loop started.
+    fn new(started: Instant) -> Activity {
+        Activity {
+            idle: AtomicBool::new(true),
+            idle_since: AtomicU64::new(started.elapsed().as_millis() as u64),
+            blocked_since: AtomicU64::new(0),
+            started,
+        }
+    }
+
     fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// Records whether a write went through; returns the poll unchanged.
-    fn wrote<T>(&self, poll: Poll<T>) -> Poll<T> {
-        match poll {
-            Poll::Pending => {
-                let _ = self.blocked_since.compare_exchange(
-                    0,
-                    self.now_ms() + 1,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                );
-            }
-            Poll::Ready(_) => self.blocked_since.store(0, Ordering::Relaxed),
+    /// Records whether a write went through (`ready`); true when it is the first to find the
+    /// socket full since one last went through (a stall begins).
+    fn wrote(&self, ready: bool) -> bool {
+        if ready {
+            self.blocked_since.store(0, Ordering::Relaxed);
+            return false;
         }
-        poll
+        self.blocked_since
+            .compare_exchange(0, self.now_ms() + 1, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// How long writes have been blocked, in ms (0 if they are not).
@@ -227,12 +233,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         next_id += 1;
         let conn = Conn {
-            activity: Arc::new(Activity {
-                idle: AtomicBool::new(true),
-                idle_since: AtomicU64::new(started.elapsed().as_millis() as u64),
-                blocked_since: AtomicU64::new(0),
-                started,
-            }),
+            activity: Arc::new(Activity::new(started)),
             close: Arc::new(Notify::new()),
             closing: AtomicBool::new(false),
         };
@@ -291,7 +292,7 @@ async fn serve_connection(
         _permit: permit,
         activity: handle.activity.clone(),
         write_timeout: limits.write_timeout,
-        stalled: None,
+        stall: Box::pin(tokio::time::sleep(Duration::ZERO)),
     });
     let activity = handle.activity.clone();
     let app = app.layer(axum::Extension(axum::extract::ConnectInfo(peer)));
@@ -397,14 +398,9 @@ struct Permitted {
     /// Told whether writes go through.
     activity: Arc<Activity>,
     write_timeout: Duration,
-    /// Armed when a write first finds the socket full, until one goes through.
-    stalled: Option<Stall>,
-}
-
-struct Stall {
-    timer: Pin<Box<tokio::time::Sleep>>,
-    /// Whether the timer runs for the write blocked now (it is kept to be reset next time).
-    armed: bool,
+    /// When the writes blocked now give up: set by the first write that found the socket full
+    /// since one went through (`Activity::wrote`), polled by the blocked ones.
+    stall: Pin<Box<tokio::time::Sleep>>,
 }
 
 impl Permitted {
@@ -415,23 +411,14 @@ impl Permitted {
         cx: &mut Context<'_>,
         poll: Poll<io::Result<T>>,
     ) -> Poll<io::Result<T>> {
-        let poll = self.activity.wrote(poll);
+        if self.activity.wrote(poll.is_ready()) {
+            let at = tokio::time::Instant::now() + self.write_timeout;
+            self.stall.as_mut().reset(at);
+        }
         if poll.is_ready() {
-            if let Some(stall) = &mut self.stalled {
-                stall.armed = false;
-            }
             return poll;
         }
-        let at = tokio::time::Instant::now() + self.write_timeout;
-        let stall = self.stalled.get_or_insert_with(|| Stall {
-            timer: Box::pin(tokio::time::sleep_until(at)),
-            armed: true,
-        });
-        if !stall.armed {
-            stall.timer.as_mut().reset(at);
-            stall.armed = true;
-        }
-        match std::future::Future::poll(stall.timer.as_mut(), cx) {
+        match std::future::Future::poll(self.stall.as_mut(), cx) {
             Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "the client read nothing for the write timeout",
@@ -508,14 +495,9 @@ mod tests {
         let ours = Permitted {
             stream: ours.unwrap(),
             _permit: permit,
-            activity: Arc::new(Activity {
-                idle: AtomicBool::new(false),
-                idle_since: AtomicU64::new(0),
-                blocked_since: AtomicU64::new(0),
-                started: Instant::now(),
-            }),
+            activity: Arc::new(Activity::new(Instant::now())),
             write_timeout,
-            stalled: None,
+            stall: Box::pin(tokio::time::sleep(Duration::ZERO)),
         };
         (ours, theirs)
     }
