@@ -29,12 +29,12 @@ mod write;
 pub use object::{is_canonical, JsonObject, ObjectWriter};
 #[doc(hidden)]
 pub use write::field;
+pub use write::{
+    ascii, to_json, to_json_sized, write_f64, write_i64, write_map, write_str, write_u64,
+    write_value, Omit, ToJson,
+};
 pub(crate) use write::{
     decimal, json_pick, json_write, json_write_field, json_write_names, json_write_tagged,
-};
-pub use write::{
-    to_json, to_json_sized, write_f64, write_i64, write_map, write_str, write_u64, write_value,
-    Omit, ToJson,
 };
 
 /// Nesting deeper than this is refused (as serde_json does, at the same depth).

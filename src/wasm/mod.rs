@@ -54,9 +54,11 @@ fn coded_error(code: &str, message: &str) -> JsValue {
     e.into()
 }
 
-/// Parses JSON made by the core into JS values, in one engine call.
+/// Parses JSON made by the core into JS values, in one engine call, its text handed over as
+/// ASCII ([`crate::core::json::ascii`]: decoded without transcoding).
 pub(crate) fn from_json(json: &str) -> JsValue {
-    js_sys::JSON::parse(json).unwrap_or_else(|_| panic!("the core always makes valid JSON"))
+    js_sys::JSON::parse(&crate::core::json::ascii(json))
+        .unwrap_or_else(|_| panic!("the core always makes valid JSON"))
 }
 
 pub(crate) fn now_ms() -> i64 {
