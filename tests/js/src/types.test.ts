@@ -102,6 +102,29 @@ for (const t of transcripts()) {
   tb.free();
 }
 
+// Text outside ASCII reaches the page as it was sent: `drain()` hands `JSON.parse` the core's
+// JSON with such characters escaped (src/wasm/mod.rs), `drainJson()` returns it as written.
+{
+  const texts = ["é", "thinking … ", "日本語のテキスト", "😀 and 👩‍💻", "\uffff\u2028\u0080", "x".repeat(13) + "…"];
+  const evs = texts.map((text, i) => ({
+    id: `evt_${String(i + 1).padStart(32, "0")}`, type: "message_sent", session_id: "u", run_id: `turn_${i}`,
+    sequence: i + 1, timestamp: "2026-01-01T00:00:00.000Z", provider: "claude", data: { content: text, role: "user" },
+    metadata: {}, schema_version: 1,
+  }));
+  const f = JSON.stringify({ t: "events", session: "u", epoch: "e1", events: evs });
+  const [pa, pj] = [new Projector(), new Projector()];
+  pa.ingest(f, 0);
+  pj.ingestBytes(new TextEncoder().encode(f), 0);
+  const b = checkBatch(pa.drain(), "non-ASCII");
+  const got = b.sessions[0]!.changes.map((c) => (c.op === "insert" && c.item.kind === "user_message" ? c.item.text : null));
+  assert.deepEqual(got, texts, "each text as sent");
+  const json = pj.drainJson();
+  assert.match(json, /…/, "drainJson() keeps the characters");
+  assert.deepEqual(JSON.parse(json), b, "drain() = JSON.parse(drainJson())");
+  pa.free();
+  pj.free();
+}
+
 // Every other kind of frame, and frames that are not valid.
 const p = new Projector();
 const frames = [
