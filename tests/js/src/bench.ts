@@ -42,7 +42,8 @@ function frames(events: object[], perFrame: number): string[] {
   return out;
 }
 
-function run(id: string, label: string, fs: string[], events: number, drain: (p: Projector) => unknown): void {
+/** One pass: ingest every frame, drain every 16; the total and each frame's time. */
+function pass(fs: string[], drain: (p: Projector) => unknown): { ms: number; times: number[] } {
   const p = new Projector();
   const times: number[] = [];
   const start = performance.now();
@@ -54,14 +55,30 @@ function run(id: string, label: string, fs: string[], events: number, drain: (p:
   });
   drain(p);
   const ms = performance.now() - start;
-  times.sort((a, b) => a - b);
-  const p99 = times[Math.floor(times.length * 0.99)] ?? 0;
-  console.log(
-    `${label.padEnd(34)} ${String(events).padStart(7)} events  ${(events / ms * 1000 / 1e3).toFixed(0).padStart(5)}k events/s  p99 ${(p99 * 1000).toFixed(0)} µs/frame`,
-  );
-  const k = events >= 1000 ? `${events / 1000}k` : String(events);
-  console.log(["BENCH", `wasm.${id}.${k}`, ms.toFixed(1), "ms", "-", "-", `${label}, Node ${process.versions.node}`].join("\t"));
   p.free();
+  return { ms, times };
+}
+
+/** The variants alternate, three passes each, and each reports its best: the first pass of
+ * a process pays V8's compilation, and another process on the machine only ever adds time. */
+function run(variants: [id: string, label: string, drain: (p: Projector) => unknown][], fs: string[], events: number): void {
+  const best = variants.map(() => ({ ms: Infinity, times: [] as number[] }));
+  for (let r = 0; r < 3; r++) {
+    variants.forEach(([, , drain], v) => {
+      const result = pass(fs, drain);
+      if (result.ms < best[v]!.ms) best[v] = result;
+    });
+  }
+  variants.forEach(([id, label], v) => {
+    const { ms, times } = best[v]!;
+    times.sort((a, b) => a - b);
+    const p99 = times[Math.floor(times.length * 0.99)] ?? 0;
+    console.log(
+      `${label.padEnd(34)} ${String(events).padStart(7)} events  ${(events / ms * 1000 / 1e3).toFixed(0).padStart(5)}k events/s  p99 ${(p99 * 1000).toFixed(0)} µs/frame`,
+    );
+    const k = events >= 1000 ? `${events / 1000}k` : String(events);
+    console.log(["BENCH", `wasm.${id}.${k}`, ms.toFixed(1), "ms", "-", "-", `${label}, best of 3, Node ${process.versions.node}`].join("\t"));
+  });
 }
 
 const sizes = process.argv.slice(2).map(Number);
@@ -69,8 +86,9 @@ const quick = process.env.BENCH_QUICK === "1";
 for (const n of sizes.length ? sizes : quick ? [1_000, 10_000] : [1_000, 10_000, 100_000]) {
   const evs = session(n);
   for (const [id, name, per] of [["live", "live (1 event/frame)", 1], ["catchup", "catch-up (100 events/frame)", 100]] as const) {
-    const fs = frames(evs, per);
-    run(`${id}.drain`, `${name}, drain()`, fs, n, (p) => p.drain());
-    run(`${id}.drainJson`, `${name}, drainJson()+parse`, fs, n, (p) => JSON.parse(p.drainJson()));
+    run([
+      [`${id}.drain`, `${name}, drain()`, (p) => p.drain()],
+      [`${id}.drainJson`, `${name}, drainJson()+parse`, (p) => JSON.parse(p.drainJson())],
+    ], frames(evs, per), n);
   }
 }
