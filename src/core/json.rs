@@ -614,26 +614,37 @@ pub(crate) fn parse_float(text: &str) -> Option<f64> {
 /// The end of the run of string bytes from `i` that need no attention: the index of the first
 /// `"`, `\\` or control character (or the end), found eight bytes at a time.
 #[inline(always)]
-fn plain_run(bytes: &[u8], mut i: usize) -> usize {
+fn plain_run(bytes: &[u8], i: usize) -> usize {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     // A byte of `w` is zero (or, for `below`, under 0x20) where its bit in the result is set;
     // bits above the lowest may be false, so only the lowest is used.
     let zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;
-    while let Some(&chunk) = bytes.get(i..).and_then(<[u8]>::first_chunk::<8>) {
-        let w = u64::from_le_bytes(chunk);
+    let stops = |w: u64| {
         let below = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
-        let found =
-            zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) | below;
+        zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) | below
+    };
+    run_until(bytes, i, stops, |b| b == b'"' || b == b'\\' || b < 0x20)
+}
+
+/// The index of the first byte from `i` that ends a run (or the end), eight bytes at a time:
+/// `stops(word)` sets the high bit of such a byte of the word (bits above the lowest such
+/// byte may be wrong: only the lowest is used), `stop` says it of one byte, for the last few.
+#[inline(always)]
+fn run_until(
+    bytes: &[u8],
+    mut i: usize,
+    stops: impl Fn(u64) -> u64,
+    stop: impl Fn(u8) -> bool,
+) -> usize {
+    while let Some(&chunk) = bytes.get(i..).and_then(<[u8]>::first_chunk::<8>) {
+        let found = stops(u64::from_le_bytes(chunk));
         if found != 0 {
             return i + (found.trailing_zeros() / 8) as usize;
         }
         i += 8;
     }
-    while bytes
-        .get(i)
-        .is_some_and(|&b| b != b'"' && b != b'\\' && b >= 0x20)
-    {
+    while bytes.get(i).is_some_and(|&b| !stop(b)) {
         i += 1;
     }
     i

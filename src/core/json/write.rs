@@ -141,19 +141,9 @@ pub fn ascii(json: &str) -> Cow<'_, str> {
 }
 
 /// The end of the run of ASCII bytes from `i`, found eight bytes at a time.
-fn ascii_run(bytes: &[u8], mut i: usize) -> usize {
+fn ascii_run(bytes: &[u8], i: usize) -> usize {
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-    while let Some(&chunk) = bytes.get(i..).and_then(<[u8]>::first_chunk::<8>) {
-        let high = u64::from_le_bytes(chunk) & HIGH;
-        if high != 0 {
-            return i + (high.trailing_zeros() / 8) as usize;
-        }
-        i += 8;
-    }
-    while bytes.get(i).is_some_and(u8::is_ascii) {
-        i += 1;
-    }
-    i
+    super::run_until(bytes, i, |w| w & HIGH, |b| !b.is_ascii())
 }
 
 /// An unsigned integer in decimal.
