@@ -287,13 +287,12 @@ async fn serve_connection(
     registry: Arc<Registry>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let io = TokioIo::new(Permitted {
+    let io = TokioIo::new(Permitted::new(
         stream,
-        _permit: permit,
-        activity: handle.activity.clone(),
-        write_timeout: limits.write_timeout,
-        stall: Box::pin(tokio::time::sleep(Duration::ZERO)),
-    });
+        permit,
+        handle.activity.clone(),
+        limits.write_timeout,
+    ));
     let activity = handle.activity.clone();
     let app = app.layer(axum::Extension(axum::extract::ConnectInfo(peer)));
     let service = tower::ServiceExt::map_request(app, move |req| {
@@ -404,6 +403,22 @@ struct Permitted {
 }
 
 impl Permitted {
+    fn new(
+        stream: TcpStream,
+        permit: OwnedSemaphorePermit,
+        activity: Arc<Activity>,
+        write_timeout: Duration,
+    ) -> Permitted {
+        Permitted {
+            stream,
+            _permit: permit,
+            activity,
+            write_timeout,
+            // Reset before it is first polled (by the first write that blocks).
+            stall: Box::pin(tokio::time::sleep(Duration::ZERO)),
+        }
+    }
+
     /// A write's answer, with the deadline applied: `Pending` that has lasted `write_timeout`
     /// becomes `TimedOut`.
     fn deadline<T>(
@@ -492,13 +507,8 @@ mod tests {
             listener.accept().await.unwrap().0
         });
         let permit = Arc::new(Semaphore::new(1)).acquire_owned().await.unwrap();
-        let ours = Permitted {
-            stream: ours.unwrap(),
-            _permit: permit,
-            activity: Arc::new(Activity::new(Instant::now())),
-            write_timeout,
-            stall: Box::pin(tokio::time::sleep(Duration::ZERO)),
-        };
+        let activity = Arc::new(Activity::new(Instant::now()));
+        let ours = Permitted::new(ours.unwrap(), permit, activity, write_timeout);
         (ours, theirs)
     }
 
