@@ -10,8 +10,9 @@
 //! FxHash (`core::hash`); natively they use SipHash, so a native count is a little above what
 //! the page's code does, unless the build hashes as the page does:
 //! `RUSTFLAGS="--cfg agentwire_fxhash" CARGO_TARGET_DIR=target/fxhash cargo build --release
-//! --example project_loop` (its own target directory, so the flag reaches no other build). Native only (the seeded session is the companion's); `wasm-pack test`
-//! builds the examples for wasm32 too, where `main` is empty.
+//! --example project_loop` (its own target directory, so the flag reaches no other build).
+//! Native only (the seeded session is the companion's); `wasm-pack test` builds the examples
+//! for wasm32 too, where `main` is empty.
 
 #[cfg(not(target_arch = "wasm32"))]
 fn main() {
