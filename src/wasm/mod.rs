@@ -30,6 +30,7 @@ use crate::core::normalize::Format;
 use crate::core::wire::WireError;
 
 pub mod client;
+mod mem;
 pub mod projector;
 #[cfg(feature = "transcripts")]
 pub mod transcript;
