@@ -5,10 +5,12 @@
 //! starts: a run with `--frames-only` counts what to subtract, or callgrind counts only
 //! `project` (`--toggle-collect=project_loop::native::project`).
 //!
-//! Usage: `cargo run --release --example project_loop -- [EVENTS] [PER_FRAME] [--frames-only]`
-//! (20,000 events, one per frame, by default). The browser hashes the projector's maps with
-//! FxHash (`core::hash`); natively they use SipHash, so a native count is a little above what
-//! the page's code does, unless the build hashes as the page does:
+//! Usage: `cargo run --release --example project_loop -- [EVENTS] [PER_FRAME] [--frames-only]
+//! [--json]` (20,000 events, one per frame, by default; `--json`: the frames as their JSON
+//! text, what `ingest` and `ingestBytes` take from a server not asked for `packed_events`).
+//! The browser hashes the projector's maps with FxHash (`core::hash`); natively they use
+//! SipHash, so a native count is a little above what the page's code does, unless the build
+//! hashes as the page does:
 //! `RUSTFLAGS="--cfg agentwire_fxhash" CARGO_TARGET_DIR=target/fxhash cargo build --release
 //! --example project_loop` (its own target directory, so the flag reaches no other build).
 //! Native only (the seeded session is the companion's); `wasm-pack test` builds the examples
@@ -38,12 +40,19 @@ mod native {
     pub fn main() {
         let args: Vec<String> = std::env::args().skip(1).collect();
         let frames_only = args.iter().any(|a| a == "--frames-only");
+        let json = args.iter().any(|a| a == "--json");
         let mut numbers = args.iter().filter_map(|a| a.parse::<u64>().ok());
         let count = numbers.next().unwrap_or(20_000);
         let per_frame = numbers.next().unwrap_or(1) as usize;
         let log = seeded::log(count);
         let frames: Vec<Vec<u8>> = seeded::frames(&log, per_frame)
-            .map(|f| packed::pack(&f).expect("an events frame"))
+            .map(|f| {
+                if json {
+                    f.into_bytes()
+                } else {
+                    packed::pack(&f).expect("an events frame")
+                }
+            })
             .collect();
         if frames_only {
             println!("{} frames", frames.len());

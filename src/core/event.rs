@@ -202,13 +202,10 @@ pub struct EventId([u8; 36]);
 impl EventId {
     /// Checks the `evt_` + 32 lowercase hex form.
     pub fn parse(s: &str) -> Result<EventId, EventError> {
-        let ok = s.len() == 36
-            && s.starts_with("evt_")
-            && s[4..]
-                .bytes()
-                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
         match <[u8; 36]>::try_from(s.as_bytes()) {
-            Ok(bytes) if ok => Ok(EventId(bytes)),
+            Ok(bytes) if bytes.starts_with(b"evt_") && hex_digits(&bytes[4..]) => {
+                Ok(EventId(bytes))
+            }
             _ => Err(EventError::InvalidId(s.to_owned())),
         }
     }
@@ -230,15 +227,16 @@ impl EventId {
     /// The id's 128 bits (its 32 hex digits): a key as unique as the id, cheaper to hash.
     #[inline]
     pub fn bits(&self) -> u128 {
-        // Only `parse` and `from_hash` make an id, both of lowercase hex digits: '0'..='9' are
-        // 0x30..=0x39 and 'a'..='f' 0x61..=0x66, so a digit's value is its low four bits,
-        // plus 9 for a letter (bit 6). In two halves: no 128-bit arithmetic (slow in wasm).
-        let half = |hex: &[u8]| {
-            (hex.iter()).fold(0u64, |acc, &c| {
-                (acc << 4) | u64::from((c & 0xf) + 9 * (c >> 6))
-            })
+        // Only `parse` and `from_hash` make an id, both of lowercase hex digits. Eight at a
+        // time, and in two halves: no 128-bit arithmetic (slow in wasm).
+        let half = |at: usize| {
+            let word = |at: usize| {
+                let digits = self.0[at..at + 8].try_into().unwrap_or_default();
+                u64::from(hex8(u64::from_be_bytes(digits)))
+            };
+            (word(at) << 32) | word(at + 8)
         };
-        (u128::from(half(&self.0[4..20])) << 64) | u128::from(half(&self.0[20..]))
+        (u128::from(half(4)) << 64) | u128::from(half(20))
     }
 
     /// The id as text.
@@ -246,6 +244,37 @@ impl EventId {
         // Only `parse` and `from_hash` make an id, both of ASCII.
         std::str::from_utf8(&self.0).unwrap_or("")
     }
+}
+
+const ONES: u64 = u64::from_ne_bytes([1; 8]);
+const HIGH: u64 = ONES * 0x80;
+
+/// Whether every byte of `hex` (32 of them, as an id has) is a lowercase hex digit, eight at
+/// a time.
+fn hex_digits(hex: &[u8]) -> bool {
+    // For a byte under 0x80, `b + (0x80 - x)` sets its high bit exactly when `b >= x`, and
+    // carries into no other byte.
+    let at_least = |w: u64, x: u8| w.wrapping_add(ONES * u64::from(0x80 - x)) & HIGH;
+    hex.len() == 32
+        && hex.chunks_exact(8).all(|chunk| {
+            let w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+            let digit = at_least(w, b'0') & !at_least(w, b'9' + 1);
+            let letter = at_least(w, b'a') & !at_least(w, b'f' + 1);
+            w & HIGH == 0 && digit | letter == HIGH
+        })
+}
+
+/// The value of eight lowercase hex digits, read as a big-endian word (the first digit in
+/// its most significant byte): what [`hex16`]'s `spread` does, undone.
+#[inline(never)]
+fn hex8(word: u64) -> u32 {
+    // '0'..='9' are 0x30..=0x39 and 'a'..='f' 0x61..=0x66: a digit's value is its low four
+    // bits, plus 9 for a letter (bit 6).
+    let mut n = (word & (ONES * 0x0f)) + ((word >> 6) & ONES) * 9;
+    n = (n | (n >> 4)) & 0x00ff_00ff_00ff_00ff;
+    n = (n | (n >> 8)) & 0x0000_ffff_0000_ffff;
+    n = (n | (n >> 16)) & 0x0000_0000_ffff_ffff;
+    n as u32
 }
 
 /// The 32 lowercase hex digits of `hash`, most significant first (what `{:032x}` writes).
@@ -259,7 +288,6 @@ pub(crate) fn hex32(hash: u128) -> [u8; 32] {
 /// The 16 hex digits of `x`, eight at a time in a word (no 128-bit arithmetic, slow in wasm,
 /// and no loop over the digits).
 fn hex16(x: u64) -> [u8; 16] {
-    const ONES: u64 = u64::from_ne_bytes([1; 8]);
     // The eight nibbles of `half` in the eight bytes of a word, most significant first once
     // the word is written big-endian.
     let spread = |half: u32| {
@@ -908,6 +936,27 @@ mod tests {
         for digits in ["0".repeat(32), "f".repeat(32), "0123456789abcdef".repeat(2)] {
             let id = EventId::parse(&format!("evt_{digits}")).unwrap();
             assert_eq!(id.bits(), u128::from_str_radix(&digits, 16).unwrap());
+        }
+    }
+
+    /// An id parses exactly when each of its 32 digits is a lowercase hex digit: every byte
+    /// in every place, against the byte-by-byte reading.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn every_byte_in_every_place_of_an_id_is_checked() {
+        let good = "evt_0123456789abcdef0123456789abcdef";
+        for place in 4..36 {
+            for byte in 0..=0x7fu8 {
+                let mut text = good.as_bytes().to_vec();
+                text[place] = byte;
+                let text = String::from_utf8(text).unwrap();
+                let want = matches!(byte, b'0'..=b'9' | b'a'..=b'f');
+                assert_eq!(EventId::parse(&text).is_ok(), want, "{text:?}");
+            }
+            // And bytes above ASCII: a character of two.
+            if place < 35 {
+                let text = format!("{}é{}", &good[..place], &good[place + 2..]);
+                assert!(EventId::parse(&text).is_err(), "{text}");
+            }
         }
     }
 

@@ -49,6 +49,15 @@ pub struct JsonError {
     pub column: usize,
 }
 
+/// What [`Reader::next_key`] found.
+enum Key<'a> {
+    /// The object's end.
+    End,
+    /// The key it was told to expect.
+    Expected,
+    Other(Cow<'a, str>),
+}
+
 /// A cursor over JSON text.
 pub struct Reader<'a> {
     text: &'a str,
@@ -207,17 +216,40 @@ impl<'a> Reader<'a> {
 
     /// The next key of the open object (its value comes next), or `None` at its end.
     pub fn key(&mut self) -> Result<Option<Cow<'a, str>>, JsonError> {
+        Ok(match self.next_key(None)? {
+            Key::Other(key) => Some(key),
+            Key::End | Key::Expected => None,
+        })
+    }
+
+    /// The next key of the open object, past its colon. When it is `expected` as it is written
+    /// when nothing in it needs an escape, it is compared in place with the text (no string
+    /// read, nothing sliced): [`Key::Expected`]. The same key written with an escape, or any
+    /// other, is read.
+    #[inline(never)]
+    fn next_key(&mut self, expected: Option<&str>) -> Result<Key<'a>, JsonError> {
         if !self.more(b'}', "`,` or `}`")? {
-            return Ok(None);
+            return Ok(Key::End);
         }
         match self.peek() {
             Some(b'"') => {}
             None => return Err(self.error("EOF while parsing an object")),
             Some(_) => return Err(self.error_here("key must be a string")),
         }
-        let key = self.string()?;
+        let (bytes, after) = (self.bytes(), self.at + 1);
+        let plain = expected.filter(|want| {
+            let quoted = bytes.get(after..after + want.len() + 1);
+            quoted.is_some_and(|q| q[want.len()] == b'"' && &q[..want.len()] == want.as_bytes())
+        });
+        let key = match plain {
+            Some(want) => {
+                self.at = after + want.len() + 1;
+                Key::Expected
+            }
+            None => Key::Other(self.string()?),
+        };
         self.eat(b':', "`:`")?;
-        Ok(Some(key))
+        Ok(key)
     }
 
     /// Opens an array: then [`Reader::item`] until it gives `false`.
@@ -550,12 +582,14 @@ impl<'a> Reader<'a> {
         read: &mut dyn FnMut(&mut Self, usize) -> Result<(), JsonError>,
     ) -> Result<(), JsonError> {
         // Keys mostly come in the table's order (as this crate writes them): the one after the
-        // last key found is tried first, and the table scanned only when it is not that one.
+        // last key found is tried first, compared in place with the text (no string read,
+        // nothing sliced), and the key read and the table scanned only when it is not that one.
         let mut next = 0;
-        while let Some(key) = self.key()? {
-            let found = match keys.get(next) {
-                Some(&k) if k == key => Some(next),
-                _ => keys.iter().position(|&k| k == key),
+        loop {
+            let found = match self.next_key(keys.get(next).copied())? {
+                Key::End => return Ok(()),
+                Key::Expected => Some(next),
+                Key::Other(key) => keys.iter().position(|&k| k == key),
             };
             match found {
                 Some(i) => {
@@ -565,7 +599,6 @@ impl<'a> Reader<'a> {
                 None => self.skip()?,
             }
         }
-        Ok(())
     }
 
     /// Reads a field's value into its slot, refusing a second one.
@@ -1042,6 +1075,22 @@ mod tests {
         );
         let err = read("{\"name\":\"a\",\n\"count\":x}").unwrap_err();
         assert_eq!((err.line, err.column), (2, 9));
+        // The key expected next is compared in place; the same key escaped, one that only
+        // starts like it, and whitespace anywhere read as before.
+        let spaced = read(" {\n \"name\" : \"a\" ,\t\"count\"\r:3 , \"note\":null } ").unwrap();
+        assert_eq!((spaced.name.as_str(), spaced.count), ("a", 3));
+        let escaped = read(r#"{"n\u0061me":"a","\u0063ount":3}"#).unwrap();
+        assert_eq!((escaped.name.as_str(), escaped.count), ("a", 3));
+        let near = read(r#"{"nam":"x","namex":"y","name":"a","count":3}"#).unwrap();
+        assert_eq!(near.name, "a");
+        check(
+            r#"{"name":"a","n\u0061me":"b","count":1}"#,
+            "duplicate field `name`",
+            24,
+        );
+        check(r#"{"name" "a"}"#, "expected `:`", 9);
+        check(r#"{"name"#, "EOF while parsing a string", 6);
+        check(r#"{"name""#, "EOF while parsing a value", 7);
     }
 
     #[wasm_bindgen_test(unsupported = test)]
