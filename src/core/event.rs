@@ -266,7 +266,6 @@ fn hex_digits(hex: &[u8]) -> bool {
 
 /// The value of eight lowercase hex digits, read as a big-endian word (the first digit in
 /// its most significant byte): what [`hex16`]'s `spread` does, undone.
-#[inline(never)]
 fn hex8(word: u64) -> u32 {
     // '0'..='9' are 0x30..=0x39 and 'a'..='f' 0x61..=0x66: a digit's value is its low four
     // bits, plus 9 for a letter (bit 6).

@@ -226,7 +226,6 @@ impl<'a> Reader<'a> {
     /// when nothing in it needs an escape, it is compared in place with the text (no string
     /// read, nothing sliced): [`Key::Expected`]. The same key written with an escape, or any
     /// other, is read.
-    #[inline(never)]
     fn next_key(&mut self, expected: Option<&str>) -> Result<Key<'a>, JsonError> {
         if !self.more(b'}', "`,` or `}`")? {
             return Ok(Key::End);
