@@ -4,9 +4,10 @@
 //! serde's derive reads a type through a visitor that serde_json instantiates, with its whole
 //! parser inlined, once per type: in the wasm package that was nearly a third of the code
 //! (issue 14, goal 2). Here the parser is one non-generic [`Reader`] (strings borrowed from
-//! the frame when they hold no escape, their ends found eight bytes at a time), and a type is
-//! read by a few lines that ask it for what they expect: [`FromJson`], written for structs by
-//! `json_struct!` and for closed vocabularies by [`named`] (`json_names!`). The same code
+//! the frame when they hold no escape, their ends found eight bytes at a time; the key a
+//! struct expects next compared with the text in place), and a type is read by a few lines
+//! that ask it for what they expect: [`FromJson`], written for structs by `json_struct!` and
+//! for closed vocabularies by [`named`] (`json_names!`). The same code
 //! reads frames natively (`agentwire tail`, the tests), so the package and the binary cannot
 //! disagree.
 //!
@@ -225,7 +226,7 @@ impl<'a> Reader<'a> {
     /// The next key of the open object, past its colon. When it is `expected` as it is written
     /// when nothing in it needs an escape, it is compared in place with the text (no string
     /// read, nothing sliced): [`Key::Expected`]. The same key written with an escape, or any
-    /// other, is read.
+    /// other, is read. `expected` needs no escape itself (the tables' keys are identifiers).
     fn next_key(&mut self, expected: Option<&str>) -> Result<Key<'a>, JsonError> {
         if !self.more(b'}', "`,` or `}`")? {
             return Ok(Key::End);
