@@ -22,6 +22,7 @@ use serde_json::{Map, Value};
 use super::event_ref::{EventRef, EventView};
 use super::json::{
     json_names, json_write, json_write_names, FromJson, JsonError, JsonObject, Reader, ToJson,
+    HIGH, ONES,
 };
 use super::quoted::Quoted;
 use super::time::Timestamp;
@@ -245,9 +246,6 @@ impl EventId {
         std::str::from_utf8(&self.0).unwrap_or("")
     }
 }
-
-const ONES: u64 = u64::from_ne_bytes([1; 8]);
-const HIGH: u64 = ONES * 0x80;
 
 /// Whether every byte of `hex` (32 of them, as an id has) is a lowercase hex digit, eight at
 /// a time.

@@ -644,18 +644,27 @@ pub(crate) fn parse_float(text: &str) -> Option<f64> {
     text.parse::<f64>().ok().filter(|f| f.is_finite())
 }
 
+/// A word of eight bytes of 1, and of 0x80: for reading bytes eight at a time in a `u64`.
+pub(crate) const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+pub(crate) const HIGH: u64 = ONES * 0x80;
+
+/// The high bit of each zero byte of `w` set (bits above the lowest such byte may be set
+/// wrongly: only the lowest is to be used, as [`run_until`] does).
+#[inline(always)]
+fn zero_bytes(w: u64) -> u64 {
+    w.wrapping_sub(ONES) & !w & HIGH
+}
+
 /// The end of the run of string bytes from `i` that need no attention: the index of the first
 /// `"`, `\\` or control character (or the end), found eight bytes at a time.
 #[inline(always)]
 fn plain_run(bytes: &[u8], i: usize) -> usize {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-    // A byte of `w` is zero (or, for `below`, under 0x20) where its bit in the result is set;
-    // bits above the lowest may be false, so only the lowest is used.
-    let zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;
+    // A byte of `w` is a quote or a backslash (or, for `below`, under 0x20) where its bit in
+    // the result is set; bits above the lowest may be false, so only the lowest is used.
     let stops = |w: u64| {
         let below = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
-        zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) | below
+        let quote = zero_bytes(w ^ (ONES * u64::from(b'"')));
+        quote | zero_bytes(w ^ (ONES * u64::from(b'\\'))) | below
     };
     run_until(bytes, i, stops, |b| b == b'"' || b == b'\\' || b < 0x20)
 }

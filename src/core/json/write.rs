@@ -142,8 +142,7 @@ pub fn ascii(json: &str) -> Cow<'_, str> {
 
 /// The end of the run of ASCII bytes from `i`, found eight bytes at a time.
 fn ascii_run(bytes: &[u8], i: usize) -> usize {
-    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-    super::run_until(bytes, i, |w| w & HIGH, |b| !b.is_ascii())
+    super::run_until(bytes, i, |w| w & super::HIGH, |b| !b.is_ascii())
 }
 
 /// An unsigned integer in decimal.
