@@ -26,6 +26,10 @@ use agentwire::core::wire::ServerMsg;
 mod corpus;
 use corpus::corpus;
 
+/// The binary's allocator, so that this measures what it runs (`companion::alloc`).
+#[global_allocator]
+static ALLOCATOR: agentwire::companion::alloc::Allocator = agentwire::companion::alloc::Allocator;
+
 fn normalization(c: &mut Criterion) {
     let mut g = c.benchmark_group("normalize");
     for (format, dir) in [

@@ -58,6 +58,10 @@ use tokio_tungstenite::tungstenite::Message;
 #[path = "../tests/common/postgres.rs"]
 mod postgres;
 
+/// The binary's allocator, so that this measures what it runs (`companion::alloc`).
+#[global_allocator]
+static ALLOCATOR: agentwire::companion::alloc::Allocator = agentwire::companion::alloc::Allocator;
+
 fn arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
     let i = args.iter().position(|a| a == name)?;

@@ -37,6 +37,10 @@ use agentwire::core::time::Timestamp;
 #[path = "../tests/common/postgres.rs"]
 mod postgres;
 
+/// The binary's allocator, so that this measures what it runs (`companion::alloc`).
+#[global_allocator]
+static ALLOCATOR: agentwire::companion::alloc::Allocator = agentwire::companion::alloc::Allocator;
+
 /// Whether criterion's filter (the first free argument) can select a benchmark of `group`, so
 /// a filtered run skips the setup (stores, 100k-event logs) of the groups it does not run.
 fn selected(group: &str) -> bool {

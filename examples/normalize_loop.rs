@@ -1,7 +1,7 @@
 //! Normalizes one format's bench corpus (its JSON Lines transcripts under `tests/data`,
 //! repeated to about 1 MiB: the core bench's, `benches/common/corpus.rs`) a fixed number of
 //! times, so that `perf stat -e instructions:u` counts the same work for two builds, whatever
-//! the load.
+//! the load. It runs on the binary's allocator (`companion::alloc`).
 //!
 //! Usage: `cargo run --release --example normalize_loop -- FORMAT [ITERATIONS]`.
 
@@ -13,6 +13,10 @@ use agentwire::core::time::Timestamp;
 #[path = "../benches/common/corpus.rs"]
 mod corpus;
 use corpus::corpus;
+
+/// The binary's allocator, so that this measures what it runs (`companion::alloc`).
+#[global_allocator]
+static ALLOCATOR: agentwire::companion::alloc::Allocator = agentwire::companion::alloc::Allocator;
 
 fn main() {
     let mut args = std::env::args().skip(1);

@@ -2,6 +2,8 @@
 //! over WebSocket, SSE and an HTTP JSON API. Native only.
 //!
 //! * [`store`]: the durable log (SQLite) behind the `Store` trait.
+//! * [`alloc`]: the allocator the binary (and its benches) run on, and how free memory goes
+//!   back to the system.
 //! * [`host`]: the sessions' registry, and one task per session owning its agent process;
 //!   [`session`]: the rules of a session, sans-IO, that the task carries out.
 //! * [`adapter`]: how each agent CLI is started and spoken to.
@@ -25,6 +27,7 @@
 pub mod access;
 pub mod adapter;
 pub mod agui;
+pub mod alloc;
 #[cfg(feature = "testkit")]
 pub mod chaos;
 pub mod demo_agent;

@@ -1093,11 +1093,7 @@ impl Writer {
         {
             let _ = reader.release_memory();
         }
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: malloc_trim(3) only returns free memory of glibc's arenas to the system.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        crate::companion::alloc::release_free_memory();
         self.cached.store(cache_used(&self.conn), Ordering::Relaxed);
     }
 
