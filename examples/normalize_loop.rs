@@ -15,6 +15,7 @@ mod corpus;
 use corpus::corpus;
 
 /// The binary's allocator, so that this measures what it runs (`companion::alloc`).
+#[cfg(not(target_arch = "wasm32"))]
 #[global_allocator]
 static ALLOCATOR: agentwire::companion::alloc::Allocator = agentwire::companion::alloc::Allocator;
 
