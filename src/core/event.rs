@@ -374,6 +374,11 @@ impl Fnv128 {
         self.0 = h;
     }
 
+    /// Hashes one byte, as it is (a tag between parts).
+    pub(crate) fn byte(&mut self, b: u8) {
+        self.eat(&[b]);
+    }
+
     /// Hashes one part, length-prefixed.
     pub(crate) fn part(&mut self, part: &[u8]) {
         self.eat(&(part.len() as u64).to_le_bytes());

@@ -92,7 +92,7 @@ use serde_json::{json, Map, Value};
 use super::fast::{self, present, Obj, Stamp, Str};
 use super::turn::cancelled_data;
 use super::{Decoder, Out};
-use crate::core::event::{fnv1a128, CancelReason, EventType, Provider};
+use crate::core::event::{CancelReason, EventType, Fnv128, Provider};
 use crate::core::json::ObjectWriter;
 use crate::core::provider_error::{add_details, ProviderError};
 
@@ -798,7 +798,7 @@ impl Claude {
         let Some(msg) = self.turn.messages.get_mut(at) else {
             return;
         };
-        let hash = fnv1a128(&[&block.to_string()]);
+        let hash = block_hash(block);
         if msg.seen.contains(&hash) {
             return;
         }
@@ -1821,6 +1821,55 @@ fn obj(v: Value) -> Map<String, Value> {
     }
 }
 
+/// A content block's identity within its message, for skipping repeats: its value hashed as
+/// it is built (each node's kind, then its contents, strings and counts length-prefixed), so
+/// two blocks hash alike exactly when their JSON text would, without writing the text.
+fn block_hash(block: &Value) -> u128 {
+    fn feed(h: &mut Fnv128, value: &Value) {
+        match value {
+            Value::Null => h.byte(b'n'),
+            Value::Bool(b) => h.byte(if *b { b't' } else { b'f' }),
+            // Told apart as serde_json tells them apart (and writes them: `1`, `-1`, `1.0`).
+            Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                (Some(u), _, _) => {
+                    h.byte(b'u');
+                    h.part(&u.to_le_bytes());
+                }
+                (None, Some(i), _) => {
+                    h.byte(b'i');
+                    h.part(&i.to_le_bytes());
+                }
+                (None, None, f) => {
+                    h.byte(b'd');
+                    h.part(&f.unwrap_or_default().to_bits().to_le_bytes());
+                }
+            },
+            Value::String(s) => {
+                h.byte(b's');
+                h.part(s.as_bytes());
+            }
+            Value::Array(items) => {
+                h.byte(b'a');
+                h.part(&(items.len() as u64).to_le_bytes());
+                for item in items {
+                    feed(h, item);
+                }
+            }
+            Value::Object(map) => {
+                h.byte(b'o');
+                h.part(&(map.len() as u64).to_le_bytes());
+                for (key, value) in map {
+                    h.part(key.as_bytes());
+                    feed(h, value);
+                }
+            }
+        }
+    }
+    let mut h = Fnv128::new();
+    feed(&mut h, block);
+    h.finish()
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use wasm_bindgen_test::wasm_bindgen_test;
@@ -1873,6 +1922,60 @@ pub(super) mod tests {
             text.push_str(&format!("! {d}\n"));
         }
         expect.assert_eq(&text);
+    }
+
+    /// Two blocks hash alike exactly when their JSON text is alike (what the hash of the text
+    /// it replaced told apart): numbers of each kind, strings against keys and nesting, the
+    /// same value written in other ways.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn blocks_hash_alike_exactly_when_their_text_is_alike() {
+        let texts = [
+            r#"{"type":"text","text":"a"}"#,
+            r#"{ "text" : "a", "type" : "text" }"#,
+            r#"{"type":"text","text":"\u0061"}"#,
+            r#"{"type":"text","text":"ab"}"#,
+            r#"{"type":"text","text":"a","x":null}"#,
+            r#"{"type":"textt","ext":"a"}"#,
+            r#"{"ab":"c"}"#,
+            r#"{"a":"bc"}"#,
+            r#"{"a":["b","c"]}"#,
+            r#"{"a":[["b"],"c"]}"#,
+            r#"{"a":["b",["c"]]}"#,
+            r#"{"a":[]}"#,
+            r#"{"a":{}}"#,
+            r#"{"a":null}"#,
+            r#"{"a":"null"}"#,
+            r#"{"a":true}"#,
+            r#"{"a":false}"#,
+            r#"{"a":1}"#,
+            r#"{"a":1.0}"#,
+            r#"{"a":1e0}"#,
+            r#"{"a":-1}"#,
+            r#"{"a":-1.0}"#,
+            r#"{"a":0.0}"#,
+            r#"{"a":-0.0}"#,
+            r#"{"a":18446744073709551615}"#,
+            r#"{"a":18446744073709551616}"#,
+            r#"{"a":"1"}"#,
+            r#"[]"#,
+            r#"[null]"#,
+            r#"[[]]"#,
+            r#""a""#,
+        ];
+        let values: Vec<Value> = texts
+            .iter()
+            .map(|t| serde_json::from_str(t).unwrap())
+            .collect();
+        let written: Vec<String> = values.iter().map(Value::to_string).collect();
+        for ((a, wa), ta) in values.iter().zip(&written).zip(texts) {
+            for ((b, wb), tb) in values.iter().zip(&written).zip(texts) {
+                assert_eq!(
+                    super::block_hash(a) == super::block_hash(b),
+                    wa == wb,
+                    "{ta} against {tb}"
+                );
+            }
+        }
     }
 
     const INIT: &str = r#"{"type":"system","subtype":"init","session_id":"sess-1","cwd":"/w","tools":["Bash","Read","TodoWrite","Task"],"model":"claude-opus-4-8","permissionMode":"default","claude_code_version":"2.1.197","slash_commands":["compact"]}"#;
