@@ -651,7 +651,7 @@ pub(crate) const HIGH: u64 = ONES * 0x80;
 /// The high bit of each zero byte of `w` set (bits above the lowest such byte may be set
 /// wrongly: only the lowest is to be used, as [`run_until`] does).
 #[inline(always)]
-fn zero_bytes(w: u64) -> u64 {
+pub(crate) fn zero_bytes(w: u64) -> u64 {
     w.wrapping_sub(ONES) & !w & HIGH
 }
 

@@ -38,7 +38,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::event::{hex32, Event, EventId, EventType, Fnv128, Provider};
-use super::json::{JsonObject, ObjectWriter, ToJson};
+use super::json::{zero_bytes, JsonObject, ObjectWriter, ToJson, ONES};
 use super::time::Timestamp;
 
 pub use alias::{canonical_type, filter_by_run, filter_by_type, normalize_batch, sort_events};
@@ -668,14 +668,12 @@ pub fn normalize(
 /// The index of the first `\n` in `bytes`, eight bytes at a time (a word with a zero byte
 /// after XOR with `\n` repeated has a newline; the rest is scanned bytewise from there).
 fn find_newline(bytes: &[u8]) -> Option<usize> {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-    const NL: u64 = u64::from_ne_bytes([b'\n'; 8]);
+    const NL: u64 = ONES * b'\n' as u64;
     let mut i = 0;
     let mut words = bytes.chunks_exact(8);
     for word in &mut words {
         let w = u64::from_ne_bytes(word.try_into().expect("8 bytes")) ^ NL;
-        if w.wrapping_sub(ONES) & !w & HIGH != 0 {
+        if zero_bytes(w) != 0 {
             break;
         }
         i += 8;
