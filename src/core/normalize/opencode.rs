@@ -74,7 +74,8 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::fast::{self, present, Obj, Str};
+use super::codex::Fields;
+use super::fast::{self, present, Obj, SlotKeys, Slots, Str};
 use super::turn::cancel_tool_call;
 use super::{Decoder, Out};
 use crate::core::event::{CancelReason, EventType};
@@ -168,7 +169,8 @@ impl Decoder for Opencode {
 
     fn record_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
         // Only serve events (dotted types; `run` lines are read as a `Value`): the ignored
-        // types, a session's updates after its `session_started`, and `message.updated`.
+        // types, a session's updates after its `session_started`, `message.updated`, the
+        // parts and their deltas, and a session's status.
         if fast::leading_type(text).is_some_and(|ty| !ty.contains('.')) {
             return false;
         }
@@ -178,40 +180,47 @@ impl Decoder for Opencode {
         let Some(props) = &line.properties else {
             return false;
         };
+        let Props::Object(props) = props else {
+            if ignored_event(&line.ty) {
+                out.ignore();
+                return true;
+            }
+            return false;
+        };
+        let sid = props.session.as_deref();
         match &*line.ty {
             "session.created" | "session.updated" if self.session_started => {
-                let Props::Session {
-                    info: Some(info), ..
-                } = props
-                else {
+                let Some(info) = &props.info else {
                     return false;
                 };
-                self.accept(info.id.as_deref(), info.parent.as_deref());
+                self.accept(info.0.id.as_deref(), info.0.parent.as_deref());
                 out.ignore();
-                true
             }
             "message.updated" => {
-                let Props::Session {
-                    session,
-                    info: Some(info),
-                } = props
-                else {
+                let Some(info) = &props.info else {
                     return false;
                 };
-                let sid = info.session.as_deref().or(session.as_deref());
+                let info = &info.0;
+                let sid = info.session.as_deref().or(sid);
                 if !self.accept(sid, None) {
                     out.ignore();
                     return true;
                 }
                 self.message_info(info.message(), out);
-                true
             }
-            ty if ignored_event(ty) => {
-                out.ignore();
-                true
+            "message.part.updated" => {
+                let Some(part) = props.part.as_deref().filter(|p| p.object) else {
+                    return false;
+                };
+                self.part_updated(sid, part, props.delta.as_deref(), out);
             }
-            _ => false,
+            "message.part.delta" => self.part_delta(sid, props.part_delta(), out),
+            "session.status" => self.session_status(sid, props.status.as_deref(), out),
+            "session.idle" => self.session_idle(sid, out),
+            ty if ignored_event(ty) => out.ignore(),
+            _ => return false,
         }
+        true
     }
 
     fn finish(&mut self, out: &mut Out<'_>) {
@@ -219,8 +228,8 @@ impl Decoder for Opencode {
     }
 }
 
-/// A serve event as the fast path reads it: its type, and of its `properties` the session
-/// id and the `info` of a `session.*` or `message.updated` event.
+/// A serve event as the fast path reads it: its type, and of its `properties` what the
+/// types it handles read ([`PropsRead`]).
 #[derive(Deserialize)]
 struct ServeLine<'a> {
     #[serde(rename = "type", borrow)]
@@ -229,22 +238,119 @@ struct ServeLine<'a> {
     properties: Option<Props<'a>>,
 }
 
-// One per line read, on the stack: the size difference costs nothing.
-#[allow(clippy::large_enum_variant)]
 enum Props<'a> {
-    Session {
-        session: Option<Str<'a>>,
-        info: Option<InfoRead<'a>>,
-    },
+    /// Boxed: serde moves what it reads several times on its way out.
+    Object(Box<PropsRead<'a>>),
+    /// Anything but an object.
     Other,
 }
 
+/// The fields of `properties` that the types the fast path handles read, any of them
+/// absent: the session id, a `session.*` or `message.updated` event's `info`, a part (and
+/// the `delta` of OpenCode 1.x), a `message.part.delta`'s fields, a session's `status`.
 #[derive(Deserialize)]
-struct SessionProps<'a> {
+struct PropsRead<'a> {
     #[serde(default, borrow, rename = "sessionID")]
     session: Option<Str<'a>>,
     #[serde(default, borrow)]
-    info: Option<Obj<InfoRead<'a>>>,
+    info: Option<Box<Obj<InfoRead<'a>>>>,
+    #[serde(default)]
+    part: Option<Box<PartRead>>,
+    #[serde(default, borrow)]
+    delta: Option<Str<'a>>,
+    #[serde(default, borrow, rename = "messageID")]
+    message: Option<Str<'a>>,
+    #[serde(default, borrow, rename = "partID")]
+    part_id: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    field: Option<Str<'a>>,
+    #[serde(default)]
+    status: Option<Box<StatusRead>>,
+}
+
+impl PropsRead<'_> {
+    fn part_delta(&self) -> PartDelta<'_> {
+        PartDelta {
+            message: self.message.as_deref().unwrap_or(""),
+            field: self.field.as_deref(),
+            delta: self.delta.as_deref().unwrap_or(""),
+            id: self.part_id.as_deref(),
+        }
+    }
+}
+
+/// What [`Opencode::part_delta`] reads of a `message.part.delta`, from a `Value` or typed.
+struct PartDelta<'a> {
+    /// `messageID` when a string, else empty.
+    message: &'a str,
+    field: Option<&'a str>,
+    /// `delta` when a string, else empty.
+    delta: &'a str,
+    /// `partID`.
+    id: Option<&'a str>,
+}
+
+impl<'a> PartDelta<'a> {
+    fn from_map(props: &'a Map<String, Value>) -> PartDelta<'a> {
+        let str = |key| props.get(key).and_then(Value::as_str);
+        PartDelta {
+            message: str("messageID").unwrap_or(""),
+            field: str("field"),
+            delta: str("delta").unwrap_or(""),
+            id: str("partID"),
+        }
+    }
+}
+
+/// A part read typed for the fields [`Opencode::part`] and what it calls read
+/// ([`fast::Slots`]); a test build panics when they read another.
+type PartRead = Slots<PartKeys, 11>;
+
+struct PartKeys;
+
+impl SlotKeys for PartKeys {
+    fn slot(key: &str) -> Option<usize> {
+        Some(match key {
+            "type" => 0,
+            "messageID" => 1,
+            "sessionID" => 2,
+            "id" => 3,
+            "time" => 4,
+            "text" => 5,
+            "synthetic" => 6,
+            "reason" => 7,
+            "callID" => 8,
+            "tool" => 9,
+            "state" => 10,
+            _ => return None,
+        })
+    }
+}
+
+impl Fields for PartRead {
+    fn get(&self, key: &str) -> Option<&Value> {
+        Slots::get(self, key)
+    }
+}
+
+/// A `session.status`'s `status` read typed ([`fast::Slots`]): anything but an object has no
+/// fields, as `Value::get` finds none in it.
+type StatusRead = Slots<StatusKeys, 3>;
+
+struct StatusKeys;
+
+impl SlotKeys for StatusKeys {
+    fn slot(key: &str) -> Option<usize> {
+        ["type", "message", "attempt"]
+            .iter()
+            .position(|k| *k == key)
+    }
+}
+
+impl Fields for StatusRead {
+    fn get(&self, key: &str) -> Option<&Value> {
+        Slots::get(self, key)
+    }
 }
 
 /// The fields of an `info` object that the fast path reads: a session's ids, or what
@@ -325,8 +431,8 @@ impl<'a> MessageInfo<'a> {
     }
 }
 
-/// `properties` when it is an object whose `info` (if any) reads as [`Ids`]; anything else
-/// (present, even `null`) is `Other`.
+/// `properties` when it is an object that reads as [`PropsRead`]; anything else (present,
+/// even `null`) is `Other`.
 fn props<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Props<'de>>, D::Error> {
     struct V;
     impl<'de> serde::de::Visitor<'de> for V {
@@ -335,11 +441,8 @@ fn props<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Props<'de>>, D
             f.write_str("properties")
         }
         fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Props<'de>, A::Error> {
-            let p = SessionProps::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-            Ok(Props::Session {
-                session: p.session,
-                info: p.info.map(|i| i.0),
-            })
+            let props = PropsRead::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+            Ok(Props::Object(Box::new(props)))
         }
         fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Props<'de>, A::Error> {
             IgnoredAny::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
@@ -493,47 +596,8 @@ impl Opencode {
                 }
                 self.start_session(data, out);
             }
-            "session.status" => {
-                if !self.accept(sid, None) {
-                    return out.ignore();
-                }
-                let status = props.get("status");
-                match status.and_then(|s| s.get("type")).and_then(Value::as_str) {
-                    Some("busy") if self.run.is_none() => {
-                        self.ensure_run(out);
-                    }
-                    Some("idle") if self.run.is_some() => self.complete(out),
-                    Some("retry") => {
-                        let message = status
-                            .and_then(|s| s.get("message"))
-                            .and_then(Value::as_str)
-                            .unwrap_or("retrying");
-                        let mut data =
-                            ProviderError::from_provider(out.provider(), "retry", None, message)
-                                .to_data();
-                        data.insert("severity".into(), json!("warning"));
-                        if let Some(a) = status.and_then(|s| s.get("attempt")) {
-                            data.insert("attempt".into(), a.clone());
-                        }
-                        let run = self.run_id();
-                        out.emit(
-                            EventType::ErrorOccurred,
-                            run.as_deref(),
-                            Value::Object(data),
-                        );
-                    }
-                    Some("busy" | "idle") => out.ignore(),
-                    Some(other) => out.unknown(format_args!("session status {other:?}")),
-                    None => out.missing("properties.status.type"),
-                }
-            }
-            "session.idle" => {
-                if self.accept(sid, None) && self.run.is_some() {
-                    self.complete(out);
-                } else {
-                    out.ignore();
-                }
-            }
+            "session.status" => self.session_status(sid, props.get("status"), out),
+            "session.idle" => self.session_idle(sid, out),
             "session.error" => {
                 if !self.accept(sid, None) {
                     return out.ignore();
@@ -562,19 +626,10 @@ impl Opencode {
                 let Some(part) = props.get("part").filter(|p| p.is_object()) else {
                     return out.missing("properties.part");
                 };
-                let sid = part.get("sessionID").and_then(Value::as_str).or(sid);
-                if !self.accept(sid, None) {
-                    return out.ignore();
-                }
                 let delta = props.get("delta").and_then(Value::as_str);
-                self.part(part, delta, out);
+                self.part_updated(sid, part, delta, out);
             }
-            "message.part.delta" => {
-                if !self.accept(sid, None) {
-                    return out.ignore();
-                }
-                self.part_delta(props, out);
-            }
+            "message.part.delta" => self.part_delta(sid, PartDelta::from_map(props), out),
             "permission.updated" | "permission.asked" => {
                 if !self.accept(sid, None) {
                     return out.ignore();
@@ -647,6 +702,65 @@ impl Opencode {
         }
     }
 
+    /// `session.status`: `busy` opens a run, `idle` completes it, `retry` is a warning.
+    fn session_status<S: Fields + ?Sized>(
+        &mut self,
+        sid: Option<&str>,
+        status: Option<&S>,
+        out: &mut Out<'_>,
+    ) {
+        if !self.accept(sid, None) {
+            return out.ignore();
+        }
+        match status.and_then(|s| s.str("type")) {
+            Some("busy") if self.run.is_none() => {
+                self.ensure_run(out);
+            }
+            Some("idle") if self.run.is_some() => self.complete(out),
+            Some("retry") => {
+                let message = status.and_then(|s| s.str("message")).unwrap_or("retrying");
+                let mut data =
+                    ProviderError::from_provider(out.provider(), "retry", None, message).to_data();
+                data.insert("severity".into(), json!("warning"));
+                if let Some(a) = status.and_then(|s| s.get("attempt")) {
+                    data.insert("attempt".into(), a.clone());
+                }
+                let run = self.run_id();
+                out.emit(
+                    EventType::ErrorOccurred,
+                    run.as_deref(),
+                    Value::Object(data),
+                );
+            }
+            Some("busy" | "idle") => out.ignore(),
+            Some(other) => out.unknown(format_args!("session status {other:?}")),
+            None => out.missing("properties.status.type"),
+        }
+    }
+
+    fn session_idle(&mut self, sid: Option<&str>, out: &mut Out<'_>) {
+        if self.accept(sid, None) && self.run.is_some() {
+            self.complete(out);
+        } else {
+            out.ignore();
+        }
+    }
+
+    /// `message.part.updated`, its part an object.
+    fn part_updated<P: Fields + ?Sized>(
+        &mut self,
+        sid: Option<&str>,
+        part: &P,
+        delta: Option<&str>,
+        out: &mut Out<'_>,
+    ) {
+        let sid = part.str("sessionID").or(sid);
+        if !self.accept(sid, None) {
+            return out.ignore();
+        }
+        self.part(part, delta, out);
+    }
+
     /// `message.updated`: who wrote the message, its model, and its usage once completed.
     fn message_info(&mut self, info: MessageInfo<'_>, out: &mut Out<'_>) {
         let id = info.id;
@@ -678,7 +792,7 @@ impl Opencode {
         }
     }
 
-    fn part(&mut self, part: &Value, delta: Option<&str>, out: &mut Out<'_>) {
+    fn part<P: Fields + ?Sized>(&mut self, part: &P, delta: Option<&str>, out: &mut Out<'_>) {
         let ty = part.get("type").and_then(Value::as_str).unwrap_or("");
         let message = part.get("messageID").and_then(Value::as_str).unwrap_or("");
         if self.is_user(message) {
@@ -738,14 +852,19 @@ impl Opencode {
     }
 
     /// A user message's part: its first real text part is the prompt.
-    fn user_part(&mut self, message: &str, part: &Value, out: &mut Out<'_>) {
+    fn user_part<P: Fields + ?Sized>(&mut self, message: &str, part: &P, out: &mut Out<'_>) {
         if !self.user_prompt(message, part, out) {
             out.ignore();
         }
     }
 
     /// Emits `message_sent` for a user message's first real text part; false otherwise.
-    fn user_prompt(&mut self, message: &str, part: &Value, out: &mut Out<'_>) -> bool {
+    fn user_prompt<P: Fields + ?Sized>(
+        &mut self,
+        message: &str,
+        part: &P,
+        out: &mut Out<'_>,
+    ) -> bool {
         let text = part.get("text").and_then(Value::as_str);
         let synthetic = part.get("synthetic").and_then(Value::as_bool) == Some(true);
         let fresh = !self.run.as_ref().is_some_and(|r| r.sent.contains(message));
@@ -767,11 +886,17 @@ impl Opencode {
         }
     }
 
-    fn part_delta(&mut self, props: &Map<String, Value>, out: &mut Out<'_>) {
-        let message = props.get("messageID").and_then(Value::as_str).unwrap_or("");
-        let field = props.get("field").and_then(Value::as_str);
-        let delta = props.get("delta").and_then(Value::as_str).unwrap_or("");
-        let Some(id) = props.get("partID").and_then(Value::as_str) else {
+    fn part_delta(&mut self, sid: Option<&str>, props: PartDelta<'_>, out: &mut Out<'_>) {
+        if !self.accept(sid, None) {
+            return out.ignore();
+        }
+        let PartDelta {
+            message,
+            field,
+            delta,
+            id,
+        } = props;
+        let Some(id) = id else {
             return out.missing("properties.partID");
         };
         if field != Some("text") || delta.is_empty() || self.is_user(message) || self.ended(message)
@@ -916,12 +1041,12 @@ impl Opencode {
     }
 
     /// Emits the whole text of a part once; empty parts that never streamed are skipped.
-    fn finish_part(
+    fn finish_part<P: Fields + ?Sized>(
         &mut self,
         run: &str,
         id: &str,
         kind: PartKind,
-        part: &Value,
+        part: &P,
         out: &mut Out<'_>,
     ) {
         let text = part.get("text").and_then(Value::as_str).unwrap_or("");
@@ -946,7 +1071,7 @@ impl Opencode {
     }
 
     /// A `tool` part: each status transition once per call.
-    fn tool_part(&mut self, run: &str, part: &Value, out: &mut Out<'_>) {
+    fn tool_part<P: Fields + ?Sized>(&mut self, run: &str, part: &P, out: &mut Out<'_>) {
         let Some(call) = part
             .get("callID")
             .or_else(|| part.get("id"))
