@@ -275,6 +275,7 @@ fn hex8(word: u64) -> u32 {
 }
 
 /// The 32 lowercase hex digits of `hash`, most significant first (what `{:032x}` writes).
+#[inline]
 pub(crate) fn hex32(hash: u128) -> [u8; 32] {
     let mut out = [0u8; 32];
     out[..16].copy_from_slice(&hex16((hash >> 64) as u64));

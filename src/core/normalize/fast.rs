@@ -121,7 +121,9 @@ pub(crate) fn leading_type(text: &str) -> Option<&str> {
     let rest = rest.strip_prefix("\"type\"")?.trim_ascii_start();
     let rest = rest.strip_prefix(':')?.trim_ascii_start();
     let rest = rest.strip_prefix('"')?;
-    let end = rest.find(['"', '\\'])?;
+    // Bytes, not chars: a type is a few ASCII letters, and `str::find` of a char set decodes
+    // every character it passes.
+    let end = rest.bytes().position(|b| b == b'"' || b == b'\\')?;
     (rest.as_bytes()[end] == b'"').then(|| &rest[..end])
 }
 

@@ -118,20 +118,25 @@ impl Decoder for Gemini {
                     return false;
                 };
                 out.set_timestamp(line.timestamp);
-                self.tool_use_parts(id, line.tool_name.as_deref(), line.parameters, out);
+                self.tool_use_parts(
+                    id,
+                    line.tool_name.as_deref(),
+                    line.parameters.map(|p| *p),
+                    out,
+                );
             }
             "tool_result" => {
                 let Some(id) = &line.tool_id else {
                     return false;
                 };
                 out.set_timestamp(line.timestamp);
-                let status = line.status.as_ref().and_then(Value::as_str);
-                let (error, output) = (line.error.as_ref(), line.output.as_ref());
+                let status = line.status.as_deref().and_then(Value::as_str);
+                let (error, output) = (line.error.as_deref(), line.output.as_deref());
                 self.tool_result_parts(id, status, error, output, out);
             }
             "init" => {
                 out.set_timestamp(line.timestamp);
-                self.init_parts(line.session_id.as_deref(), line.model.as_ref(), out);
+                self.init_parts(line.session_id.as_deref(), line.model.as_deref(), out);
             }
             "error" => {
                 out.set_timestamp(line.timestamp);
@@ -139,10 +144,10 @@ impl Decoder for Gemini {
                     line.severity.as_deref(),
                     line.message.as_deref(),
                     ErrorFields {
-                        status: line.status.as_ref(),
-                        category: line.category.as_ref(),
-                        reason: line.reason.as_ref(),
-                        error: line.error.as_ref(),
+                        status: line.status.as_deref(),
+                        category: line.category.as_deref(),
+                        reason: line.reason.as_deref(),
+                        error: line.error.as_deref(),
                     },
                     out,
                 );
@@ -150,8 +155,8 @@ impl Decoder for Gemini {
             "result" => {
                 let stats = line.stats.as_deref().filter(|s| s.object);
                 out.set_timestamp(line.timestamp);
-                let status = line.status.as_ref().and_then(Value::as_str);
-                self.result_parts(status, line.error.as_ref(), stats, out);
+                let status = line.status.as_deref().and_then(Value::as_str);
+                self.result_parts(status, line.error.as_deref(), stats, out);
             }
             _ => return false,
         }
@@ -164,7 +169,8 @@ impl Decoder for Gemini {
 }
 
 /// The fields of the records the typed fast path reads (`init`, `message`, `tool_use`,
-/// `tool_result`, `error`, `result`).
+/// `tool_result`, `error`, `result`). Its values are boxed, as `stats` is: serde moves the line
+/// a few times as it reads it (a `memcpy` each), and a line holds few of them.
 #[derive(Deserialize)]
 struct Line<'a> {
     #[serde(rename = "type", borrow)]
@@ -182,25 +188,25 @@ struct Line<'a> {
     #[serde(default, borrow)]
     tool_name: Option<Str<'a>>,
     #[serde(default, deserialize_with = "present")]
-    parameters: Option<Value>,
+    parameters: Option<Box<Value>>,
     #[serde(default, deserialize_with = "present")]
-    status: Option<Value>,
+    status: Option<Box<Value>>,
     #[serde(default, deserialize_with = "present")]
-    error: Option<Value>,
+    error: Option<Box<Value>>,
     #[serde(default, deserialize_with = "present")]
-    output: Option<Value>,
+    output: Option<Box<Value>>,
     #[serde(default, borrow)]
     session_id: Option<Str<'a>>,
     #[serde(default, deserialize_with = "present")]
-    model: Option<Value>,
+    model: Option<Box<Value>>,
     #[serde(default, borrow)]
     severity: Option<Str<'a>>,
     #[serde(default, borrow)]
     message: Option<Str<'a>>,
     #[serde(default, deserialize_with = "present")]
-    category: Option<Value>,
+    category: Option<Box<Value>>,
     #[serde(default, deserialize_with = "present")]
-    reason: Option<Value>,
+    reason: Option<Box<Value>>,
     /// Boxed: it is large (eight values), and the line is moved a few times as it is read.
     #[serde(default)]
     stats: Option<Box<StatsRead>>,

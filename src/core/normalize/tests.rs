@@ -749,3 +749,24 @@ fn the_fast_paths_read_the_transcripts_as_the_value_path_does() {
         }
     }
 }
+
+/// The cheap look at a record's leading `type` finds it exactly when it is the first key
+/// and a string without escapes.
+#[wasm_bindgen_test(unsupported = test)]
+fn the_leading_type_is_the_first_keys_plain_string() {
+    for (text, ty) in [
+        (r#"{"type":"message","role":"user"}"#, Some("message")),
+        (" \t{ \"type\" :\n \"a.b\" }", Some("a.b")),
+        (r#"{"type":"é ü","x":1}"#, Some("é ü")),
+        (r#"{"type":""}"#, Some("")),
+        (r#"{"type":"me\u0073sage"}"#, None),
+        (r#"{"type":"a\"b"}"#, None),
+        (r#"{"id":1,"type":"x"}"#, None),
+        (r#"{"type":5}"#, None),
+        (r#"{"type":"unterminated"#, None),
+        (r#"["type","x"]"#, None),
+        ("", None),
+    ] {
+        assert_eq!(super::fast::leading_type(text), ty, "{text}");
+    }
+}
