@@ -77,7 +77,7 @@ use serde_json::{json, Map, Value};
 use super::codex::Fields;
 use super::fast::{self, present, Obj, SlotKeys, Slots, Str};
 use super::turn::cancel_tool_call;
-use super::{Decoder, Out};
+use super::{text_data, Decoder, Out};
 use crate::core::event::{CancelReason, EventType};
 use crate::core::provider_error::{add_details, ProviderError};
 
@@ -1031,13 +1031,12 @@ impl Opencode {
         if !r.streaming.iter().any(|(p, _)| p == id) {
             r.streaming.push((id.to_owned(), kind));
         }
-        let (event, mut data) = match kind {
-            PartKind::Text => (EventType::MessageStreamed, json!({"role": "assistant"})),
-            PartKind::Reasoning => (EventType::ReasoningStreamed, json!({})),
+        let (event, role) = match kind {
+            PartKind::Text => (EventType::MessageStreamed, Some("assistant")),
+            PartKind::Reasoning => (EventType::ReasoningStreamed, None),
         };
-        data["delta"] = json!(delta);
-        data["message_id"] = json!(id);
-        out.emit(event, Some(run), data);
+        let data = text_data("delta", delta, id, None, role);
+        out.emit_data(event, Some(run), data);
     }
 
     /// Emits the whole text of a part once; empty parts that never streamed are skipped.
@@ -1061,13 +1060,12 @@ impl Opencode {
         if !first || (text.is_empty() && streamed.is_none()) {
             return out.ignore();
         }
-        let (event, mut data) = match kind {
-            PartKind::Text => (EventType::MessageReceived, json!({"role": "assistant"})),
-            PartKind::Reasoning => (EventType::ReasoningReceived, json!({})),
+        let (event, role) = match kind {
+            PartKind::Text => (EventType::MessageReceived, Some("assistant")),
+            PartKind::Reasoning => (EventType::ReasoningReceived, None),
         };
-        data["content"] = json!(text);
-        data["message_id"] = json!(id);
-        out.emit(event, Some(run), data);
+        let data = text_data("content", text, id, None, role);
+        out.emit_data(event, Some(run), data);
     }
 
     /// A `tool` part: each status transition once per call.
