@@ -110,17 +110,29 @@ export interface Opened {
 }
 
 /** Opens the page on `session` (`snapshot` off: the whole log replayed) and waits until the
- * session's last item (`lastText` in its row) is rendered. */
+ * session's last item (`lastText` in its row) is rendered. A page that cannot get there (an
+ * error thrown on it, a script it could not load: the npm package not installed into www/)
+ * fails at once, not at `timeoutMs`. */
 export async function open(
   context: BrowserContext, addr: string, session: string, lastText: string, snapshot: boolean, timeoutMs: number,
 ): Promise<Opened> {
   const page = await context.newPage();
   const problems: string[] = [];
-  page.on("pageerror", (e) => problems.push(e.message));
+  let fail = (_: Error) => {};
+  const failed = new Promise<never>((_, reject) => (fail = reject));
+  failed.catch(() => {}); // also when nothing waits on it any more
+  const problem = (what: string) => {
+    problems.push(what);
+    fail(new Error(problems.join("; ")));
+  };
+  page.on("pageerror", (e) => problem(e.message));
+  page.on("response", (r) => {
+    if (r.status() >= 400 && r.request().resourceType() === "script") problem(`${r.status()} for ${r.url()}`);
+  });
   const query = `token=${TOKEN}${snapshot ? "" : "&snapshot=off"}`;
   await page.goto(`http://${addr}/?${query}#${session}`);
   try {
-    await page.waitForFunction(
+    await Promise.race([failed, page.waitForFunction(
       ({ session, lastText }) => {
         const p = window.agentwirePage;
         if (!p || p.state.current !== session) return false;
@@ -132,9 +144,10 @@ export async function open(
       },
       { session, lastText },
       { timeout: timeoutMs, polling: "raf" },
-    );
+    )]);
   } catch (e) {
-    throw new Error(`the last item was not rendered: ${(e as Error).message.split("\n")[0]} ${problems.join("; ")}`);
+    const why = problems.length ? problems.join("; ") : (e as Error).message.split("\n")[0];
+    throw new Error(`the last item was not rendered: ${why}`);
   }
   const got = await page.evaluate((session) => ({
     ms: (window as any).renderedAt - (window.hydration.subscribedAt ?? 0),
