@@ -793,8 +793,8 @@ impl Opencode {
     }
 
     fn part<P: Fields + ?Sized>(&mut self, part: &P, delta: Option<&str>, out: &mut Out<'_>) {
-        let ty = part.get("type").and_then(Value::as_str).unwrap_or("");
-        let message = part.get("messageID").and_then(Value::as_str).unwrap_or("");
+        let ty = part.str("type").unwrap_or("");
+        let message = part.str("messageID").unwrap_or("");
         if self.is_user(message) {
             return self.user_part(message, part, out);
         }
@@ -814,7 +814,7 @@ impl Opencode {
                 } else {
                     PartKind::Reasoning
                 };
-                let Some(id) = part.get("id").and_then(Value::as_str) else {
+                let Some(id) = part.str("id") else {
                     return out.missing("part.id");
                 };
                 let run = self.ensure_run(out);
@@ -841,7 +841,7 @@ impl Opencode {
                 }
             }
             "step-finish" => {
-                if let Some(reason) = part.get("reason").and_then(Value::as_str) {
+                if let Some(reason) = part.str("reason") {
                     let reason = reason.to_owned();
                     self.with_run(|r| r.last_finish = Some(reason));
                 }
@@ -865,15 +865,11 @@ impl Opencode {
         part: &P,
         out: &mut Out<'_>,
     ) -> bool {
-        let text = part.get("text").and_then(Value::as_str);
+        let text = part.str("text");
         let synthetic = part.get("synthetic").and_then(Value::as_bool) == Some(true);
         let fresh = !self.run.as_ref().is_some_and(|r| r.sent.contains(message));
         match text {
-            Some(text)
-                if part.get("type").and_then(Value::as_str) == Some("text")
-                    && !synthetic
-                    && fresh =>
-            {
+            Some(text) if part.str("type") == Some("text") && !synthetic && fresh => {
                 let run = self.ensure_run(out);
                 self.with_run(|r| {
                     r.sent.insert(message.to_owned());
@@ -1048,7 +1044,7 @@ impl Opencode {
         part: &P,
         out: &mut Out<'_>,
     ) {
-        let text = part.get("text").and_then(Value::as_str).unwrap_or("");
+        let text = part.str("text").unwrap_or("");
         let Some(r) = self.run.as_mut() else {
             return;
         };
