@@ -516,6 +516,13 @@ impl Fields for Value {
     }
 }
 
+/// A typed read of a few fields ([`Slots`]: Codex's usage, OpenCode's parts and status).
+impl<K: SlotKeys, const N: usize> Fields for Slots<K, N> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        Slots::get(self, key)
+    }
+}
+
 /// A non-text item read typed: the fields [`ItemFields::slot`] lists, each what serde_json
 /// reads for it (a repeated field keeps the last, as a `Value` map does), the others
 /// checked as `Value` would check them ([`Valid`]) and dropped unbuilt. A few fields, looked
@@ -776,12 +783,6 @@ impl SlotKeys for UsageKeys {
                 _ if key == camel => Some(2 * i + 1),
                 _ => None,
             })
-    }
-}
-
-impl Fields for UsageRead {
-    fn get(&self, key: &str) -> Option<&Value> {
-        Slots::get(self, key)
     }
 }
 

@@ -327,12 +327,6 @@ impl SlotKeys for PartKeys {
     }
 }
 
-impl Fields for PartRead {
-    fn get(&self, key: &str) -> Option<&Value> {
-        Slots::get(self, key)
-    }
-}
-
 /// A `session.status`'s `status` read typed ([`fast::Slots`]): anything but an object has no
 /// fields, as `Value::get` finds none in it.
 type StatusRead = Slots<StatusKeys, 3>;
@@ -344,12 +338,6 @@ impl SlotKeys for StatusKeys {
         ["type", "message", "attempt"]
             .iter()
             .position(|k| *k == key)
-    }
-}
-
-impl Fields for StatusRead {
-    fn get(&self, key: &str) -> Option<&Value> {
-        Slots::get(self, key)
     }
 }
 
