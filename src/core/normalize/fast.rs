@@ -25,6 +25,7 @@ use serde::de::{self, Deserialize, Deserializer, Visitor};
 use serde_json::Value;
 
 /// A JSON string, borrowed from the line unless it has escapes.
+#[derive(Default)]
 pub(crate) struct Str<'a>(pub(crate) Cow<'a, str>);
 
 impl std::ops::Deref for Str<'_> {
@@ -53,6 +54,195 @@ impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
             }
         }
         d.deserialize_str(V)
+    }
+}
+
+/// A record that the typed fast path reads in place, field by field, by [`read_record`].
+pub(crate) trait Record<'a> {
+    /// The bits of the fields that must be present (else the read fails).
+    const REQUIRED: u32;
+
+    /// Reads `key`'s value into its field and returns the field's bit; returns 0, reading
+    /// nothing, for a key that is not one of its fields.
+    fn field(&mut self, key: &str, value: &mut Scan<'a>) -> Result<u32, Unread>;
+}
+
+/// A read that [`Scan`] stopped: the text is not an object it reads itself exactly as
+/// serde_json reads it (invalid JSON among such texts), a field is given twice or is of
+/// another type, or a required one is missing. The caller takes the `Value` path, which
+/// gives the line's events, or its diagnostic.
+#[derive(Debug)]
+pub(crate) struct Unread;
+
+/// Reads `text`, a JSON object, into `record` (see [`Scan`]). A field given twice or a
+/// required one missing fails the read, as in a derived struct; any other key's value is
+/// skipped as `IgnoredAny` skips it.
+pub(crate) fn read_record<'a, R: Record<'a>>(text: &'a str, record: &mut R) -> Result<(), Unread> {
+    let mut s = Scan { text, at: 0 };
+    if !s.eat(b'{') {
+        return Err(Unread);
+    }
+    let mut seen = 0u32;
+    if !s.eat(b'}') {
+        loop {
+            let key = s.str()?;
+            if !s.eat(b':') {
+                return Err(Unread);
+            }
+            match record.field(&key, &mut s)? {
+                0 => s.skip()?,
+                bit if seen & bit != 0 => return Err(Unread),
+                bit => seen |= bit,
+            }
+            if s.eat(b',') {
+                continue;
+            }
+            if s.eat(b'}') {
+                break;
+            }
+            return Err(Unread);
+        }
+    }
+    s.skip_ws();
+    match s.at == text.len() && R::REQUIRED & !seen == 0 {
+        true => Ok(()),
+        false => Err(Unread),
+    }
+}
+
+/// The reader of [`read_record`]: it reads an object's structure, its strings without
+/// escapes, and `true`, `false` and `null` itself, by hand, and hands anything else (a string
+/// with an escape, a number, an object or array value) to serde_json, from where it stands to
+/// that value's end. So every value is what serde_json reads for it, and the line costs a
+/// fraction of serde's read: its derived structs and per-token calls were 40 % of a Gemini
+/// line's instructions (BENCHMARKS.md, stop 43).
+pub(crate) struct Scan<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn skip_ws(&mut self) {
+        let bytes = self.text.as_bytes();
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.skip_ws();
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> bool {
+        let found = self.peek() == Some(byte);
+        self.at += usize::from(found);
+        found
+    }
+
+    /// At a string's opening quote: the string when it has no escape (read past), else
+    /// `None` (nothing read). A control character fails, as in serde_json.
+    fn plain(&mut self) -> Result<Option<&'a str>, Unread> {
+        let bytes = self.text.as_bytes();
+        let start = self.at + 1;
+        let mut i = start;
+        // Eight bytes a step while eight are left: the first that is a quote, a backslash or
+        // a control character (the lowest byte flagged is exact).
+        const ONES: u64 = u64::from_ne_bytes([1; 8]);
+        const HIGH: u64 = ONES << 7;
+        while let Some(word) = bytes.get(i..i + 8) {
+            let v = u64::from_le_bytes(word.try_into().unwrap_or_default());
+            let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+            let hits = zero(v ^ (ONES * u64::from(b'"')))
+                | zero(v ^ (ONES * u64::from(b'\\')))
+                | (v.wrapping_sub(ONES * 0x20) & !v & HIGH);
+            if hits != 0 {
+                i += (hits.trailing_zeros() / 8) as usize;
+                break;
+            }
+            i += 8;
+        }
+        loop {
+            match bytes.get(i) {
+                Some(b'"') => break,
+                Some(b'\\') => return Ok(None),
+                Some(&b) if b >= 0x20 => i += 1,
+                _ => return Err(Unread),
+            }
+        }
+        self.at = i + 1;
+        Ok(Some(&self.text[start..i]))
+    }
+
+    fn literal(&mut self, word: &str) -> bool {
+        let found = self.text[self.at..].starts_with(word);
+        self.at += if found { word.len() } else { 0 };
+        found
+    }
+
+    /// The next value, read by serde_json from here to its end.
+    pub(crate) fn serde<T: Deserialize<'a>>(&mut self) -> Result<T, Unread> {
+        let mut values = serde_json::Deserializer::from_str(&self.text[self.at..]).into_iter();
+        let value = values.next().and_then(Result::ok).ok_or(Unread)?;
+        let span = &self.text.as_bytes()[self.at..self.at + values.byte_offset()];
+        // serde_json refuses a value nested 127 deep inside the line's object, and would take
+        // it alone: such a line (or one of many brackets in its strings) is left to it.
+        if span.len() >= 254 && span.iter().filter(|&&b| b == b'[' || b == b'{').count() >= 127 {
+            return Err(Unread);
+        }
+        self.at += span.len();
+        Ok(value)
+    }
+
+    /// A string.
+    pub(crate) fn str(&mut self) -> Result<Str<'a>, Unread> {
+        if self.peek() != Some(b'"') {
+            return Err(Unread);
+        }
+        match self.plain()? {
+            Some(s) => Ok(Str(Cow::Borrowed(s))),
+            None => self.serde(),
+        }
+    }
+
+    /// A string, or `null` (`None`).
+    pub(crate) fn opt_str(&mut self) -> Result<Option<Str<'a>>, Unread> {
+        match self.peek() {
+            Some(b'n') if self.literal("null") => Ok(None),
+            _ => self.str().map(Some),
+        }
+    }
+
+    /// A boolean, or `null` (`None`).
+    pub(crate) fn opt_bool(&mut self) -> Result<Option<bool>, Unread> {
+        self.skip_ws();
+        match () {
+            _ if self.literal("true") => Ok(Some(true)),
+            _ if self.literal("false") => Ok(Some(false)),
+            _ if self.literal("null") => Ok(None),
+            _ => Err(Unread),
+        }
+    }
+
+    /// A timestamp, as [`Stamp`] reads it.
+    pub(crate) fn stamp(&mut self) -> Result<Stamp, Unread> {
+        if self.peek() == Some(b'"') {
+            if let Some(s) = self.plain()? {
+                return Ok(Stamp(Timestamp::parse_rfc3339(s)));
+            }
+        }
+        self.serde()
+    }
+
+    /// Any value, checked as `IgnoredAny` checks it and dropped.
+    fn skip(&mut self) -> Result<(), Unread> {
+        match self.peek() {
+            Some(b'"') if self.plain()?.is_some() => Ok(()),
+            Some(b't') if self.literal("true") => Ok(()),
+            Some(b'f') if self.literal("false") => Ok(()),
+            Some(b'n') if self.literal("null") => Ok(()),
+            _ => self.serde::<de::IgnoredAny>().map(drop),
+        }
     }
 }
 

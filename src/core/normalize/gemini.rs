@@ -35,10 +35,9 @@
 
 use std::sync::Arc;
 
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::fast::{self, present, Stamp, Str};
+use super::fast::{self, Scan, Stamp, Str, Unread};
 use super::turn::OpenTools;
 use super::{text_data, tool_started_data, Decoder, Out};
 use crate::core::event::EventType;
@@ -99,9 +98,10 @@ impl Decoder for Gemini {
         if leading.is_some_and(|ty| !typed.contains(&ty)) {
             return false;
         }
-        let Some(line) = out.read::<Line<'_>>(text) else {
+        let mut line = Line::default();
+        if fast::read_record(text, &mut line).is_err() {
             return false;
-        };
+        }
         match &*line.ty {
             "message" => {
                 let (Some(role), Some(content)) = (&line.role, &line.content) else {
@@ -118,25 +118,20 @@ impl Decoder for Gemini {
                     return false;
                 };
                 out.set_timestamp(line.timestamp);
-                self.tool_use_parts(
-                    id,
-                    line.tool_name.as_deref(),
-                    line.parameters.map(|p| *p),
-                    out,
-                );
+                self.tool_use_parts(id, line.tool_name.as_deref(), line.parameters, out);
             }
             "tool_result" => {
                 let Some(id) = &line.tool_id else {
                     return false;
                 };
                 out.set_timestamp(line.timestamp);
-                let status = line.status.as_deref().and_then(Value::as_str);
-                let (error, output) = (line.error.as_deref(), line.output.as_deref());
+                let status = line.status.as_ref().and_then(Value::as_str);
+                let (error, output) = (line.error.as_ref(), line.output.as_ref());
                 self.tool_result_parts(id, status, error, output, out);
             }
             "init" => {
                 out.set_timestamp(line.timestamp);
-                self.init_parts(line.session_id.as_deref(), line.model.as_deref(), out);
+                self.init_parts(line.session_id.as_deref(), line.model.as_ref(), out);
             }
             "error" => {
                 out.set_timestamp(line.timestamp);
@@ -144,19 +139,19 @@ impl Decoder for Gemini {
                     line.severity.as_deref(),
                     line.message.as_deref(),
                     ErrorFields {
-                        status: line.status.as_deref(),
-                        category: line.category.as_deref(),
-                        reason: line.reason.as_deref(),
-                        error: line.error.as_deref(),
+                        status: line.status.as_ref(),
+                        category: line.category.as_ref(),
+                        reason: line.reason.as_ref(),
+                        error: line.error.as_ref(),
                     },
                     out,
                 );
             }
             "result" => {
-                let stats = line.stats.as_deref().filter(|s| s.object);
+                let stats = line.stats.as_ref().filter(|s| s.object);
                 out.set_timestamp(line.timestamp);
-                let status = line.status.as_deref().and_then(Value::as_str);
-                self.result_parts(status, line.error.as_deref(), stats, out);
+                let status = line.status.as_ref().and_then(Value::as_str);
+                self.result_parts(status, line.error.as_ref(), stats, out);
             }
             _ => return false,
         }
@@ -169,47 +164,110 @@ impl Decoder for Gemini {
 }
 
 /// The fields of the records the typed fast path reads (`init`, `message`, `tool_use`,
-/// `tool_result`, `error`, `result`). Its values are boxed, as `stats` is: serde moves the line
-/// a few times as it reads it (a `memcpy` each), and a line holds few of them.
-#[derive(Deserialize)]
+/// `tool_result`, `error`, `result`), read in place ([`fast::Record`]).
+#[derive(Default)]
 struct Line<'a> {
-    #[serde(rename = "type", borrow)]
     ty: Str<'a>,
-    #[serde(default)]
     timestamp: Stamp,
-    #[serde(default, borrow)]
     role: Option<Str<'a>>,
-    #[serde(default, borrow)]
     content: Option<Str<'a>>,
-    #[serde(default)]
     delta: Option<bool>,
-    #[serde(default, borrow)]
     tool_id: Option<Str<'a>>,
-    #[serde(default, borrow)]
     tool_name: Option<Str<'a>>,
-    #[serde(default, deserialize_with = "present")]
-    parameters: Option<Box<Value>>,
-    #[serde(default, deserialize_with = "present")]
-    status: Option<Box<Value>>,
-    #[serde(default, deserialize_with = "present")]
-    error: Option<Box<Value>>,
-    #[serde(default, deserialize_with = "present")]
-    output: Option<Box<Value>>,
-    #[serde(default, borrow)]
+    // `Some(Null)` for a `null` (as `obj.get(key)` sees it), `None` when absent.
+    parameters: Option<Value>,
+    status: Option<Value>,
+    error: Option<Value>,
+    output: Option<Value>,
     session_id: Option<Str<'a>>,
-    #[serde(default, deserialize_with = "present")]
-    model: Option<Box<Value>>,
-    #[serde(default, borrow)]
+    model: Option<Value>,
     severity: Option<Str<'a>>,
-    #[serde(default, borrow)]
     message: Option<Str<'a>>,
-    #[serde(default, deserialize_with = "present")]
-    category: Option<Box<Value>>,
-    #[serde(default, deserialize_with = "present")]
-    reason: Option<Box<Value>>,
-    /// Boxed: it is large (eight values), and the line is moved a few times as it is read.
-    #[serde(default)]
-    stats: Option<Box<StatsRead>>,
+    category: Option<Value>,
+    reason: Option<Value>,
+    stats: Option<StatsRead>,
+}
+
+impl<'a> fast::Record<'a> for Line<'a> {
+    const REQUIRED: u32 = 1;
+
+    fn field(&mut self, key: &str, value: &mut Scan<'a>) -> Result<u32, Unread> {
+        Ok(match key {
+            "type" => {
+                self.ty = value.str()?;
+                1
+            }
+            "timestamp" => {
+                self.timestamp = value.stamp()?;
+                1 << 1
+            }
+            "role" => {
+                self.role = value.opt_str()?;
+                1 << 2
+            }
+            "content" => {
+                self.content = value.opt_str()?;
+                1 << 3
+            }
+            "delta" => {
+                self.delta = value.opt_bool()?;
+                1 << 4
+            }
+            "tool_id" => {
+                self.tool_id = value.opt_str()?;
+                1 << 5
+            }
+            "tool_name" => {
+                self.tool_name = value.opt_str()?;
+                1 << 6
+            }
+            "parameters" => {
+                self.parameters = Some(value.serde()?);
+                1 << 7
+            }
+            "status" => {
+                self.status = Some(value.serde()?);
+                1 << 8
+            }
+            "error" => {
+                self.error = Some(value.serde()?);
+                1 << 9
+            }
+            "output" => {
+                self.output = Some(value.serde()?);
+                1 << 10
+            }
+            "session_id" => {
+                self.session_id = value.opt_str()?;
+                1 << 11
+            }
+            "model" => {
+                self.model = Some(value.serde()?);
+                1 << 12
+            }
+            "severity" => {
+                self.severity = value.opt_str()?;
+                1 << 13
+            }
+            "message" => {
+                self.message = value.opt_str()?;
+                1 << 14
+            }
+            "category" => {
+                self.category = Some(value.serde()?);
+                1 << 15
+            }
+            "reason" => {
+                self.reason = Some(value.serde()?);
+                1 << 16
+            }
+            "stats" => {
+                self.stats = value.serde()?;
+                1 << 17
+            }
+            _ => 0,
+        })
+    }
 }
 
 /// A `result` line's `stats`, read for the fields [`usage`] and the terminal read

@@ -770,3 +770,185 @@ fn the_leading_type_is_the_first_keys_plain_string() {
         assert_eq!(super::fast::leading_type(text), ty, "{text}");
     }
 }
+
+/// A record of each kind of field `fast::Scan` reads, for the scanner's test.
+#[derive(Default, Debug, PartialEq)]
+struct Probe {
+    s: Option<String>,
+    o: Option<Option<String>>,
+    b: Option<Option<bool>>,
+    t: Option<Option<Timestamp>>,
+    v: Option<Value>,
+}
+
+impl<'a> fast::Record<'a> for Probe {
+    const REQUIRED: u32 = 0;
+
+    fn field(&mut self, key: &str, value: &mut fast::Scan<'a>) -> Result<u32, fast::Unread> {
+        Ok(match key {
+            "s" => {
+                self.s = Some(value.str()?.0.into_owned());
+                1
+            }
+            "o" => {
+                self.o = Some(value.opt_str()?.map(|s| s.0.into_owned()));
+                2
+            }
+            "b" => {
+                self.b = Some(value.opt_bool()?);
+                4
+            }
+            "t" => {
+                self.t = Some(value.stamp()?.0);
+                8
+            }
+            "v" => {
+                self.v = Some(value.serde()?);
+                16
+            }
+            _ => 0,
+        })
+    }
+}
+
+/// Checks the scanner's read of `text` against serde_json's: what it takes must be what
+/// serde_json reads; a `whole` text (not cut or changed) that it refuses, serde_json must
+/// refuse too (a value nested 127 deep in the line among them), or hold a field of a type its
+/// reader refuses.
+fn check_scan(text: &str, whole: bool) {
+    let mut probe = Probe::default();
+    let read = fast::read_record(text, &mut probe);
+    let want = serde_json::from_str::<Value>(text)
+        .ok()
+        .and_then(|v| probe_of(&v));
+    if read.is_ok() {
+        assert_eq!(Some(&probe), want.as_ref(), "{text}");
+    } else if whole {
+        assert!(want.is_none(), "{text}");
+    }
+}
+
+/// The scanner's edges, each once: nesting at serde_json's limit and one past it, a key given
+/// twice or written with an escape, and whitespace where JSON allows it.
+#[wasm_bindgen_test(unsupported = test)]
+fn the_scanner_stops_where_serde_json_does() {
+    let deep = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+    for key in ["v", "other"] {
+        check_scan(&format!(r#"{{"{key}":{}}}"#, deep(126)), true);
+        check_scan(&format!(r#"{{"{key}":{}}}"#, deep(127)), true);
+    }
+    assert!(fast::read_record(&format!(r#"{{"v":{}}}"#, deep(126)), &mut Probe::default()).is_ok());
+    let mut twice = Probe::default();
+    assert!(fast::read_record(r#"{"s":"a","\u0073":"b"}"#, &mut twice).is_err());
+    let mut spaced = Probe::default();
+    fast::read_record(
+        " \n{ \"s\" :\t\"x\" ,\r\"b\":true , \"z\" : [ ] }\n ",
+        &mut spaced,
+    )
+    .expect("spaced");
+    assert_eq!(
+        (spaced.s.as_deref(), spaced.b),
+        (Some("x"), Some(Some(true)))
+    );
+    for text in [
+        r#"{"s":"a",}"#,
+        r#"{"s":"a""#,
+        r#"{"s":"a"} x"#,
+        r#"{,}"#,
+        r#"{"s"}"#,
+    ] {
+        check_scan(text, true);
+    }
+}
+
+/// What the scanner must read into a [`Probe`] from `text`, from serde_json's `Value` of it:
+/// `None` where a field is of a type its reader refuses (or the text is not an object).
+fn probe_of(value: &Value) -> Option<Probe> {
+    let obj = value.as_object()?;
+    let mut p = Probe::default();
+    if let Some(s) = obj.get("s") {
+        p.s = Some(s.as_str()?.to_owned());
+    }
+    if let Some(o) = obj.get("o") {
+        p.o = Some(match o {
+            Value::Null => None,
+            o => Some(o.as_str()?.to_owned()),
+        });
+    }
+    if let Some(b) = obj.get("b") {
+        p.b = Some(match b {
+            Value::Null => None,
+            b => Some(b.as_bool()?),
+        });
+    }
+    if let Some(t) = obj.get("t") {
+        p.t = Some(match t {
+            Value::String(s) => Timestamp::parse_rfc3339(s),
+            Value::Number(n) if n.is_i64() => n.as_i64().map(Timestamp::from_unix_millis),
+            Value::Number(n) if n.is_u64() => None,
+            Value::Array(_) | Value::Object(_) => return None,
+            _ => None,
+        });
+    }
+    p.v = obj.get("v").cloned();
+    Some(p)
+}
+
+proptest! {
+    /// The scanner reads what serde_json reads, or nothing: any text it takes, serde_json
+    /// takes too, with the same values; a well-formed object of fields of the right types is
+    /// taken. Texts are objects of unique keys (the scanner refuses a repeated one) with
+    /// whitespace anywhere, values of every kind (escapes, control characters, every
+    /// literal, numbers, nesting up to serde_json's limit and past it), some cut short or with
+    /// a byte changed.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn the_scanner_reads_what_serde_json_reads(
+        fields in proptest::collection::vec((0usize..7, 0usize..64, 0usize..4), 0..6),
+        cut in proptest::option::of(0usize..400),
+        flip in proptest::option::of((0usize..400, any::<u8>())),
+    ) {
+        let keys = ["s", "o", "b", "t", "v", "other", "\\u0073"];
+        let deep = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+        let values: Vec<String> = [
+            r#""plain""#, r#""""#, r#""seven77""#, r#""eight888""#, r#""nine 9999 and more than sixteen""#,
+            r#""q\"uote""#, r#""back\\slash""#, r#""\u00e9\n""#, "\"tab\tin\"", "\"é ü ✓ 𝄞\"",
+            r#""2026-11-29T21:31:07.200Z""#, r#""2026-11-29T21:31:07.2\u0030Z""#, r#""not a time""#,
+            "true", "false", "null", "nul", "truex", "tru",
+            "0", "-1", "1.5e3", "1700000000000", "18446744073709551615", "123456789012345678901234567890",
+            "01", "1.", "-",
+            "{}", "[]", r#"{"a":[1,{"b":null}],"c":"d"}"#, "[1, 2 ]", "[1,]", r#"{"a":1,}"#, "{\"a\" : \"\\u00e9\"}",
+            "\"unterminated", "{", "]",
+        ].iter().map(|s| s.to_string()).chain([deep(126), deep(127)]).collect();
+        let spaces = ["", " ", "\n\t", "\r "];
+        let mut text = String::from(spaces[fields.len() % 4]);
+        text.push('{');
+        let mut used = std::collections::HashSet::new();
+        for &(k, v, w) in &fields {
+            // Each key once (`\u0073` is `s`).
+            if !used.insert(if k == 6 { 0 } else { k }) {
+                continue;
+            }
+            if used.len() > 1 {
+                text.push(',');
+            }
+            text.push_str(spaces[w]);
+            text.push_str(&format!("\"{}\"{}:{}", keys[k], spaces[(w + 1) % 4], spaces[(w + 2) % 4]));
+            text.push_str(&values[v % values.len()]);
+            text.push_str(spaces[(w + 3) % 4]);
+        }
+        text.push('}');
+        let whole = text.clone();
+        let mut bytes = text.into_bytes();
+        if let Some(c) = cut {
+            bytes.truncate(c % (bytes.len() + 1));
+        }
+        if let Some((at, b)) = flip {
+            if !bytes.is_empty() {
+                let at = at % bytes.len();
+                bytes[at] = b;
+            }
+        }
+        let Ok(text) = String::from_utf8(bytes) else { return Ok(()) };
+        check_scan(&text, text == whole);
+    }
+}
