@@ -78,7 +78,11 @@ pub(crate) struct Unread;
 /// required one missing fails the read, as in a derived struct; any other key's value is
 /// skipped as `IgnoredAny` skips it.
 pub(crate) fn read_record<'a, R: Record<'a>>(text: &'a str, record: &mut R) -> Result<(), Unread> {
-    let mut s = Scan { text, at: 0 };
+    let mut s = Scan {
+        text,
+        at: 0,
+        depth: 1,
+    };
     if !s.eat(b'{') {
         return Err(Unread);
     }
@@ -90,7 +94,7 @@ pub(crate) fn read_record<'a, R: Record<'a>>(text: &'a str, record: &mut R) -> R
                 return Err(Unread);
             }
             match record.field(&key, &mut s)? {
-                0 => s.skip()?,
+                0 => s.skip::<de::IgnoredAny>()?,
                 bit if seen & bit != 0 => return Err(Unread),
                 bit => seen |= bit,
             }
@@ -119,6 +123,8 @@ pub(crate) fn read_record<'a, R: Record<'a>>(text: &'a str, record: &mut R) -> R
 pub(crate) struct Scan<'a> {
     text: &'a str,
     at: usize,
+    /// The objects the scanner is in (the line's is 1).
+    depth: usize,
 }
 
 impl<'a> Scan<'a> {
@@ -185,9 +191,12 @@ impl<'a> Scan<'a> {
         let mut values = serde_json::Deserializer::from_str(&self.text[self.at..]).into_iter();
         let value = values.next().and_then(Result::ok).ok_or(Unread)?;
         let span = &self.text.as_bytes()[self.at..self.at + values.byte_offset()];
-        // serde_json refuses a value nested 127 deep inside the line's object, and would take
-        // it alone: such a line (or one of many brackets in its strings) is left to it.
-        if span.len() >= 254 && span.iter().filter(|&&b| b == b'[' || b == b'{').count() >= 127 {
+        // serde_json refuses a line nested 128 deep, and would take the value alone: a value
+        // that may reach that depth (or has many brackets in its strings) is left to it.
+        let limit = 128 - self.depth;
+        if span.len() >= 2 * limit
+            && span.iter().filter(|&&b| b == b'[' || b == b'{').count() >= limit
+        {
             return Err(Unread);
         }
         self.at += span.len();
@@ -207,9 +216,9 @@ impl<'a> Scan<'a> {
 
     /// A string, or `null` (`None`).
     pub(crate) fn opt_str(&mut self) -> Result<Option<Str<'a>>, Unread> {
-        match self.peek() {
-            Some(b'n') if self.literal("null") => Ok(None),
-            _ => self.str().map(Some),
+        match self.null() {
+            true => Ok(None),
+            false => self.str().map(Some),
         }
     }
 
@@ -234,14 +243,87 @@ impl<'a> Scan<'a> {
         self.serde()
     }
 
-    /// Any value, checked as `IgnoredAny` checks it and dropped.
-    fn skip(&mut self) -> Result<(), Unread> {
+    /// Any value, as the `Value` serde_json reads: a string without escapes, a literal or an
+    /// integer of at most 18 digits built here, anything else by serde_json.
+    pub(crate) fn value(&mut self) -> Result<Value, Unread> {
+        let bytes = self.text.as_bytes();
+        match self.peek() {
+            Some(b'"') => {
+                if let Some(s) = self.plain()? {
+                    return Ok(Value::String(s.to_owned()));
+                }
+            }
+            Some(b't') if self.literal("true") => return Ok(Value::Bool(true)),
+            Some(b'f') if self.literal("false") => return Ok(Value::Bool(false)),
+            Some(b'n') if self.literal("null") => return Ok(Value::Null),
+            Some(b'0'..=b'9') => {
+                // `0`, or digits without a leading zero, ending where a value may end.
+                let digits = bytes[self.at..]
+                    .iter()
+                    .take_while(|b| b.is_ascii_digit())
+                    .count();
+                let end = bytes.get(self.at + digits);
+                let ends = matches!(
+                    end,
+                    None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+                );
+                if ends && digits <= 18 && (digits == 1 || bytes[self.at] != b'0') {
+                    let n = bytes[self.at..self.at + digits]
+                        .iter()
+                        .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+                    self.at += digits;
+                    return Ok(Value::from(n));
+                }
+            }
+            _ => {}
+        }
+        self.serde()
+    }
+
+    /// `null`, read past; false (reading nothing) for any other value.
+    pub(crate) fn null(&mut self) -> bool {
+        self.peek() == Some(b'n') && self.literal("null")
+    }
+
+    /// An object read for the fields `K` keeps, as [`Slots`] reads it (the others checked
+    /// as [`Valid`] checks them); anything else is read by serde_json.
+    pub(crate) fn slots<K: SlotKeys, const N: usize>(&mut self) -> Result<Slots<K, N>, Unread> {
+        if !self.eat(b'{') {
+            return self.serde();
+        }
+        self.depth += 1;
+        let mut slots = Slots::new(true);
+        if !self.eat(b'}') {
+            loop {
+                let key = self.str()?;
+                if !self.eat(b':') {
+                    return Err(Unread);
+                }
+                match K::slot(&key) {
+                    Some(slot) => slots.values[slot] = Some(self.value()?),
+                    None => self.skip::<Valid>()?,
+                }
+                if self.eat(b',') {
+                    continue;
+                }
+                if self.eat(b'}') {
+                    break;
+                }
+                return Err(Unread);
+            }
+        }
+        self.depth -= 1;
+        Ok(slots)
+    }
+
+    /// Any value, checked as `T` (`IgnoredAny` or [`Valid`]) checks it, and dropped.
+    fn skip<T: Deserialize<'a>>(&mut self) -> Result<(), Unread> {
         match self.peek() {
             Some(b'"') if self.plain()?.is_some() => Ok(()),
             Some(b't') if self.literal("true") => Ok(()),
             Some(b'f') if self.literal("false") => Ok(()),
             Some(b'n') if self.literal("null") => Ok(()),
-            _ => self.serde::<de::IgnoredAny>().map(drop),
+            _ => self.serde::<T>().map(drop),
         }
     }
 }

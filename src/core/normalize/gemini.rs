@@ -222,19 +222,19 @@ impl<'a> fast::Record<'a> for Line<'a> {
                 1 << 6
             }
             "parameters" => {
-                self.parameters = Some(value.serde()?);
+                self.parameters = Some(value.value()?);
                 1 << 7
             }
             "status" => {
-                self.status = Some(value.serde()?);
+                self.status = Some(value.value()?);
                 1 << 8
             }
             "error" => {
-                self.error = Some(value.serde()?);
+                self.error = Some(value.value()?);
                 1 << 9
             }
             "output" => {
-                self.output = Some(value.serde()?);
+                self.output = Some(value.value()?);
                 1 << 10
             }
             "session_id" => {
@@ -242,7 +242,7 @@ impl<'a> fast::Record<'a> for Line<'a> {
                 1 << 11
             }
             "model" => {
-                self.model = Some(value.serde()?);
+                self.model = Some(value.value()?);
                 1 << 12
             }
             "severity" => {
@@ -254,15 +254,18 @@ impl<'a> fast::Record<'a> for Line<'a> {
                 1 << 14
             }
             "category" => {
-                self.category = Some(value.serde()?);
+                self.category = Some(value.value()?);
                 1 << 15
             }
             "reason" => {
-                self.reason = Some(value.serde()?);
+                self.reason = Some(value.value()?);
                 1 << 16
             }
             "stats" => {
-                self.stats = value.serde()?;
+                self.stats = match value.null() {
+                    true => None,
+                    false => Some(value.slots()?),
+                };
                 1 << 17
             }
             _ => 0,

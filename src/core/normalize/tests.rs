@@ -779,6 +779,16 @@ struct Probe {
     b: Option<Option<bool>>,
     t: Option<Option<Timestamp>>,
     v: Option<Value>,
+    /// Whether `w` is an object, and its `a` and `b`.
+    w: Option<(bool, Option<Value>, Option<Value>)>,
+}
+
+struct AB;
+
+impl fast::SlotKeys for AB {
+    fn slot(key: &str) -> Option<usize> {
+        ["a", "b"].iter().position(|&k| k == key)
+    }
 }
 
 impl<'a> fast::Record<'a> for Probe {
@@ -803,8 +813,13 @@ impl<'a> fast::Record<'a> for Probe {
                 8
             }
             "v" => {
-                self.v = Some(value.serde()?);
+                self.v = Some(value.value()?);
                 16
+            }
+            "w" => {
+                let w = value.slots::<AB, 2>()?;
+                self.w = Some((w.object, w.get("a").cloned(), w.get("b").cloned()));
+                32
             }
             _ => 0,
         })
@@ -833,9 +848,12 @@ fn check_scan(text: &str, whole: bool) {
 #[wasm_bindgen_test(unsupported = test)]
 fn the_scanner_stops_where_serde_json_does() {
     let deep = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
-    for key in ["v", "other"] {
-        check_scan(&format!(r#"{{"{key}":{}}}"#, deep(126)), true);
-        check_scan(&format!(r#"{{"{key}":{}}}"#, deep(127)), true);
+    for key in ["v", "w", "other"] {
+        for n in [125, 126, 127] {
+            check_scan(&format!(r#"{{"{key}":{}}}"#, deep(n)), true);
+            check_scan(&format!(r#"{{"{key}":{{"a":{}}}}}"#, deep(n)), true);
+            check_scan(&format!(r#"{{"{key}":{{"c":{}}}}}"#, deep(n)), true);
+        }
     }
     assert!(fast::read_record(&format!(r#"{{"v":{}}}"#, deep(126)), &mut Probe::default()).is_ok());
     let mut twice = Probe::default();
@@ -891,6 +909,10 @@ fn probe_of(value: &Value) -> Option<Probe> {
         });
     }
     p.v = obj.get("v").cloned();
+    p.w = obj.get("w").map(|w| match w.as_object() {
+        Some(w) => (true, w.get("a").cloned(), w.get("b").cloned()),
+        None => (false, None, None),
+    });
     Some(p)
 }
 
@@ -903,11 +925,11 @@ proptest! {
     /// a byte changed.
     #[wasm_bindgen_test(unsupported = test)]
     fn the_scanner_reads_what_serde_json_reads(
-        fields in proptest::collection::vec((0usize..7, 0usize..64, 0usize..4), 0..6),
+        fields in proptest::collection::vec((0usize..8, 0usize..64, 0usize..4), 0..6),
         cut in proptest::option::of(0usize..400),
         flip in proptest::option::of((0usize..400, any::<u8>())),
     ) {
-        let keys = ["s", "o", "b", "t", "v", "other", "\\u0073"];
+        let keys = ["s", "o", "b", "t", "v", "w", "other", "\\u0073"];
         let deep = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
         let values: Vec<String> = [
             r#""plain""#, r#""""#, r#""seven77""#, r#""eight888""#, r#""nine 9999 and more than sixteen""#,
@@ -916,16 +938,17 @@ proptest! {
             "true", "false", "null", "nul", "truex", "tru",
             "0", "-1", "1.5e3", "1700000000000", "18446744073709551615", "123456789012345678901234567890",
             "01", "1.", "-",
-            "{}", "[]", r#"{"a":[1,{"b":null}],"c":"d"}"#, "[1, 2 ]", "[1,]", r#"{"a":1,}"#, "{\"a\" : \"\\u00e9\"}",
+            "{}", "[]", r#"{"a":[1,{"b":null}],"c":"d"}"#, r#"{"b":"x","a":1,"a":2.5,"\u0062":true}"#,
+            r#"{"a":0,"b":1834,"c":01}"#, "007", "12345678901234567890", "1 ", "0]", "[1, 2 ]", "[1,]", r#"{"a":1,}"#, "{\"a\" : \"\\u00e9\"}",
             "\"unterminated", "{", "]",
-        ].iter().map(|s| s.to_string()).chain([deep(126), deep(127)]).collect();
+        ].iter().map(|s| s.to_string()).chain([deep(126), deep(127), format!(r#"{{"c":{}}}"#, deep(125)), format!(r#"{{"c":{}}}"#, deep(126))]).collect();
         let spaces = ["", " ", "\n\t", "\r "];
         let mut text = String::from(spaces[fields.len() % 4]);
         text.push('{');
         let mut used = std::collections::HashSet::new();
         for &(k, v, w) in &fields {
             // Each key once (`\u0073` is `s`).
-            if !used.insert(if k == 6 { 0 } else { k }) {
+            if !used.insert(if k == 7 { 0 } else { k }) {
                 continue;
             }
             if used.len() > 1 {
