@@ -117,9 +117,10 @@ pub(crate) fn read_record<'a, R: Record<'a>>(text: &'a str, record: &mut R) -> R
 /// The reader of [`read_record`]: it reads an object's structure, its strings without
 /// escapes, and `true`, `false` and `null` itself, by hand, and hands anything else (a string
 /// with an escape, a number, an object or array value) to serde_json, from where it stands to
-/// that value's end. So every value is what serde_json reads for it, and the line costs a
-/// fraction of serde's read: its derived structs and per-token calls were 40 % of a Gemini
-/// line's instructions (BENCHMARKS.md, stop 43).
+/// that value's end. So every value is what serde_json reads for it, without the cost of a
+/// derived struct (each optional field read through `deserialize_option`, the whole moved out
+/// through serde's calls) and of serde's per-token calls: a Gemini line's read takes a quarter
+/// fewer instructions (BENCHMARKS.md, stop 43).
 pub(crate) struct Scan<'a> {
     text: &'a str,
     at: usize,
