@@ -658,7 +658,7 @@ pub(crate) fn zero_bytes(w: u64) -> u64 {
 /// The end of the run of string bytes from `i` that need no attention: the index of the first
 /// `"`, `\\` or control character (or the end), found eight bytes at a time.
 #[inline(always)]
-fn plain_run(bytes: &[u8], i: usize) -> usize {
+pub(crate) fn plain_run(bytes: &[u8], i: usize) -> usize {
     // A byte of `w` is a quote or a backslash (or, for `below`, under 0x20) where its bit in
     // the result is set; bits above the lowest may be false, so only the lowest is used.
     let stops = |w: u64| {

@@ -38,14 +38,12 @@
 //! `message_received`, both before the run terminal; at end of input only the streamed text
 //! is closed (the run stays open for the lifecycle projection).
 
-use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::sync::Arc;
 
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::fast::{present, SlotKeys, Slots, Stamp, Str, Valid};
+use super::fast::{self, Scan, SlotKeys, Slots, Stamp, Str, Unread, Valid};
 use super::turn::OpenTools;
 use super::{text_data, tool_started_data};
 use super::{Decoder, Out};
@@ -115,9 +113,10 @@ impl Decoder for Codex {
     }
 
     fn record_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
-        let Some(line) = out.read::<Line<'_>>(text) else {
+        let mut line = Line::default();
+        if !out.read_record(text, &mut line) {
             return false;
-        };
+        }
         let phase = match &*line.ty {
             "thread.started" => {
                 let Some(id) = &line.thread_id else {
@@ -134,7 +133,7 @@ impl Decoder for Codex {
             }
             "turn.completed" => {
                 out.set_timestamp(line.timestamp);
-                self.turn_completed(line.usage.as_deref(), out);
+                self.turn_completed(line.usage.as_ref(), out);
                 return true;
             }
             "turn.failed" => {
@@ -175,33 +174,67 @@ impl Decoder for Codex {
 }
 
 /// The fields of the records the typed fast path reads (thread, turn and item records; a
-/// text item is read typed, any other item as a `Value`, as its decoding needs many of its
-/// fields).
-#[derive(Deserialize)]
+/// text item is read typed, any other item as the fields its decoding uses), read in place
+/// ([`fast::Record`]).
+#[derive(Default)]
 struct Line<'a> {
-    #[serde(rename = "type", borrow)]
     ty: Str<'a>,
-    #[serde(default)]
     timestamp: Stamp,
-    #[serde(default, borrow)]
     thread_id: Option<Str<'a>>,
-    /// Boxed: it is large, and the line is moved a few times as it is read.
-    #[serde(default, deserialize_with = "present")]
-    usage: Option<Box<UsageRead>>,
-    #[serde(default, borrow)]
+    /// `Some` even for `null` (which has no counts), as `obj.get(key)` sees it.
+    usage: Option<UsageRead>,
     item: Option<ItemRead<'a>>,
-    /// Of `turn.failed`.
-    #[serde(default, deserialize_with = "present")]
+    /// Of `turn.failed`; `Some(Null)` for a `null`.
     error: Option<Value>,
     /// Of `error`.
-    #[serde(default, borrow)]
     message: Option<Str<'a>>,
+}
+
+impl<'a> fast::Record<'a> for Line<'a> {
+    const REQUIRED: u32 = 1;
+
+    fn field(&mut self, key: &str, value: &mut Scan<'a>) -> Result<u32, Unread> {
+        Ok(match key {
+            "type" => {
+                self.ty = value.str()?;
+                1
+            }
+            "timestamp" => {
+                self.timestamp = value.stamp()?;
+                1 << 1
+            }
+            "thread_id" => {
+                self.thread_id = value.opt_str()?;
+                1 << 2
+            }
+            "usage" => {
+                self.usage = Some(value.slots()?);
+                1 << 3
+            }
+            "item" => {
+                self.item = match value.null() {
+                    true => None,
+                    false => Some(ItemRead::read(value)?),
+                };
+                1 << 4
+            }
+            "error" => {
+                self.error = Some(value.value()?);
+                1 << 5
+            }
+            "message" => {
+                self.message = value.opt_str()?;
+                1 << 6
+            }
+            _ => 0,
+        })
+    }
 }
 
 /// The item of an `item.*` line: an `agent_message`, `reasoning` or `plan` item read as the
 /// fields its decoding uses (`id`, `type`, `text`, `phase`, borrowed), any other one as the
-/// `Value` that `serde_json` would build. It must be an object whose `id` and `type`, when
-/// they come first (as Codex writes them), are strings; anything else fails the typed read.
+/// fields of [`ItemFields`]. It must be an object whose `id` and `type`, when they come first
+/// (as Codex writes them), are strings; anything else fails the typed read.
 enum ItemRead<'a> {
     Text {
         ty: TextItem,
@@ -230,83 +263,91 @@ impl TextItem {
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for ItemRead<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::{Error, IgnoredAny, MapAccess, Visitor};
+/// Where [`ItemRead::read`] is in an item: its leading `id` and `type`, then a text item's
+/// fields or any other item's.
+enum ItemState<'a> {
+    Leading(Option<Str<'a>>, Option<Str<'a>>),
+    Text {
+        ty: TextItem,
+        id: Str<'a>,
+        text: Option<Option<Str<'a>>>,
+        phase: Option<Value>,
+    },
+    Other(ItemFields<'a>),
+}
 
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = ItemRead<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an item object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ItemRead<'de>, A::Error> {
-                // The leading `id` and `type`.
-                let (mut id, mut ty): (Option<Str<'de>>, Option<Str<'de>>) = (None, None);
-                let mut key = map.next_key::<Str<'de>>()?;
-                while let Some(k) = &key {
-                    match &**k {
-                        "id" if id.is_none() => id = Some(map.next_value()?),
-                        "type" if ty.is_none() => ty = Some(map.next_value()?),
-                        _ => break,
+impl<'a> ItemState<'a> {
+    /// The item's kind, from its leading `id` and `type`.
+    fn after_leading(id: Option<Str<'a>>, ty: Option<Str<'a>>) -> ItemState<'a> {
+        match (ty.as_deref().and_then(TextItem::parse), id) {
+            (Some(ty), Some(id)) => ItemState::Text {
+                ty,
+                id,
+                text: None,
+                phase: None,
+            },
+            (_, id) => {
+                let mut fields = ItemFields::new();
+                for (slot, v) in [(0, id), (1, ty)] {
+                    if let Some(v) = v {
+                        fields.set(slot, Field::Str(v, OnceCell::new()));
                     }
-                    key = map.next_key()?;
                 }
-                let (text_ty, id) = match (ty.as_deref().and_then(TextItem::parse), id) {
-                    (Some(text_ty), Some(id)) => (text_ty, id),
-                    (_, id) => return generic(map, id, ty, key),
-                };
-                let (mut text, mut phase) = (None, None);
-                while let Some(k) = key {
-                    match &*k {
-                        "text" if text.is_none() => {
-                            text = Some(map.next_value::<Option<Str<'de>>>()?)
-                        }
-                        "phase" if phase.is_none() => phase = Some(map.next_value::<Value>()?),
-                        "id" | "type" | "text" | "phase" => {
-                            return Err(A::Error::custom("duplicate item field"))
-                        }
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
-                    key = map.next_key()?;
-                }
-                Ok(ItemRead::Text {
-                    ty: text_ty,
-                    id,
-                    text: text.flatten(),
-                    phase,
-                })
+                ItemState::Other(fields)
             }
         }
+    }
+}
 
-        /// Any other item: the fields it is decoded from, from the leading `id` and `type`
-        /// already read and the `key` read after them.
-        fn generic<'de, A: MapAccess<'de>>(
-            mut map: A,
-            id: Option<Str<'de>>,
-            ty: Option<Str<'de>>,
-            mut key: Option<Str<'de>>,
-        ) -> Result<ItemRead<'de>, A::Error> {
-            let mut fields = ItemFields::new();
-            for (slot, v) in [(0, id), (1, ty)] {
-                if let Some(v) = v {
-                    fields.set(slot, Field::Str(v, OnceCell::new()));
-                }
-            }
-            while let Some(k) = key {
-                match ItemFields::slot(&k) {
-                    Some(slot) => fields.set(slot, map.next_value()?),
-                    None => {
-                        map.next_value::<Valid>()?;
-                    }
-                }
-                key = map.next_key()?;
-            }
-            Ok(ItemRead::Other(fields))
+impl<'a> ItemRead<'a> {
+    /// Reads an item object: a text item's other fields checked as `IgnoredAny` checks them,
+    /// a text field repeated failing the read; any other item's, as `Valid` checks them, a
+    /// repeated one kept last.
+    fn read(s: &mut Scan<'a>) -> Result<ItemRead<'a>, Unread> {
+        if s.peek() != Some(b'{') {
+            return Err(Unread);
         }
-        d.deserialize_map(V)
+        let mut state = ItemState::Leading(None, None);
+        s.object(|key, s| {
+            if let ItemState::Leading(id, ty) = &mut state {
+                match &*key {
+                    "id" if id.is_none() => return s.str().map(|v| *id = Some(v)),
+                    "type" if ty.is_none() => return s.str().map(|v| *ty = Some(v)),
+                    _ => state = ItemState::after_leading(id.take(), ty.take()),
+                }
+            }
+            match &mut state {
+                ItemState::Leading(..) => unreachable!("left above"),
+                ItemState::Text { text, phase, .. } => match &*key {
+                    "text" if text.is_none() => s.opt_str().map(|v| *text = Some(v)),
+                    "phase" if phase.is_none() => s.value().map(|v| *phase = Some(v)),
+                    "id" | "type" | "text" | "phase" => Err(Unread),
+                    _ => s.skip::<serde::de::IgnoredAny>(),
+                },
+                ItemState::Other(fields) => match ItemFields::slot(&key) {
+                    Some(slot) => Field::read(s).map(|v| fields.set(slot, v)),
+                    None => s.skip::<Valid>(),
+                },
+            }
+        })?;
+        if let ItemState::Leading(id, ty) = state {
+            state = ItemState::after_leading(id, ty);
+        }
+        Ok(match state {
+            ItemState::Text {
+                ty,
+                id,
+                text,
+                phase,
+            } => ItemRead::Text {
+                ty,
+                id,
+                text: text.flatten(),
+                phase,
+            },
+            ItemState::Other(fields) => ItemRead::Other(fields),
+            ItemState::Leading(..) => unreachable!("left above"),
+        })
     }
 }
 
@@ -560,52 +601,13 @@ impl Field<'_> {
     }
 }
 
-/// Reads any JSON value as `Value` reads it (the same `deserialize_any`), keeping a string
-/// borrowed.
-impl<'de: 'a, 'a> Deserialize<'de> for Field<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
-        use serde::de::{self, MapAccess, SeqAccess, Visitor};
-
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Field<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("any valid JSON value")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Field<'de>, E> {
-                Ok(Field::Str(Str(Cow::Borrowed(s)), OnceCell::new()))
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Field<'de>, E> {
-                Ok(Field::Str(Str(Cow::Owned(s.to_owned())), OnceCell::new()))
-            }
-            fn visit_string<E: de::Error>(self, s: String) -> Result<Field<'de>, E> {
-                Ok(Field::Str(Str(Cow::Owned(s)), OnceCell::new()))
-            }
-            fn visit_bool<E: de::Error>(self, b: bool) -> Result<Field<'de>, E> {
-                Ok(Field::Value(Value::Bool(b)))
-            }
-            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Field<'de>, E> {
-                Ok(Field::Value(Value::from(n)))
-            }
-            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Field<'de>, E> {
-                Ok(Field::Value(Value::from(n)))
-            }
-            fn visit_f64<E: de::Error>(self, n: f64) -> Result<Field<'de>, E> {
-                let number = serde_json::Number::from_f64(n);
-                Ok(Field::Value(number.map_or(Value::Null, Value::Number)))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Field<'de>, E> {
-                Ok(Field::Value(Value::Null))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Field<'de>, A::Error> {
-                Value::deserialize(SeqAccessDeserializer::new(seq)).map(Field::Value)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Field<'de>, A::Error> {
-                Value::deserialize(MapAccessDeserializer::new(map)).map(Field::Value)
-            }
+impl<'a> Field<'a> {
+    /// Any JSON value, as `Value` reads it, a string kept borrowed.
+    fn read(s: &mut Scan<'a>) -> Result<Field<'a>, Unread> {
+        match s.peek() {
+            Some(b'"') => Ok(Field::Str(s.str()?, OnceCell::new())),
+            _ => s.value().map(Field::Value),
         }
-        d.deserialize_any(V)
     }
 }
 

@@ -20,9 +20,10 @@ use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
+use crate::core::json::plain_run;
 use crate::core::time::Timestamp;
 use serde::de::{self, Deserialize, Deserializer, Visitor};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// A JSON string, borrowed from the line unless it has escapes.
 #[derive(Default)]
@@ -81,32 +82,20 @@ pub(crate) fn read_record<'a, R: Record<'a>>(text: &'a str, record: &mut R) -> R
     let mut s = Scan {
         text,
         at: 0,
-        depth: 1,
+        depth: 0,
     };
-    if !s.eat(b'{') {
+    if s.peek() != Some(b'{') {
         return Err(Unread);
     }
     let mut seen = 0u32;
-    if !s.eat(b'}') {
-        loop {
-            let key = s.str()?;
-            if !s.eat(b':') {
-                return Err(Unread);
-            }
-            match record.field(&key, &mut s)? {
-                0 => s.skip::<de::IgnoredAny>()?,
-                bit if seen & bit != 0 => return Err(Unread),
-                bit => seen |= bit,
-            }
-            if s.eat(b',') {
-                continue;
-            }
-            if s.eat(b'}') {
-                break;
-            }
-            return Err(Unread);
+    s.object(|key, s| match record.field(&key, s)? {
+        0 => s.skip::<de::IgnoredAny>(),
+        bit if seen & bit != 0 => Err(Unread),
+        bit => {
+            seen |= bit;
+            Ok(())
         }
-    }
+    })?;
     s.skip_ws();
     match s.at == text.len() && R::REQUIRED & !seen == 0 {
         true => Ok(()),
@@ -124,7 +113,7 @@ pub(crate) fn read_record<'a, R: Record<'a>>(text: &'a str, record: &mut R) -> R
 pub(crate) struct Scan<'a> {
     text: &'a str,
     at: usize,
-    /// The objects the scanner is in (the line's is 1).
+    /// The objects the scanner is in (1 in the line's).
     depth: usize,
 }
 
@@ -136,7 +125,7 @@ impl<'a> Scan<'a> {
         }
     }
 
-    fn peek(&mut self) -> Option<u8> {
+    pub(crate) fn peek(&mut self) -> Option<u8> {
         self.skip_ws();
         self.text.as_bytes().get(self.at).copied()
     }
@@ -152,33 +141,15 @@ impl<'a> Scan<'a> {
     fn plain(&mut self) -> Result<Option<&'a str>, Unread> {
         let bytes = self.text.as_bytes();
         let start = self.at + 1;
-        let mut i = start;
-        // Eight bytes a step while eight are left: the first that is a quote, a backslash or
-        // a control character (the lowest byte flagged is exact).
-        const ONES: u64 = u64::from_ne_bytes([1; 8]);
-        const HIGH: u64 = ONES << 7;
-        while let Some(word) = bytes.get(i..i + 8) {
-            let v = u64::from_le_bytes(word.try_into().unwrap_or_default());
-            let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
-            let hits = zero(v ^ (ONES * u64::from(b'"')))
-                | zero(v ^ (ONES * u64::from(b'\\')))
-                | (v.wrapping_sub(ONES * 0x20) & !v & HIGH);
-            if hits != 0 {
-                i += (hits.trailing_zeros() / 8) as usize;
-                break;
+        let end = plain_run(bytes, start);
+        match bytes.get(end) {
+            Some(b'"') => {
+                self.at = end + 1;
+                Ok(Some(&self.text[start..end]))
             }
-            i += 8;
+            Some(b'\\') => Ok(None),
+            _ => Err(Unread),
         }
-        loop {
-            match bytes.get(i) {
-                Some(b'"') => break,
-                Some(b'\\') => return Ok(None),
-                Some(&b) if b >= 0x20 => i += 1,
-                _ => return Err(Unread),
-            }
-        }
-        self.at = i + 1;
-        Ok(Some(&self.text[start..i]))
     }
 
     fn literal(&mut self, word: &str) -> bool {
@@ -244,11 +215,28 @@ impl<'a> Scan<'a> {
         self.serde()
     }
 
-    /// Any value, as the `Value` serde_json reads: a string without escapes, a literal or an
-    /// integer of at most 18 digits built here, anything else by serde_json.
+    /// Any value, as the `Value` serde_json reads: objects, arrays, strings without escapes,
+    /// literals and integers of at most 18 digits built here, anything else by serde_json.
     pub(crate) fn value(&mut self) -> Result<Value, Unread> {
         let bytes = self.text.as_bytes();
         match self.peek() {
+            Some(b'{') => {
+                // A key given twice keeps its last value, as in serde_json's map.
+                let mut map = Map::new();
+                self.object(|key, s| {
+                    map.insert(key.0.into_owned(), s.value()?);
+                    Ok(())
+                })?;
+                return Ok(Value::Object(map));
+            }
+            Some(b'[') => {
+                let mut items = Vec::new();
+                self.array(|s| {
+                    items.push(s.value()?);
+                    Ok(())
+                })?;
+                return Ok(Value::Array(items));
+            }
             Some(b'"') => {
                 if let Some(s) = self.plain()? {
                     return Ok(Value::String(s.to_owned()));
@@ -289,21 +277,68 @@ impl<'a> Scan<'a> {
     /// An object read for the fields `K` keeps, as [`Slots`] reads it (the others checked
     /// as [`Valid`] checks them); anything else is read by serde_json.
     pub(crate) fn slots<K: SlotKeys, const N: usize>(&mut self) -> Result<Slots<K, N>, Unread> {
-        if !self.eat(b'{') {
+        if self.peek() != Some(b'{') {
             return self.serde();
         }
-        self.depth += 1;
         let mut slots = Slots::new(true);
+        self.object(|key, s| match K::slot(&key) {
+            Some(slot) => {
+                slots.values[slot] = Some(s.value()?);
+                Ok(())
+            }
+            None => s.skip::<Valid>(),
+        })?;
+        Ok(slots)
+    }
+
+    /// Past a container's opening bracket, one level deeper: serde_json refuses a line nested
+    /// 128 deep.
+    fn enter(&mut self) -> Result<(), Unread> {
+        self.at += 1;
+        self.depth += 1;
+        match self.depth < 128 {
+            true => Ok(()),
+            false => Err(Unread),
+        }
+    }
+
+    /// At an array (`[`): hands each element to `each`, which reads it, then reads past the
+    /// array.
+    fn array(
+        &mut self,
+        mut each: impl FnMut(&mut Scan<'a>) -> Result<(), Unread>,
+    ) -> Result<(), Unread> {
+        self.enter()?;
+        if !self.eat(b']') {
+            loop {
+                each(self)?;
+                if self.eat(b',') {
+                    continue;
+                }
+                if self.eat(b']') {
+                    break;
+                }
+                return Err(Unread);
+            }
+        }
+        self.depth -= 1;
+        Ok(())
+    }
+
+    /// At an object (`{`): hands each key to `each`, which reads or skips its value, then
+    /// reads past the object.
+    pub(crate) fn object(
+        &mut self,
+        mut each: impl FnMut(Str<'a>, &mut Scan<'a>) -> Result<(), Unread>,
+    ) -> Result<(), Unread> {
+        self.enter()?;
         if !self.eat(b'}') {
             loop {
                 let key = self.str()?;
                 if !self.eat(b':') {
                     return Err(Unread);
                 }
-                match K::slot(&key) {
-                    Some(slot) => slots.values[slot] = Some(self.value()?),
-                    None => self.skip::<Valid>()?,
-                }
+                each(key, self)?;
                 if self.eat(b',') {
                     continue;
                 }
@@ -314,11 +349,11 @@ impl<'a> Scan<'a> {
             }
         }
         self.depth -= 1;
-        Ok(slots)
+        Ok(())
     }
 
     /// Any value, checked as `T` (`IgnoredAny` or [`Valid`]) checks it, and dropped.
-    fn skip<T: Deserialize<'a>>(&mut self) -> Result<(), Unread> {
+    pub(crate) fn skip<T: Deserialize<'a>>(&mut self) -> Result<(), Unread> {
         match self.peek() {
             Some(b'"') if self.plain()?.is_some() => Ok(()),
             Some(b't') if self.literal("true") => Ok(()),

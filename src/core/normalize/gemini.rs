@@ -99,7 +99,7 @@ impl Decoder for Gemini {
             return false;
         }
         let mut line = Line::default();
-        if fast::read_record(text, &mut line).is_err() {
+        if !out.read_record(text, &mut line) {
             return false;
         }
         match &*line.ty {

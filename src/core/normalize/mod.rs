@@ -524,9 +524,9 @@ impl Normalizer {
                 if decoder.record_text(text, &mut self.state.out(line_no, now)) {
                     return;
                 }
-                // The typed read met invalid JSON: `fast::Valid` finds the error `Value`
-                // would (the same parse, building nothing), so the line is read only once
-                // more, without a tree that would be thrown away.
+                // The typed read failed: `fast::Valid` finds the error `Value` would in
+                // invalid JSON (the same parse, building nothing), so such a line is read
+                // only once more, without a tree that would be thrown away.
                 if self.state.unreadable {
                     if let Err(e) = serde_json::from_str::<fast::Valid>(text) {
                         return self.invalid_json(line_no, text, &e);
@@ -752,8 +752,8 @@ struct EmitState {
     events: VecDeque<Event>,
     diagnostics: VecDeque<Diagnostic>,
     stats: Stats,
-    /// Set by [`Out::read`] when a typed read failed on invalid JSON (not on a shape it does
-    /// not take).
+    /// Set by [`Out::read_record`] when a typed read failed (on invalid JSON, or on a shape
+    /// it does not take).
     unreadable: bool,
 }
 
@@ -797,16 +797,17 @@ impl Out<'_> {
         self.state.provider
     }
 
-    /// A typed read of `text` (the fast path): `None` when it fails; when it fails on invalid
-    /// JSON, the normalizer looks for the error without building a `Value` of the line.
-    pub(crate) fn read<'t, T: serde::Deserialize<'t>>(&mut self, text: &'t str) -> Option<T> {
-        match serde_json::from_str(text) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                self.state.unreadable |= e.is_syntax() || e.is_eof();
-                None
-            }
-        }
+    /// A typed read of `text` into `record` (the fast path, [`fast::read_record`]): false when
+    /// it fails, and then the normalizer checks the line's JSON before it builds a `Value` of
+    /// it (a line the scanner does not take is most often invalid JSON).
+    pub(crate) fn read_record<'t, R: fast::Record<'t>>(
+        &mut self,
+        text: &'t str,
+        record: &mut R,
+    ) -> bool {
+        let read = fast::read_record(text, record).is_ok();
+        self.state.unreadable |= !read;
+        read
     }
 
     /// Stamps this record's events with a time read by the typed fast path.
