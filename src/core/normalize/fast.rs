@@ -118,6 +118,7 @@ pub(crate) struct Scan<'a> {
 }
 
 impl<'a> Scan<'a> {
+    #[inline]
     fn skip_ws(&mut self) {
         let bytes = self.text.as_bytes();
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(self.at) {
@@ -125,11 +126,13 @@ impl<'a> Scan<'a> {
         }
     }
 
+    #[inline]
     pub(crate) fn peek(&mut self) -> Option<u8> {
         self.skip_ws();
         self.text.as_bytes().get(self.at).copied()
     }
 
+    #[inline]
     fn eat(&mut self, byte: u8) -> bool {
         let found = self.peek() == Some(byte);
         self.at += usize::from(found);
@@ -138,6 +141,7 @@ impl<'a> Scan<'a> {
 
     /// At a string's opening quote: the string when it has no escape (read past), else
     /// `None` (nothing read). A control character fails, as in serde_json.
+    #[inline]
     fn plain(&mut self) -> Result<Option<&'a str>, Unread> {
         let bytes = self.text.as_bytes();
         let start = self.at + 1;
@@ -176,6 +180,7 @@ impl<'a> Scan<'a> {
     }
 
     /// A string.
+    #[inline]
     pub(crate) fn str(&mut self) -> Result<Str<'a>, Unread> {
         if self.peek() != Some(b'"') {
             return Err(Unread);
