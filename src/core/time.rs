@@ -226,6 +226,9 @@ mod tests {
         assert_eq!(t.to_string(), "2026-11-29T21:31:08.329Z");
         let off = Timestamp::parse_rfc3339("2026-11-29T23:31:08.329123+02:00").unwrap();
         assert_eq!(off, t);
+        for same in ["2026-11-29t21:31:08.329z", "2026-11-29 16:01:08.329-05:30"] {
+            assert_eq!(Timestamp::parse_rfc3339(same), Some(t), "{same}");
+        }
         assert_eq!(Timestamp::EPOCH.to_string(), "1970-01-01T00:00:00.000Z");
         assert_eq!(
             Timestamp::from_unix_millis(1767036061199).to_string(),
@@ -242,6 +245,14 @@ mod tests {
             "2026-11-29T25:00:00Z",
             "",
             "2026-11-29T21:31:08.Z",
+            "20a6-11-29T21:31:08Z",
+            "2026-1/-29T21:31:08Z",
+            "2026-11-29T21:31:0:8Z",
+            "2026-11-29T21:31:0\u{e9}Z",
+            "2026-11-29T21:31:08+0a:00",
+            "2026-11-29T21:31:08+02:0",
+            "2026-11-29T21:31:08+24:00",
+            "2026/11/29T21:31:08Z",
         ] {
             assert_eq!(Timestamp::parse_rfc3339(bad), None, "{bad}");
         }
