@@ -77,29 +77,48 @@ pub(crate) struct Unread;
 
 /// Reads `text`, a JSON object, into `record` (see [`Scan`]). A field given twice or a
 /// required one missing fails the read, as in a derived struct; any other key's value is
-/// skipped as `IgnoredAny` skips it.
-pub(crate) fn read_record<'a, R: Record<'a>>(text: &'a str, record: &mut R) -> Result<(), Unread> {
+/// skipped as `IgnoredAny` skips it. `scratch` is where strings are unescaped, kept by the
+/// caller from one line to the next.
+pub(crate) fn read_record<'a, R: Record<'a>>(
+    text: &'a str,
+    record: &mut R,
+    scratch: &mut String,
+) -> Result<(), Unread> {
     let mut s = Scan {
         text,
         at: 0,
         depth: 0,
+        scratch: std::mem::take(scratch),
     };
-    if s.peek() != Some(b'{') {
-        return Err(Unread);
+    let read = s.record(record);
+    *scratch = s.scratch;
+    // What a long string left is not kept for the lines after it.
+    if scratch.capacity() > 1 << 16 {
+        *scratch = String::new();
     }
-    let mut seen = 0u32;
-    s.object(|key, s| match record.field(&key, s)? {
-        0 => s.skip::<de::IgnoredAny>(),
-        bit if seen & bit != 0 => Err(Unread),
-        bit => {
-            seen |= bit;
-            Ok(())
+    read
+}
+
+impl<'a> Scan<'a> {
+    /// The whole text as one object into `record`.
+    fn record<R: Record<'a>>(&mut self, record: &mut R) -> Result<(), Unread> {
+        if self.peek() != Some(b'{') {
+            return Err(Unread);
         }
-    })?;
-    s.skip_ws();
-    match s.at == text.len() && R::REQUIRED & !seen == 0 {
-        true => Ok(()),
-        false => Err(Unread),
+        let mut seen = 0u32;
+        self.object(|key, s| match record.field(&key, s)? {
+            0 => s.skip::<de::IgnoredAny>(),
+            bit if seen & bit != 0 => Err(Unread),
+            bit => {
+                seen |= bit;
+                Ok(())
+            }
+        })?;
+        self.skip_ws();
+        match self.at == self.text.len() && R::REQUIRED & !seen == 0 {
+            true => Ok(()),
+            false => Err(Unread),
+        }
     }
 }
 
@@ -115,6 +134,8 @@ pub(crate) struct Scan<'a> {
     at: usize,
     /// The objects the scanner is in (1 in the line's).
     depth: usize,
+    /// Where a string with escapes is unescaped (its capacity kept from one to the next).
+    scratch: String,
 }
 
 impl<'a> Scan<'a> {
@@ -187,7 +208,49 @@ impl<'a> Scan<'a> {
         }
         match self.plain()? {
             Some(s) => Ok(Str(Cow::Borrowed(s))),
-            None => self.serde(),
+            None => self.escaped(),
+        }
+    }
+
+    /// At a string with an escape: the string unescaped as serde_json unescapes it. A `\u`
+    /// escape of a surrogate (half of a pair, or alone) or an escape serde_json refuses is
+    /// left to serde_json.
+    fn escaped(&mut self) -> Result<Str<'a>, Unread> {
+        let bytes = self.text.as_bytes();
+        let out = &mut self.scratch;
+        out.clear();
+        let mut i = self.at + 1;
+        loop {
+            let end = plain_run(bytes, i);
+            out.push_str(&self.text[i..end]);
+            let c = match (bytes.get(end), bytes.get(end + 1)) {
+                (Some(b'"'), _) => {
+                    self.at = end + 1;
+                    return Ok(Str(Cow::Owned(out.as_str().to_owned())));
+                }
+                (Some(b'\\'), Some(&escape)) => match escape {
+                    b'"' => '"',
+                    b'\\' => '\\',
+                    b'/' => '/',
+                    b'b' => '\u{8}',
+                    b'f' => '\u{c}',
+                    b'n' => '\n',
+                    b'r' => '\r',
+                    b't' => '\t',
+                    b'u' => match hex4(bytes.get(end + 2..end + 6)).and_then(char::from_u32) {
+                        Some(c) => {
+                            out.push(c);
+                            i = end + 6;
+                            continue;
+                        }
+                        None => return self.serde(),
+                    },
+                    _ => return self.serde(),
+                },
+                _ => return Err(Unread),
+            };
+            out.push(c);
+            i = end + 2;
         }
     }
 
@@ -242,11 +305,7 @@ impl<'a> Scan<'a> {
                 })?;
                 return Ok(Value::Array(items));
             }
-            Some(b'"') => {
-                if let Some(s) = self.plain()? {
-                    return Ok(Value::String(s.to_owned()));
-                }
-            }
+            Some(b'"') => return Ok(Value::String(self.str()?.0.into_owned())),
             Some(b't') if self.literal("true") => return Ok(Value::Bool(true)),
             Some(b'f') if self.literal("false") => return Ok(Value::Bool(false)),
             Some(b'n') if self.literal("null") => return Ok(Value::Null),
@@ -367,6 +426,19 @@ impl<'a> Scan<'a> {
             _ => self.serde::<T>().map(drop),
         }
     }
+}
+
+/// Four hex digits (either case) as a number.
+fn hex4(digits: Option<&[u8]>) -> Option<u32> {
+    digits?.iter().try_fold(0u32, |n, &d| {
+        let v = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            b'A'..=b'F' => d - b'A' + 10,
+            _ => return None,
+        };
+        Some(n << 4 | u32::from(v))
+    })
 }
 
 /// A field read the way `Out::use_timestamp` reads it: an RFC 3339 string or a number of

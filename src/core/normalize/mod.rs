@@ -312,6 +312,7 @@ impl Normalizer {
                 events: VecDeque::new(),
                 diagnostics: VecDeque::new(),
                 stats: Stats::default(),
+                scratch: String::new(),
                 unreadable: false,
             },
             config,
@@ -752,6 +753,8 @@ struct EmitState {
     events: VecDeque<Event>,
     diagnostics: VecDeque<Diagnostic>,
     stats: Stats,
+    /// Where the typed reads unescape strings ([`fast::read_record`]).
+    scratch: String,
     /// Set by [`Out::read_record`] when a typed read failed (on invalid JSON, or on a shape
     /// it does not take).
     unreadable: bool,
@@ -805,7 +808,7 @@ impl Out<'_> {
         text: &'t str,
         record: &mut R,
     ) -> bool {
-        let read = fast::read_record(text, record).is_ok();
+        let read = fast::read_record(text, record, &mut self.state.scratch).is_ok();
         self.state.unreadable |= !read;
         read
     }
