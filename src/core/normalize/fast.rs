@@ -66,6 +66,12 @@ pub(crate) trait Record<'a> {
     /// Reads `key`'s value into its field and returns the field's bit; returns 0, reading
     /// nothing, for a key that is not one of its fields.
     fn field(&mut self, key: &str, value: &mut Scan<'a>) -> Result<u32, Unread>;
+
+    /// Whether the read stopped because the record is not one this reader takes (a type it
+    /// leaves to the `Value` path): valid JSON, which needs no check before that path.
+    fn refused(&self) -> bool {
+        false
+    }
 }
 
 /// A read that [`Scan`] stopped: the text is not an object it reads itself exactly as

@@ -85,19 +85,6 @@ impl Decoder for Gemini {
     }
 
     fn record_text(&mut self, text: &str, out: &mut Out<'_>) -> bool {
-        // A line of a type read only as a `Value` is not read twice.
-        let typed = [
-            "message",
-            "tool_use",
-            "tool_result",
-            "init",
-            "error",
-            "result",
-        ];
-        let leading = fast::leading_type(text);
-        if leading.is_some_and(|ty| !typed.contains(&ty)) {
-            return false;
-        }
         let mut line = Line::default();
         if !out.read_record(text, &mut line) {
             return false;
@@ -186,15 +173,37 @@ struct Line<'a> {
     category: Option<Value>,
     reason: Option<Value>,
     stats: Option<StatsRead>,
+    /// Its type is not one of [`TYPED`].
+    other: bool,
 }
+
+/// The types of the lines read typed.
+const TYPED: [&str; 6] = [
+    "message",
+    "tool_use",
+    "tool_result",
+    "init",
+    "error",
+    "result",
+];
 
 impl<'a> fast::Record<'a> for Line<'a> {
     const REQUIRED: u32 = 1;
+
+    fn refused(&self) -> bool {
+        self.other
+    }
 
     fn field(&mut self, key: &str, value: &mut Scan<'a>) -> Result<u32, Unread> {
         Ok(match key {
             "type" => {
                 self.ty = value.str()?;
+                // A line of a type read only as a `Value` is read no further (its type comes
+                // first, as the CLI writes it).
+                self.other = !TYPED.contains(&&*self.ty);
+                if self.other {
+                    return Err(Unread);
+                }
                 1
             }
             "timestamp" => {

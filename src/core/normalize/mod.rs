@@ -809,7 +809,7 @@ impl Out<'_> {
         record: &mut R,
     ) -> bool {
         let read = fast::read_record(text, record, &mut self.state.scratch).is_ok();
-        self.state.unreadable |= !read;
+        self.state.unreadable |= !read && !record.refused();
         read
     }
 

@@ -378,6 +378,13 @@ fn the_fast_paths_read_every_record_as_the_value_path_does() {
         r#"{"type":"error","error":[1],"category":"c"}"#,
         r#"{"type":"error","message":"a","message":"b"}"#,
         r#"{"type":"result","status":"success","stats":{"total_tokens":3,"input_tokens":1,"output_tokens":2,"cached":0,"input":1,"duration_ms":5,"tool_calls":0,"models":{"m":{"a":1}}}}"#,
+        // Types read only as a `Value`: first, after another key, escaped, repeated.
+        r#"{"type":"future_event","content":"x"}"#,
+        r#"{"content":"x","type":"future_event","role":"user"}"#,
+        r#"{"type":"mess\u0061ge","role":"user","content":"escaped type"}"#,
+        r#"{"type":"message","role":"user","content":"x","type":"future_event"}"#,
+        r#"{"type":"future_event","type":"message","role":"user","content":"x"}"#,
+        r#"{"type":"future_event",<invalid>}"#,
         // Stats read typed: of every JSON type, a field repeated, unknown or escaped, a
         // number that is not an integer, an invalid value where the map skips it.
         r#"{"type":"result","status":"success","stats":null}"#,
