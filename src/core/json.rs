@@ -338,17 +338,10 @@ impl<'a> Reader<'a> {
                 return Err(self.error("EOF while parsing a string"));
             };
             self.at += 1;
-            let c = match escape {
-                b'"' => '"',
-                b'\\' => '\\',
-                b'/' => '/',
-                b'b' => '\u{8}',
-                b'f' => '\u{c}',
-                b'n' => '\n',
-                b'r' => '\r',
-                b't' => '\t',
-                b'u' => self.unicode_escape()?,
-                _ => {
+            let c = match short_escape(escape) {
+                Some(c) => c,
+                None if escape == b'u' => self.unicode_escape()?,
+                None => {
                     self.at -= 1;
                     return Err(self.error_here("invalid escape"));
                 }
@@ -379,9 +372,7 @@ impl<'a> Reader<'a> {
     }
 
     fn hex4(&mut self) -> Result<u32, JsonError> {
-        let digits = self.text.get(self.at..self.at + 4);
-        let code = digits.filter(|d| d.bytes().all(|b| b.is_ascii_hexdigit()));
-        let code = code.and_then(|d| u32::from_str_radix(d, 16).ok());
+        let code = hex4(self.text.get(self.at..self.at + 4));
         let code = code.ok_or_else(|| self.error("invalid escape"))?;
         self.at += 4;
         Ok(code)
@@ -667,6 +658,28 @@ pub(crate) fn plain_run(bytes: &[u8], i: usize) -> usize {
         quote | zero_bytes(w ^ (ONES * u64::from(b'\\'))) | below
     };
     run_until(bytes, i, stops, |b| b == b'"' || b == b'\\' || b < 0x20)
+}
+
+/// The character of a one-letter escape (`\n`, `\"`…); `None` for `u` and any other.
+#[inline]
+pub(crate) fn short_escape(escape: u8) -> Option<char> {
+    Some(match escape {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'b' => '\u{8}',
+        b'f' => '\u{c}',
+        b'n' => '\n',
+        b'r' => '\r',
+        b't' => '\t',
+        _ => return None,
+    })
+}
+
+/// The four hex digits of a `\u` escape (either case) as a number.
+pub(crate) fn hex4(digits: Option<&str>) -> Option<u32> {
+    let digits = digits.filter(|d| d.bytes().all(|b| b.is_ascii_hexdigit()))?;
+    u32::from_str_radix(digits, 16).ok()
 }
 
 /// The index of the first byte from `i` that ends a run (or the end), eight bytes at a time:

@@ -20,7 +20,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
-use crate::core::json::plain_run;
+use crate::core::json::{hex4, plain_run, short_escape};
 use crate::core::time::Timestamp;
 use serde::de::{self, Deserialize, Deserializer, Visitor};
 use serde_json::{Map, Value};
@@ -234,24 +234,20 @@ impl<'a> Scan<'a> {
                     self.at = end + 1;
                     return Ok(Str(Cow::Owned(out.as_str().to_owned())));
                 }
-                (Some(b'\\'), Some(&escape)) => match escape {
-                    b'"' => '"',
-                    b'\\' => '\\',
-                    b'/' => '/',
-                    b'b' => '\u{8}',
-                    b'f' => '\u{c}',
-                    b'n' => '\n',
-                    b'r' => '\r',
-                    b't' => '\t',
-                    b'u' => match hex4(bytes.get(end + 2..end + 6)).and_then(char::from_u32) {
-                        Some(c) => {
-                            out.push(c);
-                            i = end + 6;
-                            continue;
+                (Some(b'\\'), Some(&escape)) => match short_escape(escape) {
+                    Some(c) => c,
+                    None if escape == b'u' => {
+                        let digits = self.text.get(end + 2..end + 6);
+                        match hex4(digits).and_then(char::from_u32) {
+                            Some(c) => {
+                                out.push(c);
+                                i = end + 6;
+                                continue;
+                            }
+                            None => return self.serde(),
                         }
-                        None => return self.serde(),
-                    },
-                    _ => return self.serde(),
+                    }
+                    None => return self.serde(),
                 },
                 _ => return Err(Unread),
             };
@@ -305,7 +301,7 @@ impl<'a> Scan<'a> {
             }
             Some(b'[') => {
                 let mut items = Vec::new();
-                self.array(|s| {
+                self.elements(b']', |s| {
                     items.push(s.value()?);
                     Ok(())
                 })?;
@@ -372,20 +368,21 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// At an array (`[`): hands each element to `each`, which reads it, then reads past the
-    /// array.
-    fn array(
+    /// Past a container's opening bracket: `each` reads each element, up to `close`, then
+    /// reads past it.
+    fn elements(
         &mut self,
+        close: u8,
         mut each: impl FnMut(&mut Scan<'a>) -> Result<(), Unread>,
     ) -> Result<(), Unread> {
         self.enter()?;
-        if !self.eat(b']') {
+        if !self.eat(close) {
             loop {
                 each(self)?;
                 if self.eat(b',') {
                     continue;
                 }
-                if self.eat(b']') {
+                if self.eat(close) {
                     break;
                 }
                 return Err(Unread);
@@ -401,25 +398,13 @@ impl<'a> Scan<'a> {
         &mut self,
         mut each: impl FnMut(Str<'a>, &mut Scan<'a>) -> Result<(), Unread>,
     ) -> Result<(), Unread> {
-        self.enter()?;
-        if !self.eat(b'}') {
-            loop {
-                let key = self.str()?;
-                if !self.eat(b':') {
-                    return Err(Unread);
-                }
-                each(key, self)?;
-                if self.eat(b',') {
-                    continue;
-                }
-                if self.eat(b'}') {
-                    break;
-                }
-                return Err(Unread);
+        self.elements(b'}', |s| {
+            let key = s.str()?;
+            match s.eat(b':') {
+                true => each(key, s),
+                false => Err(Unread),
             }
-        }
-        self.depth -= 1;
-        Ok(())
+        })
     }
 
     /// Any value, checked as `T` (`IgnoredAny` or [`Valid`]) checks it, and dropped.
@@ -432,19 +417,6 @@ impl<'a> Scan<'a> {
             _ => self.serde::<T>().map(drop),
         }
     }
-}
-
-/// Four hex digits (either case) as a number.
-fn hex4(digits: Option<&[u8]>) -> Option<u32> {
-    digits?.iter().try_fold(0u32, |n, &d| {
-        let v = match d {
-            b'0'..=b'9' => d - b'0',
-            b'a'..=b'f' => d - b'a' + 10,
-            b'A'..=b'F' => d - b'A' + 10,
-            _ => return None,
-        };
-        Some(n << 4 | u32::from(v))
-    })
 }
 
 /// A field read the way `Out::use_timestamp` reads it: an RFC 3339 string or a number of
