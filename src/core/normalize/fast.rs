@@ -285,8 +285,8 @@ impl<'a> Scan<'a> {
         self.serde()
     }
 
-    /// Any value, as the `Value` serde_json reads: objects, arrays, strings without escapes,
-    /// literals and integers of at most 18 digits built here, anything else by serde_json.
+    /// Any value, as the `Value` serde_json reads: objects, arrays, strings, literals and
+    /// integers of at most 18 digits built here, anything else by serde_json.
     pub(crate) fn value(&mut self) -> Result<Value, Unread> {
         let bytes = self.text.as_bytes();
         match self.peek() {
@@ -357,8 +357,8 @@ impl<'a> Scan<'a> {
         Ok(slots)
     }
 
-    /// Past a container's opening bracket, one level deeper: serde_json refuses a line nested
-    /// 128 deep.
+    /// Steps past a container's opening bracket, one level deeper: serde_json refuses a line
+    /// nested 128 deep.
     fn enter(&mut self) -> Result<(), Unread> {
         self.at += 1;
         self.depth += 1;
@@ -368,8 +368,8 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// Past a container's opening bracket: `each` reads each element, up to `close`, then
-    /// reads past it.
+    /// At a container's opening bracket: `each` reads each element, up to `close`, then the
+    /// scanner reads past it.
     fn elements(
         &mut self,
         close: u8,
