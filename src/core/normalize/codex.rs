@@ -277,6 +277,25 @@ enum ItemState<'a> {
 }
 
 impl<'a> ItemState<'a> {
+    /// The item read (one of only an `id` and a `type` is decided here).
+    fn into_item(self) -> ItemRead<'a> {
+        match self {
+            ItemState::Leading(id, ty) => ItemState::after_leading(id, ty).into_item(),
+            ItemState::Text {
+                ty,
+                id,
+                text,
+                phase,
+            } => ItemRead::Text {
+                ty,
+                id,
+                text: text.flatten(),
+                phase,
+            },
+            ItemState::Other(fields) => ItemRead::Other(fields),
+        }
+    }
+
     /// The item's kind, from its leading `id` and `type`.
     fn after_leading(id: Option<Str<'a>>, ty: Option<Str<'a>>) -> ItemState<'a> {
         match (ty.as_deref().and_then(TextItem::parse), id) {
@@ -330,24 +349,7 @@ impl<'a> ItemRead<'a> {
                 },
             }
         })?;
-        if let ItemState::Leading(id, ty) = state {
-            state = ItemState::after_leading(id, ty);
-        }
-        Ok(match state {
-            ItemState::Text {
-                ty,
-                id,
-                text,
-                phase,
-            } => ItemRead::Text {
-                ty,
-                id,
-                text: text.flatten(),
-                phase,
-            },
-            ItemState::Other(fields) => ItemRead::Other(fields),
-            ItemState::Leading(..) => unreachable!("left above"),
-        })
+        Ok(state.into_item())
     }
 }
 

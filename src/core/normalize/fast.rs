@@ -183,6 +183,17 @@ impl<'a> Scan<'a> {
         }
     }
 
+    /// `true`, `false` or `null` (`Some` of `Some(bool)` or `None`), read past; `None`,
+    /// reading nothing, for any other value.
+    fn word(&mut self) -> Option<Option<bool>> {
+        match self.peek()? {
+            b't' if self.literal("true") => Some(Some(true)),
+            b'f' if self.literal("false") => Some(Some(false)),
+            b'n' if self.literal("null") => Some(None),
+            _ => None,
+        }
+    }
+
     fn literal(&mut self, word: &str) -> bool {
         let found = self.text[self.at..].starts_with(word);
         self.at += if found { word.len() } else { 0 };
@@ -266,21 +277,13 @@ impl<'a> Scan<'a> {
 
     /// A boolean, or `null` (`None`).
     pub(crate) fn opt_bool(&mut self) -> Result<Option<bool>, Unread> {
-        self.skip_ws();
-        match () {
-            _ if self.literal("true") => Ok(Some(true)),
-            _ if self.literal("false") => Ok(Some(false)),
-            _ if self.literal("null") => Ok(None),
-            _ => Err(Unread),
-        }
+        self.word().ok_or(Unread)
     }
 
     /// A timestamp, as [`Stamp`] reads it.
     pub(crate) fn stamp(&mut self) -> Result<Stamp, Unread> {
         if self.peek() == Some(b'"') {
-            if let Some(s) = self.plain()? {
-                return Ok(Stamp(Timestamp::parse_rfc3339(s)));
-            }
+            return Ok(Stamp(Timestamp::parse_rfc3339(&self.str()?)));
         }
         self.serde()
     }
@@ -308,9 +311,11 @@ impl<'a> Scan<'a> {
                 return Ok(Value::Array(items));
             }
             Some(b'"') => return Ok(Value::String(self.str()?.0.into_owned())),
-            Some(b't') if self.literal("true") => return Ok(Value::Bool(true)),
-            Some(b'f') if self.literal("false") => return Ok(Value::Bool(false)),
-            Some(b'n') if self.literal("null") => return Ok(Value::Null),
+            Some(b't' | b'f' | b'n') => {
+                if let Some(word) = self.word() {
+                    return Ok(word.map_or(Value::Null, Value::Bool));
+                }
+            }
             Some(b'0'..=b'9') => {
                 // `0`, or digits without a leading zero, ending where a value may end.
                 let digits = bytes[self.at..]
@@ -411,9 +416,7 @@ impl<'a> Scan<'a> {
     pub(crate) fn skip<T: Deserialize<'a>>(&mut self) -> Result<(), Unread> {
         match self.peek() {
             Some(b'"') if self.plain()?.is_some() => Ok(()),
-            Some(b't') if self.literal("true") => Ok(()),
-            Some(b'f') if self.literal("false") => Ok(()),
-            Some(b'n') if self.literal("null") => Ok(()),
+            _ if self.word().is_some() => Ok(()),
             _ => self.serde::<T>().map(drop),
         }
     }
